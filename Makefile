@@ -1,0 +1,125 @@
+# cjrelay — GNU make build.
+#
+#   make            build/libcjrelay.a and the four binaries
+#   make deps       install the Debian packages that are missing (as root)
+#   make check      deps, build, unit tests, unit tests again under ASan+UBSan
+#   make fuzz       build the libFuzzer targets and run each for FUZZ_SECONDS
+#   make demo       deps, build, run the end-to-end demo
+#   make install    PREFIX=/usr/local DESTDIR=
+#
+# Sources are found by wildcard: a new lib/<layer>/<file>.c, tests/unit/test_<name>.c
+# or tests/fuzz/fuzz_<name>.c is picked up without editing this file.
+
+CC       ?= cc
+PKGS     := libevent libevent_openssl msgpack openssl inih
+CSTD     := -std=c11 -D_GNU_SOURCE
+WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+OPT      ?= -O2 -g
+CFLAGS   ?=
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CMOCKA_LIBS = $(shell pkg-config --libs cmocka 2>/dev/null)
+ALL_CFLAGS = $(CSTD) $(WARN) $(OPT) -Ilib $(PKG_CFLAGS) $(CFLAGS)
+LDLIBS   = $(PKG_LIBS) -lpthread -lm
+
+B        := build
+LIB_SRC  := $(sort $(wildcard lib/*/*.c))
+LIB_OBJ  := $(patsubst %.c,$(B)/obj/%.o,$(LIB_SRC))
+BINS     := cjrelayd cjrelayctl cjrelay-sim cjrelay-worker
+BIN_OUT  := $(addprefix $(B)/,$(BINS))
+TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+TEST_BIN := $(patsubst tests/unit/%.c,$(B)/tests/%,$(TEST_SRC))
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
+
+# Sanitizer build of the library and unit tests (make check runs both).
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+SAN_OBJ  := $(patsubst %.c,$(B)/san/obj/%.o,$(LIB_SRC))
+SAN_TEST := $(patsubst tests/unit/%.c,$(B)/san/tests/%,$(TEST_SRC))
+
+FUZZ_SECONDS ?= 60
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+
+.PHONY: all deps check unit unit-san fuzz fuzz-build demo install clean
+.DEFAULT_GOAL := all
+
+all: $(B)/libcjrelay.a $(BIN_OUT)
+
+deps:
+	@sh tests/deps.sh
+
+# ---- library and binaries -------------------------------------------------
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(B)/libcjrelay.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+define BIN_RULE
+$(B)/$(1): $(patsubst %.c,$(B)/obj/%.o,$(wildcard cmd/$(1)/*.c)) $(B)/libcjrelay.a
+	$$(CC) $$(ALL_CFLAGS) -o $$@ $$(filter %.o,$$^) $(B)/libcjrelay.a $$(LDLIBS)
+endef
+$(foreach b,$(BINS),$(eval $(call BIN_RULE,$(b))))
+
+# ---- unit tests ------------------------------------------------------------
+$(B)/tests/%: tests/unit/%.c tests/unit/testutil.h $(B)/libcjrelay.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(B)/libcjrelay.a $(CMOCKA_LIBS) $(LDLIBS)
+
+$(B)/san/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -MMD -MP -c $< -o $@
+
+$(B)/san/libcjrelay.a: $(SAN_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(B)/san/tests/%: tests/unit/%.c tests/unit/testutil.h $(B)/san/libcjrelay.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -Itests/unit -o $@ $< $(B)/san/libcjrelay.a $(CMOCKA_LIBS) $(LDLIBS)
+
+unit: $(TEST_BIN)
+	@sh tests/run-unit.sh plain $(TEST_BIN)
+
+unit-san: $(SAN_TEST)
+	@sh tests/run-unit.sh asan+ubsan $(SAN_TEST)
+
+check: deps
+	$(MAKE) all
+	$(MAKE) $(TEST_BIN) $(SAN_TEST)
+	@sh tests/run-all.sh
+
+# ---- fuzzing (clang libFuzzer) ---------------------------------------------
+FUZZ_CFLAGS = $(CSTD) -g -O1 -Ilib $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined
+
+$(B)/fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) $(PKG_LIBS) -lpthread -lm
+
+fuzz-build: $(FUZZ_BIN)
+
+fuzz: deps
+	$(MAKE) fuzz-build
+	@sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BIN)
+
+# ---- demo and install ------------------------------------------------------
+demo: deps
+	$(MAKE) all
+	@sh tests/demo.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/cjrelay \
+	           $(DESTDIR)/etc/cjrelay $(DESTDIR)$(PREFIX)/lib/systemd/system
+	install -m 0755 $(BIN_OUT) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 conf/cjrelay.ini $(DESTDIR)$(PREFIX)/share/cjrelay/cjrelay.ini.example
+	for u in systemd/*.service; do [ -f "$$u" ] && install -m 0644 "$$u" \
+	    $(DESTDIR)$(PREFIX)/lib/systemd/system/ || true; done
+
+clean:
+	rm -rf $(B)
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -1,0 +1,84 @@
+/* mp.h — a bounds-checked, zero-copy msgpack cursor.
+ *
+ * Why not msgpack-c's unpacker for reading: the relay must splice raw byte spans
+ * (copy a value verbatim, replace one nested map) and must never allocate in
+ * proportion to a count an attacker wrote.  msgpack-c's unpacker builds an object
+ * tree in a zone and exposes no byte spans for nested values, so reading goes
+ * through this cursor (no allocation at all) and writing goes through msgpack-c's
+ * packer (see mpw.h).
+ *
+ * Every function checks bounds, advances the cursor only on success and returns
+ * 0 or a negative cj_errc with err filled (offset = absolute position in base). */
+#ifndef CJ_UTIL_MP_H
+#define CJ_UTIL_MP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+enum mp_kind {
+    MP_NIL = 1, MP_BOOL, MP_UINT, MP_INT, MP_FLOAT, MP_STR, MP_BIN, MP_ARRAY, MP_MAP, MP_EXT,
+};
+
+struct mp_val {
+    enum mp_kind kind;
+    bool b;              /* MP_BOOL */
+    uint64_t u;          /* MP_UINT */
+    int64_t i;           /* MP_INT (negative values only) */
+    double f;            /* MP_FLOAT (float32 widened) */
+    bool f32;            /* MP_FLOAT encoded as float32 */
+    uint32_t n;          /* MP_ARRAY / MP_MAP: element / pair count */
+    const uint8_t *ptr;  /* MP_STR / MP_BIN / MP_EXT: data */
+    uint32_t len;        /* MP_STR / MP_BIN / MP_EXT: data length */
+    int8_t ext_type;     /* MP_EXT */
+};
+
+struct mp_cur {
+    const uint8_t *base; /* start of the whole buffer (offsets in errors are from here) */
+    size_t pos;          /* next byte to read */
+    size_t end;          /* one past the last readable byte */
+};
+
+static inline void mp_cur_init(struct mp_cur *c, const void *buf, size_t len)
+{
+    c->base = (const uint8_t *)buf;
+    c->pos = 0;
+    c->end = len;
+}
+
+static inline size_t mp_left(const struct mp_cur *c) { return c->end - c->pos; }
+
+/* Reads one value's head: a scalar whole, a container only its header (the
+ * elements follow).  Ext types are read (for robustness) but never written. */
+int mp_next(struct mp_cur *c, struct mp_val *v, struct cj_err *err);
+
+/* Skips one complete value, however deeply nested, without recursion or
+ * allocation; fails on truncation. */
+int mp_skip(struct mp_cur *c, struct cj_err *err);
+
+/* Typed readers.  mp_read_int accepts any msgpack int that fits int64. */
+int mp_read_map(struct mp_cur *c, uint32_t *n, struct cj_err *err);
+int mp_read_array(struct mp_cur *c, uint32_t *n, struct cj_err *err);
+int mp_read_str(struct mp_cur *c, const uint8_t **p, uint32_t *len, struct cj_err *err);
+int mp_read_bin(struct mp_cur *c, const uint8_t **p, uint32_t *len, struct cj_err *err);
+int mp_read_int(struct mp_cur *c, int64_t *out, struct cj_err *err);
+int mp_read_uint(struct mp_cur *c, uint64_t *out, struct cj_err *err);
+int mp_read_float(struct mp_cur *c, double *out, struct cj_err *err); /* float32/64 only */
+int mp_read_bool(struct mp_cur *c, bool *out, struct cj_err *err);
+
+/* True when the str [p, p+len) equals the C string s. */
+bool mp_str_eq(const uint8_t *p, uint32_t len, const char *s);
+
+/* Looks up key (a str) in the map whose header was just read (n pairs follow
+ * at c).  On success *val is a cursor over exactly the value's bytes and c is
+ * left after the whole map.  Returns 1 found, 0 not found, <0 on error. */
+int mp_map_find(struct mp_cur *c, uint32_t n, const char *key, struct mp_cur *val, struct cj_err *err);
+
+/* Like mp_map_find but copies the found value's string into buf (NUL-ended,
+ * must fit) — a convenience for small header values. */
+int mp_map_find_str(struct mp_cur *c, uint32_t n, const char *key, char *buf, size_t bufsz,
+                    struct cj_err *err);
+
+#endif
