@@ -1,18 +1,121 @@
-/* cjrelayctl — entry point.  This binary is a placeholder until its issue lands:
- * it answers --version and otherwise says what it does not do yet. */
+/* cjrelayctl — talk to cjrelayd's status socket.
+ *
+ *   cjrelayctl [-s SOCKET] [-c FILE] COMMAND [ARGS] [json]
+ *
+ * Sends one command line, prints the answer up to its closing empty line.
+ * Exit: 0 on OK/data, 1 on an ERR answer, 2 when the socket cannot be reached. */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include "ctl.h"
 #include "util/version.h"
+
+#define DEFAULT_SOCKET "/run/cjrelay/status.sock"
+#define ANSWER_TIMEOUT_MS 30000
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: cjrelayctl [-s SOCKET] [-c FILE] COMMAND [ARGS] [json]\n"
+               "commands: help | show info|stats|workers|tasks|refs|config|metrics [json]\n"
+               "          pause | resume | reload | shutdown [now]\n");
+}
+
+static int connect_socket(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        fprintf(stderr, "cjrelayctl: socket path too long: %s\n", path);
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path));
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        fprintf(stderr, "cjrelayctl: cannot connect to %s: %s\n", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int send_all(int fd, const char *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, buf, n, MSG_NOSIGNAL);
+        if (w < 0) { if (errno == EINTR) continue; return -1; }
+        buf += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads until the empty line that ends an answer; prints it; 0 OK, 1 ERR, 2 broken. */
+static int read_answer(int fd)
+{
+    char buf[8192];
+    size_t have = 0;
+    int is_err = -1;
+    char prev = '\n';
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int pr = poll(&p, 1, ANSWER_TIMEOUT_MS);
+        if (pr == 0) { fprintf(stderr, "cjrelayctl: no answer within %d s\n", ANSWER_TIMEOUT_MS / 1000); return 2; }
+        if (pr < 0) { if (errno == EINTR) continue; return 2; }
+        ssize_t r = recv(fd, buf, sizeof buf, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) { fprintf(stderr, "cjrelayctl: connection closed before the answer ended\n"); return 2; }
+        for (ssize_t i = 0; i < r; i++) {
+            if (is_err < 0 && have == 0) is_err = (size_t)r >= 4 && memcmp(buf, "ERR ", 4) == 0;
+            if (buf[i] == '\n' && prev == '\n' && have > 0) {
+                fwrite(buf, 1, (size_t)i, stdout);
+                return is_err == 1 ? 1 : 0;
+            }
+            prev = buf[i];
+            have++;
+        }
+        fwrite(buf, 1, (size_t)r, stdout);
+    }
+}
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("cjrelayctl %s\n", CJRELAY_VERSION);
-            return 0;
-        }
+    const char *sock = NULL, *conf = NULL;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "-s") && i + 1 < argc) sock = argv[++i];
+        else if (!strcmp(argv[i], "-c") && i + 1 < argc) conf = argv[++i];
+        else if (!strcmp(argv[i], "--version")) { printf("cjrelayctl %s\n", CJRELAY_VERSION); return 0; }
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
+        else { usage(stderr); return 2; }
     }
-    fprintf(stderr, "cjrelayctl: not yet implemented (see the issues); only --version works\n");
-    return 2;
+    if (i >= argc) { usage(stderr); return 2; }
+    char path[4096];
+    if (!sock && conf) {
+        if (ctl_socket_from_config(conf, path, sizeof path) != 0) return 2;
+        sock = path;
+    }
+    if (!sock) sock = DEFAULT_SOCKET;
+
+    char line[1024] = "";
+    for (; i < argc; i++) {
+        if (strlen(line) + strlen(argv[i]) + 2 >= sizeof line) { fprintf(stderr, "cjrelayctl: command too long\n"); return 2; }
+        if (line[0]) strcat(line, " ");
+        strcat(line, argv[i]);
+    }
+    strcat(line, "\n");
+    int fd = connect_socket(sock);
+    if (fd < 0) return 2;
+    if (send_all(fd, line, strlen(line)) != 0) {
+        fprintf(stderr, "cjrelayctl: cannot send to %s: %s\n", sock, strerror(errno));
+        close(fd);
+        return 2;
+    }
+    int rc = read_answer(fd);
+    close(fd);
+    return rc;
 }

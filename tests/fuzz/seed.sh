@@ -3,8 +3,9 @@
 cd "$(dirname "$0")/../.." || exit 2
 V=tests/vectors
 s=tests/fuzz/seeds
-mkdir -p $s/fuzz_frame $s/fuzz_header $s/fuzz_lobs $s/fuzz_fobs $s/fuzz_splice
+mkdir -p $s/fuzz_frame $s/fuzz_header $s/fuzz_lobs $s/fuzz_fobs $s/fuzz_splice $s/fuzz_items
 cp $V/frames/*.bin $s/fuzz_frame/ 2>/dev/null
 cp $V/frames/cap*.bin $s/fuzz_header/ 2>/dev/null
 for f in $V/[0-9]*.bin; do cp "$f" $s/fuzz_lobs/; cp "$f" $s/fuzz_fobs/; cp "$f" $s/fuzz_splice/; done
+for f in $V/11_*.npz $V/4[0-3]_*; do case $f in *.txt) ;; *) cp "$f" $s/fuzz_items/;; esac; done
 exit 0

@@ -1,0 +1,48 @@
+/* status.h — the status socket: a line protocol on a Unix socket.
+ *
+ * One command per line; every answer ends with an empty line; errors are one line
+ * "ERR <code> <text>".  The socket only reads state through the callbacks below
+ * and never touches the data path.  Bounded per client: a line over
+ * CJ_STATUS_MAX_LINE is refused, output over CJ_STATUS_MAX_OUTPUT pauses reading
+ * until the client drains it, and an idle or never-reading client is closed after
+ * a timeout.  Access levels: the kernel checks the socket mode; of those who get
+ * in, root and the daemon's own uid may change things (pause, resume, reload,
+ * shutdown), everyone else may only read (show, help). */
+#ifndef CJ_OPS_STATUS_H
+#define CJ_OPS_STATUS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "ops/out.h"
+#include "util/err.h"
+
+#define CJ_STATUS_MAX_LINE    4096
+#define CJ_STATUS_MAX_OUTPUT  (256 * 1024)
+#define CJ_STATUS_MAX_CLIENTS 64
+#define CJ_STATUS_IDLE_SECS   60
+
+struct event_base;
+struct cj_status;
+
+struct cj_status_ops {
+    void *ctx;
+    /* Renders "show <what>"; returns false when <what> is unknown. */
+    bool (*show)(void *ctx, const char *what, struct cj_out *o);
+    /* pause | resume | reload | shutdown (arg "now" or NULL).  0 = OK, else an
+     * ERR code with a message in err. */
+    int (*command)(void *ctx, const char *cmd, const char *arg, char *err, size_t errsz);
+};
+
+/* Creates the socket at path with mode (replacing a stale file, refusing a live one). */
+struct cj_status *cj_status_new(struct event_base *base, const char *path, mode_t mode,
+                                const struct cj_status_ops *ops, struct cj_err *err);
+void cj_status_free(struct cj_status *st);       /* closes clients, unlinks the socket */
+int cj_status_clients(const struct cj_status *st);
+
+/* Shared with the worker listener: bind a Unix stream socket at path with mode,
+ * replacing a stale socket file but never one a live process still answers on. */
+int cj_unix_listen(const char *path, mode_t mode, struct cj_err *err);
+
+#endif
