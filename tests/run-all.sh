@@ -15,7 +15,7 @@ run() {   # run <summary-name> <command...>
 }
 run unit      sh tests/run-unit.sh unit build/tests/test_*
 run unit-san  sh tests/run-unit.sh asan+ubsan build/san/tests/test_*
-for s in tests/e2e/*.sh; do
+for s in tests/e2e/test_*.sh; do
     [ -f "$s" ] || continue
     run "e2e-$(basename "$s" .sh)" sh tests/e2e/run-one.sh "$s"
 done
