@@ -5,7 +5,7 @@
  * proportion to a count an attacker wrote.  msgpack-c's unpacker builds an object
  * tree in a zone and exposes no byte spans for nested values, so reading goes
  * through this cursor (no allocation at all) and writing goes through msgpack-c's
- * packer (see mpw.h).
+ * packer (msgpack_sbuffer + msgpack_packer).
  *
  * Every function checks bounds, advances the cursor only on success and returns
  * 0 or a negative cj_errc with err filled (offset = absolute position in base). */

@@ -4,7 +4,11 @@ cd "$(dirname "$0")/../.." || exit 2
 V=tests/vectors
 s=tests/fuzz/seeds
 mkdir -p $s/fuzz_frame $s/fuzz_header $s/fuzz_lobs $s/fuzz_fobs $s/fuzz_splice $s/fuzz_items
-cp $V/frames/*.bin $s/fuzz_frame/ 2>/dev/null
+# fuzz_frame reads its first byte as the piece size: prefix each frame with a few sizes.
+for f in $V/frames/*.bin; do
+    b=$(basename "$f" .bin)
+    for k in 001 006 021 377; do { printf "\\$k"; cat "$f"; } > $s/fuzz_frame/$b-$k.bin; done
+done
 cp $V/frames/cap*.bin $s/fuzz_header/ 2>/dev/null
 for f in $V/[0-9]*.bin; do cp "$f" $s/fuzz_lobs/; cp "$f" $s/fuzz_fobs/; cp "$f" $s/fuzz_splice/; done
 for f in $V/11_*.npz $V/4[0-3]_*; do case $f in *.txt) ;; *) cp "$f" $s/fuzz_items/;; esac; done
