@@ -29,6 +29,8 @@ BINS     := cjrelayd cjrelayctl cjrelay-sim cjrelay-worker
 BIN_OUT  := $(addprefix $(B)/,$(BINS))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 TEST_BIN := $(patsubst tests/unit/%.c,$(B)/tests/%,$(TEST_SRC))
+E2E_SRC  := $(sort $(wildcard tests/e2e/*.c))
+E2E_BIN  := $(patsubst tests/e2e/%.c,$(B)/tests/e2e/%,$(E2E_SRC))
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 
@@ -82,6 +84,10 @@ $(B)/san/tests/%: tests/unit/%.c tests/unit/testutil.h $(B)/san/libcjrelay.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -Itests/unit -o $@ $< $(B)/san/libcjrelay.a $(CMOCKA_LIBS) $(LDLIBS)
 
+$(B)/tests/e2e/%: tests/e2e/%.c $(B)/libcjrelay.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(B)/libcjrelay.a $(LDLIBS)
+
 unit: $(TEST_BIN)
 	@sh tests/run-unit.sh plain $(TEST_BIN)
 
@@ -90,7 +96,7 @@ unit-san: $(SAN_TEST)
 
 check: deps
 	$(MAKE) all
-	$(MAKE) $(TEST_BIN) $(SAN_TEST)
+	$(MAKE) $(TEST_BIN) $(SAN_TEST) $(E2E_BIN)
 	@sh tests/run-all.sh
 
 # ---- fuzzing (clang libFuzzer) ---------------------------------------------

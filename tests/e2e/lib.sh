@@ -8,7 +8,7 @@ fail() { _f=$((_f + 1)); echo "not ok - $*"; }
 skip() { echo "skip - $*"; }
 check() { # check "name" command...
     name=$1; shift
-    if "$@"; then pass "$name"; else fail "$name"; fi
+    if "$@" >/dev/null; then pass "$name"; else fail "$name"; fi
 }
 finish() {
     echo "$(basename "$0" .sh): $_p passed, $_f failed"

@@ -1,0 +1,204 @@
+/* config.h — cjrelayd's INI configuration, described by ONE key table.
+ *
+ * The table in config.c (section, name, type, default, range or allowed values,
+ * reloadable, one-line doc) drives everything: defaults, parsing (inih), value
+ * and range checks, `show config`, reload diffs, and the test that keeps
+ * conf/cjrelay.ini — the documented example — in step with it.
+ *
+ * Values:  durations are seconds, decimals allowed ("0.5"); sizes are bytes with
+ * an optional K, M or G suffix (powers of 1024); booleans true/false, yes/no,
+ * on/off, 1/0; modes are octal ("0660").  Relative paths (path keys and
+ * unix:PATH listen entries) are resolved against the directory of the config
+ * file, so a config file and its certificates can move together.  An empty path
+ * means "not set".
+ *
+ * Problems are collected, not stopped at: every one is a "FILE:LINE: message"
+ * string.  A problem about a key that is not in the file (a required key left
+ * out) names the line of its [section] header, or the last line when the
+ * section is missing too.  A problem about the file as a whole (cannot open it)
+ * is "FILE: message". */
+#ifndef CJ_OPS_CONFIG_H
+#define CJ_OPS_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/parse.h"
+
+#define CJ_CFG_NKEYS     35       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_PATH_MAX  1024
+#define CJ_CFG_NAME_MAX  64       /* site, job_id */
+#define CJ_LISTEN_MAX    4
+#define CJ_CONFIG_FILE_MAX (1024 * 1024)   /* a bigger config file is refused */
+
+/* Enum values; each list is in the order of the allowed values in the table. */
+enum cj_relay_mode { CJ_MODE_PASS_THROUGH, CJ_MODE_SPOOL };
+enum cj_on_end_run { CJ_END_EXIT, CJ_END_WAIT };
+enum cj_security { CJ_SEC_CLEAR, CJ_SEC_TLS, CJ_SEC_MTLS };
+/* log.level uses enum cj_log_level from util/log.h. */
+
+struct cj_listen_list {
+    int n;
+    struct cj_endpoint ep[CJ_LISTEN_MAX];  /* ep[0] is the connect_url for launched workers */
+};
+
+/* Where each value came from: for messages about cross-key rules and reload. */
+struct cj_config_origin {
+    char file[CJ_CFG_PATH_MAX];        /* as given to cj_config_load; "" for defaults */
+    int key_line[CJ_CFG_NKEYS];        /* 0 = not in the file (default) */
+    int section_line[8];               /* header line of each section, 0 = absent */
+    int last_line;
+    bool bad[CJ_CFG_NKEYS];            /* the value was rejected (default kept) */
+};
+
+struct cj_config {
+    struct {
+        char site[CJ_CFG_NAME_MAX];
+        char job_id[CJ_CFG_NAME_MAX];
+        int mode;                          /* enum cj_relay_mode */
+        char spool_dir[CJ_CFG_PATH_MAX];
+        bool spool_allow_tmpfs;
+        int64_t spool_max_bytes;           /* 0 = no limit */
+        int on_end_run;                    /* enum cj_on_end_run */
+    } relay;
+    struct {
+        struct cj_endpoint url;            /* CJ_EP_TCP (clear) or CJ_EP_STCP (TLS) */
+        int connection_security;           /* enum cj_security */
+        char ca_file[CJ_CFG_PATH_MAX];
+        char cert_file[CJ_CFG_PATH_MAX];
+        char key_file[CJ_CFG_PATH_MAX];
+        char project_name[128];
+        char credentials_file[CJ_CFG_PATH_MAX];
+        double get_task_interval;          /* seconds */
+        double get_task_timeout;
+        double job_heartbeat_interval;
+        double reconnect_min;
+        double reconnect_max;
+    } upstream;
+    struct {
+        struct cj_listen_list listen;
+        unsigned socket_mode;
+        char command[CJ_CFG_PATH_MAX];
+        int count;
+        char launch_token_file[CJ_CFG_PATH_MAX];
+        double heartbeat_interval;
+        double heartbeat_timeout;
+        double shutdown_grace;
+    } workers;
+    struct {
+        char socket[CJ_CFG_PATH_MAX];
+        unsigned socket_mode;
+    } status;
+    struct {
+        int64_t stream_chunk;
+        int64_t stream_window;
+        int64_t link_buffer;
+        int64_t max_message_size;
+    } limits;
+    struct {
+        int level;                         /* enum cj_log_level */
+        bool syslog;
+    } log;
+    struct cj_config_origin origin;
+};
+
+/* ---- the key table (read-only view, for tests and tools) ---------------------- */
+
+enum cj_cfg_type {
+    CJ_T_STR, CJ_T_ENUM, CJ_T_BOOL, CJ_T_INT, CJ_T_DURATION, CJ_T_SIZE,
+    CJ_T_MODE, CJ_T_PATH, CJ_T_URL, CJ_T_LISTEN,
+};
+
+#define CJ_CFG_REQUIRED  1u    /* must not be empty */
+#define CJ_CFG_FQCN_PART 2u    /* [A-Za-z0-9_~-]+ */
+#define CJ_CFG_SOCKET    4u    /* a Unix socket path: at most 107 bytes once resolved */
+
+struct cj_cfg_key {
+    const char *section, *name;
+    const char *key;                   /* "section.name" */
+    enum cj_cfg_type type;
+    const char *def;                   /* default, as text (parsed like a file value) */
+    double min, max;                   /* numeric types; both 0 = no range */
+    const char *const *allowed;        /* enum: NULL-terminated values */
+    bool reloadable;
+    unsigned flags;                    /* CJ_CFG_* */
+    const char *doc;                   /* one line */
+    size_t off, size;                  /* the field in struct cj_config */
+};
+
+const struct cj_cfg_key *cj_config_keys(size_t *n);
+const struct cj_cfg_key *cj_config_find(const char *section, const char *name);
+const char *cj_config_type_name(enum cj_cfg_type t);
+
+/* ---- problems ------------------------------------------------------------------ */
+
+#define CJ_PROBLEMS_MAX 32
+#define CJ_PROBLEM_LEN  320
+
+struct cj_problems {
+    int n;
+    int dropped;                       /* problems beyond CJ_PROBLEMS_MAX, counted only */
+    char msg[CJ_PROBLEMS_MAX][CJ_PROBLEM_LEN];
+};
+
+void cj_problems_init(struct cj_problems *p);
+void cj_problems_add(struct cj_problems *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int cj_problems_total(const struct cj_problems *p);     /* n + dropped */
+
+/* ---- loading, checking, reloading, showing ---------------------------------------- */
+
+/* Every key at its default (site and job_id empty: they have none). */
+void cj_config_defaults(struct cj_config *cfg);
+
+/* Reads and validates path.  *problems is emptied first (no need to init it).
+ * On success (0) *cfg holds the new configuration.  On any problem (-1) every
+ * problem found is in *problems and *cfg is NOT touched — so a bad reload keeps
+ * the running configuration. */
+int cj_config_load(const char *path, struct cj_config *cfg, struct cj_problems *problems);
+
+/* Cross-key rules (timeouts against intervals, TLS settings against the URL, ...).
+ * cj_config_load runs it; returns how many problems it added. */
+int cj_config_validate(const struct cj_config *cfg, struct cj_problems *problems);
+
+struct cj_config_change {
+    const char *key;                   /* "section.name" (static) */
+    bool reloadable;
+};
+
+/* Keys whose value differs between old and new; returns how many (at most max
+ * are written to out; there are never more than CJ_CFG_NKEYS). */
+int cj_config_diff(const struct cj_config *old, const struct cj_config *neu,
+                   struct cj_config_change *out, int max);
+
+/* Copies every reloadable key from neu into running, leaving the others as they
+ * are; returns how many reloadable values changed. */
+int cj_config_apply_reload(struct cj_config *running, const struct cj_config *neu);
+
+/* One row of `show config`, each cell as text (the value as the file would
+ * spell it: "64M", "0.5", "0660"). */
+struct cj_config_row {
+    const char *key;
+    char value[CJ_CFG_PATH_MAX + 64];
+    char def[CJ_CFG_PATH_MAX + 64];
+    bool reloadable;
+};
+
+/* Fills row i (0 <= i < CJ_CFG_NKEYS); -1 when i is out of range. */
+int cj_config_row(const struct cj_config *cfg, size_t i, struct cj_config_row *row);
+
+/* Renders a key's current value (as in the row); -1 for an unknown key. */
+int cj_config_value_text(const struct cj_config *cfg, const char *key, char *buf, size_t len);
+
+enum cj_show_format { CJ_SHOW_TEXT, CJ_SHOW_JSON };
+
+/* `show config`: text is a header line and one aligned row per key ("key value
+ * default reloadable"; an empty value shows as ""); JSON is one line
+ * {"config":[{"key":..,"value":..,"default":..,"reloadable":true},..]} with every
+ * value as a string.  snprintf-style: returns the length the whole answer needs
+ * (no trailing empty line), writes at most len bytes, always NUL-terminated. */
+size_t cj_config_show(const struct cj_config *cfg, enum cj_show_format fmt,
+                      char *out, size_t len);
+
+#endif

@@ -1,0 +1,330 @@
+/* daemon.c — cjrelayd's shell around the data path (see daemon.h). */
+#include "ops/daemon.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ops/notify.h"
+#include "ops/out.h"
+#include "ops/status.h"
+#include "util/log.h"
+#include "util/stats.h"
+#include "util/version.h"
+
+#define STATUS_LINE_SECS 5
+
+enum run_state { RUN_RUNNING, RUN_DRAINING, RUN_STOPPED };
+
+struct cj_daemon {
+    struct event_base *base;
+    char config_path[CJ_CFG_PATH_MAX];
+    struct cj_config cfg;
+    struct cj_status *status;
+    struct event *sig_hup, *sig_term, *sig_int, *sig_quit;
+    struct event *watchdog_timer, *status_timer, *drain_timer;
+    enum run_state state;
+    bool paused;
+    int exit_code;
+    struct timespec started;      /* CLOCK_MONOTONIC */
+    char fqcn[2 * CJ_CFG_NAME_MAX + 2];
+};
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static double uptime_secs(const struct cj_daemon *d)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - d->started.tv_sec) + (now.tv_nsec - d->started.tv_nsec) / 1e9;
+}
+
+/* Resident set size from /proc (an in-memory file: reading it does not block). */
+static unsigned long long rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long pages = 0, rss = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &pages, &rss) != 2) rss = 0;
+        fclose(f);
+    }
+    return rss * (unsigned long long)sysconf(_SC_PAGESIZE);
+}
+
+static const char *state_name(const struct cj_daemon *d)
+{
+    if (d->state == RUN_DRAINING) return "draining";
+    if (d->state == RUN_STOPPED) return "stopped";
+    return d->paused ? "paused" : "running";
+}
+
+static void send_status_line(struct cj_daemon *d)
+{
+    char line[256];
+    snprintf(line, sizeof line, "%s %s; upstream down; workers 0; tasks in %llu out %llu; relayed %llu msgs",
+             d->fqcn, state_name(d), (unsigned long long)cj_stats.tasks_in,
+             (unsigned long long)cj_stats.tasks_out,
+             (unsigned long long)(cj_stats.msgs_up + cj_stats.msgs_down));
+    cj_notify_status(line);
+}
+
+/* ---- stopping ------------------------------------------------------------------ */
+
+static void stop_now(struct cj_daemon *d, const char *why)
+{
+    if (d->state != RUN_STOPPED) cj_log_info("stopping now (%s)", why);
+    d->state = RUN_STOPPED;
+    cj_notify_stopping();
+    event_base_loopexit(d->base, NULL);
+}
+
+/* Nothing is in flight yet (the data path plugs in here), so a drain ends at once;
+ * the check runs from a timer so the status answer that asked for it is sent first. */
+static void on_drain_check(evutil_socket_t fd, short what, void *arg)
+{
+    struct cj_daemon *d = arg;
+    stop_now(d, "drained");
+}
+
+static void start_drain(struct cj_daemon *d, const char *why)
+{
+    if (d->state != RUN_RUNNING) return;
+    cj_log_info("draining (%s): no new tasks; in-flight work finishes, then exit", why);
+    d->state = RUN_DRAINING;
+    cj_notify_stopping();
+    struct timeval soon = {0, 50 * 1000};
+    evtimer_add(d->drain_timer, &soon);
+}
+
+/* ---- reload ------------------------------------------------------------------- */
+
+static void apply_log_settings(const struct cj_config *cfg)
+{
+    cj_log_set_level(cfg->log.level);
+    cj_log_set_syslog(cfg->log.syslog);
+}
+
+/* Returns 0, or -1 with the first problem in why. */
+static int reload(struct cj_daemon *d, char *why, size_t whysz)
+{
+    struct cj_config neu;
+    struct cj_problems probs;
+    cj_notify_reloading();
+    cj_log_info("reloading %s", d->config_path);
+    if (cj_config_load(d->config_path, &neu, &probs) != 0) {
+        for (int i = 0; i < probs.n; i++) cj_log_error("reload: %s", probs.msg[i]);
+        cj_log_error("reload failed: %d problem(s); the running configuration is unchanged",
+                     cj_problems_total(&probs));
+        snprintf(why, whysz, "reload failed, running configuration kept: %s", probs.n ? probs.msg[0] : "?");
+        char st[CJ_PROBLEM_LEN + 32];
+        snprintf(st, sizeof st, "reload failed: %s", probs.n ? probs.msg[0] : "?");
+        cj_notify_status(st);
+        cj_notify_ready();
+        return -1;
+    }
+    struct cj_config_change ch[CJ_CFG_NKEYS];
+    int n = cj_config_diff(&d->cfg, &neu, ch, CJ_CFG_NKEYS);
+    for (int i = 0; i < n; i++) {
+        if (ch[i].reloadable) cj_log_info("reload: %s changed", ch[i].key);
+        else cj_log_warning("reload: %s changed but needs a restart; keeping the running value", ch[i].key);
+    }
+    cj_config_apply_reload(&d->cfg, &neu);
+    apply_log_settings(&d->cfg);
+    cj_log_info("reload done: %d key(s) changed", n);
+    cj_notify_ready();
+    send_status_line(d);
+    return 0;
+}
+
+/* ---- status socket callbacks ------------------------------------------------------ */
+
+static void show_info(struct cj_daemon *d, struct cj_out *o)
+{
+    cj_out_str(o, "version", CJRELAY_VERSION);
+    cj_out_u64(o, "pid", (uint64_t)getpid());
+    cj_out_dbl(o, "uptime", uptime_secs(d));
+    cj_out_str(o, "fqcn", d->fqcn);
+    cj_out_str(o, "mode", d->cfg.relay.mode == CJ_MODE_SPOOL ? "spool" : "pass_through");
+    cj_out_str(o, "state", state_name(d));
+    cj_out_str(o, "upstream", "down");
+    cj_out_u64(o, "workers", 0);
+    cj_out_u64(o, "rss_bytes", rss_bytes());
+    cj_out_str(o, "config", d->config_path);
+}
+
+static void show_stats(struct cj_out *o)
+{
+    for (size_t i = 0; i < cj_stats_nfields; i++)
+        cj_out_u64(o, cj_stats_fields[i].name, cj_stats_get(&cj_stats, &cj_stats_fields[i]));
+}
+
+static void show_config(struct cj_daemon *d, struct cj_out *o)
+{
+    static const struct cj_col cols[] = {{"key", 30}, {"value", 34}, {"default", 34}, {"reloadable", 0}};
+    cj_out_table_begin(o, "config", cols, 4);
+    struct cj_config_row row;
+    for (size_t i = 0; cj_config_row(&d->cfg, i, &row) == 0; i++) {
+        cj_out_row_begin(o);
+        cj_out_cell_str(o, row.key);
+        cj_out_cell_str(o, row.value);
+        cj_out_cell_str(o, row.def);
+        cj_out_cell_str(o, row.reloadable ? "yes" : "no");
+        cj_out_row_end(o);
+    }
+    cj_out_table_end(o);
+}
+
+/* Tables whose rows come from later layers; empty until those land. */
+static void show_empty_table(struct cj_out *o, const char *name, const struct cj_col *cols, int n)
+{
+    cj_out_table_begin(o, name, cols, n);
+    cj_out_table_end(o);
+}
+
+static bool on_show(void *ctx, const char *what, struct cj_out *o)
+{
+    struct cj_daemon *d = ctx;
+    static const struct cj_col workers[] = {{"fqcn", 40}, {"pid", 8}, {"state", 10}, {"heartbeat_age", 14},
+                                            {"task", 34}, {"bytes", 0}};
+    static const struct cj_col tasks[] = {{"task_id", 34}, {"name", 16}, {"worker", 40}, {"state", 12}, {"age", 0}};
+    static const struct cj_col refs[] = {{"source", 40}, {"ref_id", 38}, {"dot", 4}, {"items", 6}, {"state", 10},
+                                         {"age", 0}};
+    static const struct cj_col metrics[] = {{"worker", 40}, {"name", 30}, {"value", 0}};
+    if (!strcmp(what, "info")) show_info(d, o);
+    else if (!strcmp(what, "stats")) show_stats(o);
+    else if (!strcmp(what, "config")) show_config(d, o);
+    else if (!strcmp(what, "workers")) show_empty_table(o, "workers", workers, 6);
+    else if (!strcmp(what, "tasks")) show_empty_table(o, "tasks", tasks, 5);
+    else if (!strcmp(what, "refs")) show_empty_table(o, "refs", refs, 6);
+    else if (!strcmp(what, "metrics")) show_empty_table(o, "metrics", metrics, 3);
+    else return false;
+    return true;
+}
+
+static int on_command(void *ctx, const char *cmd, const char *arg, char *msg, size_t msgsz)
+{
+    struct cj_daemon *d = ctx;
+    if (!strcmp(cmd, "pause")) {
+        if (!d->paused) cj_log_info("paused by the status socket: no new tasks will be pulled");
+        d->paused = true;
+    } else if (!strcmp(cmd, "resume")) {
+        if (d->paused) cj_log_info("resumed by the status socket");
+        d->paused = false;
+    } else if (!strcmp(cmd, "reload")) {
+        if (reload(d, msg, msgsz) != 0) return 500;
+    } else if (!strcmp(cmd, "shutdown")) {
+        if (arg) stop_now(d, "shutdown now on the status socket");
+        else start_drain(d, "shutdown on the status socket");
+    } else {
+        snprintf(msg, msgsz, "unknown command");
+        return 400;
+    }
+    return 0;
+}
+
+/* ---- signals and timers --------------------------------------------------------- */
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct cj_daemon *d = arg;
+    char why[32];
+    snprintf(why, sizeof why, "%s", strsignal((int)sig));
+    if (sig == SIGHUP) {
+        char msg[CJ_PROBLEM_LEN + 64];
+        reload(d, msg, sizeof msg);
+    } else if (sig == SIGQUIT) {
+        stop_now(d, why);
+    } else if (d->state == RUN_RUNNING) {
+        start_drain(d, why);
+    } else {
+        stop_now(d, "second stop signal");
+    }
+}
+
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+    cj_notify_watchdog();
+}
+
+static void on_status_timer(evutil_socket_t fd, short what, void *arg)
+{
+    send_status_line(arg);
+}
+
+static int add_signal(struct cj_daemon *d, struct event **ev, int sig)
+{
+    *ev = evsignal_new(d->base, sig, on_signal, d);
+    return *ev && evsignal_add(*ev, NULL) == 0 ? 0 : -1;
+}
+
+static int setup_events(struct cj_daemon *d, struct cj_err *err)
+{
+    if (add_signal(d, &d->sig_hup, SIGHUP) || add_signal(d, &d->sig_term, SIGTERM) ||
+        add_signal(d, &d->sig_int, SIGINT) || add_signal(d, &d->sig_quit, SIGQUIT))
+        return cj_fail(err, CJ_E_NOMEM, 0, "cannot install signal events");
+    d->drain_timer = evtimer_new(d->base, on_drain_check, d);
+    d->status_timer = event_new(d->base, -1, EV_PERSIST, on_status_timer, d);
+    struct timeval st = {STATUS_LINE_SECS, 0};
+    if (!d->drain_timer || !d->status_timer || event_add(d->status_timer, &st) != 0)
+        return cj_fail(err, CJ_E_NOMEM, 0, "cannot create timers");
+    uint64_t wd = cj_notify_watchdog_usec();
+    if (wd) {
+        d->watchdog_timer = event_new(d->base, -1, EV_PERSIST, on_watchdog, d);
+        struct timeval half = {(time_t)(wd / 2 / 1000000), (suseconds_t)(wd / 2 % 1000000)};
+        if (!d->watchdog_timer || event_add(d->watchdog_timer, &half) != 0)
+            return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the watchdog timer");
+    }
+    return 0;
+}
+
+/* ---- life cycle ------------------------------------------------------------------ */
+
+struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config *cfg, struct cj_err *err)
+{
+    struct cj_daemon *d = calloc(1, sizeof *d);
+    if (!d) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); return NULL; }
+    snprintf(d->config_path, sizeof d->config_path, "%s", config_path);
+    d->cfg = *cfg;
+    snprintf(d->fqcn, sizeof d->fqcn, "%s.%s", cfg->relay.site, cfg->relay.job_id);
+    clock_gettime(CLOCK_MONOTONIC, &d->started);
+    apply_log_settings(&d->cfg);
+    signal(SIGPIPE, SIG_IGN);
+    cj_notify_init();
+    d->base = event_base_new();
+    if (!d->base) { cj_fail(err, CJ_E_NOMEM, 0, "event_base_new failed"); free(d); return NULL; }
+    if (setup_events(d, err) != 0) { cj_daemon_free(d); return NULL; }
+    struct cj_status_ops ops = {.ctx = d, .show = on_show, .command = on_command};
+    d->status = cj_status_new(d->base, d->cfg.status.socket, (mode_t)d->cfg.status.socket_mode, &ops, err);
+    if (!d->status) { cj_daemon_free(d); return NULL; }
+    return d;
+}
+
+int cj_daemon_run(struct cj_daemon *d)
+{
+    cj_log_info("cjrelayd %s started as %s (pid %d, %s mode), status socket %s", CJRELAY_VERSION, d->fqcn,
+                (int)getpid(), d->cfg.relay.mode == CJ_MODE_SPOOL ? "spool" : "pass_through",
+                d->cfg.status.socket);
+    cj_notify_ready();
+    send_status_line(d);
+    event_base_dispatch(d->base);
+    cj_log_info("stopped (exit %d)", d->exit_code);
+    return d->exit_code;
+}
+
+void cj_daemon_free(struct cj_daemon *d)
+{
+    if (!d) return;
+    cj_status_free(d->status);
+    struct event *evs[] = {d->sig_hup, d->sig_term, d->sig_int, d->sig_quit,
+                           d->watchdog_timer, d->status_timer, d->drain_timer};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+        if (evs[i]) event_free(evs[i]);
+    if (d->base) event_base_free(d->base);
+    free(d);
+}

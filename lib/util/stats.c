@@ -1,0 +1,26 @@
+/* stats.c — the counters and their field table (see stats.h). */
+#include "util/stats.h"
+
+struct cj_stats cj_stats;
+
+#define F(name, doc) {#name, offsetof(struct cj_stats, name), doc}
+const struct cj_stats_field cj_stats_fields[] = {
+    F(tasks_in, "tasks received from the server"),
+    F(tasks_out, "task_ready delivered to workers"),
+    F(tasks_failed, "tasks reported failed upstream"),
+    F(results_in, "result_ready received from workers"),
+    F(results_out, "submit_update sent upstream"),
+    F(msgs_up, "messages relayed toward the server"),
+    F(msgs_down, "messages relayed toward workers"),
+    F(bytes_up, "bytes relayed toward the server"),
+    F(bytes_down, "bytes relayed toward workers"),
+    F(refs_passed, "download refs passed through"),
+    F(returns_sent, "RETURN and forwarder error notices sent"),
+    F(drops, "messages dropped"),
+    F(reconnects, "upstream reconnections"),
+    F(retries, "request retries"),
+    F(timeouts, "requests timed out"),
+    F(errors, "other errors"),
+};
+#undef F
+const size_t cj_stats_nfields = sizeof cj_stats_fields / sizeof cj_stats_fields[0];

@@ -1,0 +1,47 @@
+/* stats.h — the relay's counters, and the one table that names them.
+ *
+ * Layers below ops increment fields of the single struct cj_stats (the event loop
+ * is single-threaded, so plain integers suffice).  `show stats`, its JSON form and
+ * the systemd STATUS= line all render from cj_stats_fields, so a counter added
+ * here shows up everywhere. */
+#ifndef CJ_UTIL_STATS_H
+#define CJ_UTIL_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct cj_stats {
+    uint64_t tasks_in;            /* tasks received from the server */
+    uint64_t tasks_out;           /* task_ready delivered to workers */
+    uint64_t tasks_failed;        /* tasks reported failed upstream */
+    uint64_t results_in;          /* result_ready received from workers */
+    uint64_t results_out;         /* submit_update sent upstream */
+    uint64_t msgs_up;             /* messages relayed toward the server */
+    uint64_t msgs_down;           /* messages relayed toward workers */
+    uint64_t bytes_up;            /* payload+header bytes relayed toward the server */
+    uint64_t bytes_down;          /* payload+header bytes relayed toward workers */
+    uint64_t refs_passed;         /* download refs handed to workers or the server */
+    uint64_t returns_sent;        /* RETURN / forwarder error notices sent */
+    uint64_t drops;               /* messages dropped (unroutable, spoofed, malformed) */
+    uint64_t reconnects;          /* upstream reconnections */
+    uint64_t retries;             /* request retries of any kind */
+    uint64_t timeouts;            /* requests that timed out */
+    uint64_t errors;              /* other errors logged */
+};
+
+struct cj_stats_field {
+    const char *name;
+    size_t off;
+    const char *doc;
+};
+
+extern struct cj_stats cj_stats;
+extern const struct cj_stats_field cj_stats_fields[];
+extern const size_t cj_stats_nfields;
+
+static inline uint64_t cj_stats_get(const struct cj_stats *s, const struct cj_stats_field *f)
+{
+    return *(const uint64_t *)((const char *)s + f->off);
+}
+
+#endif
