@@ -122,8 +122,9 @@ install: all
 	           $(DESTDIR)/etc/cjrelay $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 0755 $(BIN_OUT) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 conf/cjrelay.ini $(DESTDIR)$(PREFIX)/share/cjrelay/cjrelay.ini.example
-	for u in systemd/*.service; do [ -f "$$u" ] && install -m 0644 "$$u" \
-	    $(DESTDIR)$(PREFIX)/lib/systemd/system/ || true; done
+	for u in systemd/*.service; do \
+	    sed 's|/usr/local/|$(PREFIX)/|g' "$$u" > $(DESTDIR)$(PREFIX)/lib/systemd/system/$$(basename "$$u"); \
+	    chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/$$(basename "$$u"); done
 
 clean:
 	rm -rf $(B)

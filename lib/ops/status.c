@@ -249,7 +249,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     c->next = st->clients;
     st->clients = c;
     st->nclients++;
-    cj_log(CJ_LOG_DEBUG, "status: client connected pid %d uid %u (%s)", (int)cred.pid, (unsigned)cred.uid,
+    cj_log(CJ_LOG_INFO, "status: client connected pid %d uid %u (%s)", (int)cred.pid, (unsigned)cred.uid,
            c->admin ? "admin" : "read-only");
     struct timeval idle = {CJ_STATUS_IDLE_SECS, 0};
     bufferevent_set_timeouts(bev, &idle, &idle);
