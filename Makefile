@@ -100,7 +100,7 @@ check: deps
 	@sh tests/run-all.sh
 
 # ---- fuzzing (clang libFuzzer) ---------------------------------------------
-FUZZ_CFLAGS = $(CSTD) -g -O1 -Ilib $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined
+FUZZ_CFLAGS = $(CSTD) -g -O1 -Ilib $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 
 $(B)/fuzz/%: tests/fuzz/%.c $(LIB_SRC)
 	@mkdir -p $(dir $@)
