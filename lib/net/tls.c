@@ -1,0 +1,158 @@
+/* tls.c — OpenSSL client/server contexts and error text (see tls.h). */
+#include "net/tls.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <openssl/err.h>
+#include <openssl/x509.h>
+
+void cj_tls_error_text(unsigned long code, char *buf, size_t n)
+{
+    const char *lib = ERR_lib_error_string(code);
+    const char *reason = ERR_reason_error_string(code);
+    if (reason) snprintf(buf, n, "%s%s%s", lib ? lib : "", lib ? ": " : "", reason);
+    else ERR_error_string_n(code, buf, n);
+}
+
+size_t cj_tls_drain_errors(char *buf, size_t n)
+{
+    size_t used = 0;
+    unsigned long code;
+    if (n) buf[0] = '\0';
+    while ((code = ERR_get_error()) != 0) {
+        char one[256];
+        cj_tls_error_text(code, one, sizeof one);
+        if (used + 3 < n) {
+            int w = snprintf(buf + used, n - used, "%s%s", used ? "; " : "", one);
+            if (w > 0) used += (size_t)w < n - used ? (size_t)w : n - used - 1;
+        }
+    }
+    return used;
+}
+
+/* OpenSSL's reason text -> what it most likely means for a relay operator. */
+const char *cj_tls_alert_hint(const char *t)
+{
+    static const struct { const char *needle, *hint; } hints[] = {
+        {"has expired", "a certificate in the peer's chain has expired"},
+        {"not yet valid", "a certificate in the peer's chain is not valid yet (clock skew?)"},
+        {"unable to get local issuer", "the peer's certificate is not signed by a CA in ca_file"},
+        {"self-signed certificate", "the peer's certificate chain does not lead to a CA in ca_file"},
+        {"did not return a certificate", "the peer presented no client certificate"},
+        {"unknown ca", "the peer does not trust our certificate: it was signed by a CA the peer does not know"},
+        {"certificate expired", "the peer says a certificate has expired (check cert_file's validity dates)"},
+        {"certificate required", "the peer requires a client certificate (connection_security = mtls "
+                                 "with cert_file and key_file)"},
+        {"bad certificate", "the peer rejected our certificate"},
+        {"certificate revoked", "the peer says our certificate is revoked"},
+        {"certificate verify failed", "the peer's certificate does not verify against ca_file"},
+        {"wrong version number", "the peer does not speak TLS on this port (a clear tcp:// endpoint?)"},
+        {"unsupported protocol", "the peer offers no TLS version >= 1.2"},
+        {"handshake failure", "no common TLS version or cipher with the peer"},
+        {"no shared cipher", "no common TLS cipher with the peer"},
+    };
+    if (!t) return NULL;
+    for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
+        if (strstr(t, hints[i].needle)) return hints[i].hint;
+    return NULL;
+}
+
+static SSL_CTX *fail_ctx(SSL_CTX *ctx, struct cj_err *err, const char *what, const char *file)
+{
+    char q[512];
+    cj_tls_drain_errors(q, sizeof q);
+    cj_fail(err, CJ_E_INVALID, 0, "TLS: %s %s: %s", what, file ? file : "(not set)", q[0] ? q : "failed");
+    if (ctx) SSL_CTX_free(ctx);
+    return NULL;
+}
+
+/* Settings both sides share: TLS >= 1.2, small idle buffers. */
+static SSL_CTX *new_ctx(const SSL_METHOD *method, struct cj_err *err)
+{
+    ERR_clear_error();
+    SSL_CTX *ctx = SSL_CTX_new(method);
+    if (!ctx) return fail_ctx(NULL, err, "cannot create a context", "");
+    if (!SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION)) return fail_ctx(ctx, err, "cannot set TLS 1.2 minimum", "");
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    return ctx;
+}
+
+static int load_cert_key(SSL_CTX *ctx, const char *cert_file, const char *key_file, struct cj_err *err)
+{
+    if (!cert_file || !*cert_file || SSL_CTX_use_certificate_chain_file(ctx, cert_file) != 1) {
+        fail_ctx(NULL, err, "cannot load certificate", cert_file);
+        return -1;
+    }
+    /* SSL_FILETYPE_PEM reads both "RSA PRIVATE KEY" (PKCS#1) and "PRIVATE KEY" (PKCS#8). */
+    if (!key_file || !*key_file || SSL_CTX_use_PrivateKey_file(ctx, key_file, SSL_FILETYPE_PEM) != 1) {
+        fail_ctx(NULL, err, "cannot load private key", key_file);
+        return -1;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        fail_ctx(NULL, err, "private key does not match the certificate in", cert_file);
+        return -1;
+    }
+    return 0;
+}
+
+SSL_CTX *cj_tls_client_ctx(const struct cj_tls_client_opts *o, struct cj_err *err)
+{
+    if (o->mode != CJ_TLS_VERIFY && o->mode != CJ_TLS_MUTUAL) {
+        cj_fail(err, CJ_E_INVALID, 0, "TLS: client mode must be tls or mtls");
+        return NULL;
+    }
+    SSL_CTX *ctx = new_ctx(TLS_client_method(), err);
+    if (!ctx) return NULL;
+    /* The chain is verified against ca_file only: no system store, no
+     * hostname check (NVFlare clients do the same, cellnet.md §9). */
+    if (!o->ca_file || !*o->ca_file || SSL_CTX_load_verify_locations(ctx, o->ca_file, NULL) != 1)
+        return fail_ctx(ctx, err, "cannot load CA file", o->ca_file);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    if (o->mode == CJ_TLS_MUTUAL && load_cert_key(ctx, o->cert_file, o->key_file, err) < 0) {
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+SSL_CTX *cj_tls_server_ctx(const char *cert_file, const char *key_file, const char *ca_file,
+                           bool require_client_cert, struct cj_err *err)
+{
+    SSL_CTX *ctx = new_ctx(TLS_server_method(), err);
+    if (!ctx) return NULL;
+    if (load_cert_key(ctx, cert_file, key_file, err) < 0) {
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    if (require_client_cert) {
+        if (!ca_file || !*ca_file || SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1)
+            return fail_ctx(ctx, err, "cannot load CA file", ca_file);
+        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(ca_file);
+        if (names) SSL_CTX_set_client_CA_list(ctx, names);
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    }
+    return ctx;
+}
+
+void cj_tls_ctx_free(SSL_CTX *ctx)
+{
+    if (ctx) SSL_CTX_free(ctx);
+}
+
+void cj_tls_describe(SSL *ssl, char *buf, size_t n)
+{
+    char cn[256] = "";
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+    X509 *peer = SSL_get1_peer_certificate(ssl);
+#else
+    X509 *peer = SSL_get_peer_certificate(ssl);
+#endif
+    bool has_peer = peer != NULL;
+    if (peer) {
+        X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, cn, sizeof cn);
+        X509_free(peer);
+    }
+    snprintf(buf, n, "%s %s%s%s", SSL_get_version(ssl), SSL_get_cipher_name(ssl),
+             has_peer ? ", peer CN=" : ", no peer certificate", cn);
+}
