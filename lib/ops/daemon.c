@@ -11,7 +11,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cell/router.h"
+#include "net/link.h"
+#include "net/tls.h"
 #include "ops/notify.h"
+#include "wire/frame.h"
 #include "ops/out.h"
 #include "ops/status.h"
 #include "util/log.h"
@@ -27,6 +31,8 @@ struct cj_daemon {
     char config_path[CJ_CFG_PATH_MAX];
     struct cj_config cfg;
     struct cj_status *status;
+    struct cj_router *router;     /* the relay cell: links, routing, forwarding */
+    SSL_CTX *tls;                 /* upstream client context (tls / mtls), else NULL */
     struct event *sig_hup, *sig_term, *sig_int, *sig_quit;
     struct event *watchdog_timer, *status_timer, *drain_timer;
     enum run_state state;
@@ -34,6 +40,7 @@ struct cj_daemon {
     int exit_code;
     struct timespec started;      /* CLOCK_MONOTONIC */
     char fqcn[2 * CJ_CFG_NAME_MAX + 2];
+    char upstream_url[CJ_CFG_PATH_MAX];
 };
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -64,11 +71,38 @@ static const char *state_name(const struct cj_daemon *d)
     return d->paused ? "paused" : "running";
 }
 
+static const char *upstream_state(const struct cj_daemon *d)
+{
+    return d->router ? cj_router_upstream_state_name(cj_router_upstream_state(d->router)) : "disabled";
+}
+
+static size_t worker_count(const struct cj_daemon *d)
+{
+    return d->router ? cj_router_children(d->router, NULL, 0) : 0;
+}
+
+/* Copies the router's counters into the shared table that show stats renders. */
+static void sync_stats(const struct cj_daemon *d)
+{
+    if (!d->router) return;
+    const struct cj_router_counters *c = cj_router_counters(d->router);
+    cj_stats.msgs_up = c->up_msgs;
+    cj_stats.msgs_down = c->down_msgs;
+    cj_stats.bytes_up = c->up_bytes;
+    cj_stats.bytes_down = c->down_bytes;
+    cj_stats.returns_sent = c->returns_sent + c->fwd_errors_sent;
+    cj_stats.drops = c->drops;
+    cj_stats.reconnects = c->reconnects;
+    cj_stats.throttles = c->throttles;
+    cj_stats.workers_refused = c->workers_refused;
+}
+
 static void send_status_line(struct cj_daemon *d)
 {
     char line[256];
-    snprintf(line, sizeof line, "%s %s; upstream down; workers 0; tasks in %llu out %llu; relayed %llu msgs",
-             d->fqcn, state_name(d), (unsigned long long)cj_stats.tasks_in,
+    sync_stats(d);
+    snprintf(line, sizeof line, "%s %s; upstream %s; workers %zu; tasks in %llu out %llu; relayed %llu msgs",
+             d->fqcn, state_name(d), upstream_state(d), worker_count(d), (unsigned long long)cj_stats.tasks_in,
              (unsigned long long)cj_stats.tasks_out,
              (unsigned long long)(cj_stats.msgs_up + cj_stats.msgs_down));
     cj_notify_status(line);
@@ -152,14 +186,18 @@ static void show_info(struct cj_daemon *d, struct cj_out *o)
     cj_out_str(o, "fqcn", d->fqcn);
     cj_out_str(o, "mode", d->cfg.relay.mode == CJ_MODE_SPOOL ? "spool" : "pass_through");
     cj_out_str(o, "state", state_name(d));
-    cj_out_str(o, "upstream", "down");
-    cj_out_u64(o, "workers", 0);
+    cj_out_str(o, "upstream", upstream_state(d));
+    struct cj_link *up = d->router ? cj_router_upstream(d->router) : NULL;
+    cj_out_str(o, "upstream_url", d->upstream_url);
+    cj_out_str(o, "upstream_peer", up ? cj_link_peer(up) : "");
+    cj_out_u64(o, "workers", worker_count(d));
     cj_out_u64(o, "rss_bytes", rss_bytes());
     cj_out_str(o, "config", d->config_path);
 }
 
-static void show_stats(struct cj_out *o)
+static void show_stats(struct cj_daemon *d, struct cj_out *o)
 {
+    sync_stats(d);
     for (size_t i = 0; i < cj_stats_nfields; i++)
         cj_out_u64(o, cj_stats_fields[i].name, cj_stats_get(&cj_stats, &cj_stats_fields[i]));
 }
@@ -187,6 +225,25 @@ static void show_empty_table(struct cj_out *o, const char *name, const struct cj
     cj_out_table_end(o);
 }
 
+static void show_workers(struct cj_daemon *d, struct cj_out *o, const struct cj_col *cols, int n)
+{
+    struct cj_link *links[256];
+    size_t k = d->router ? cj_router_children(d->router, links, 256) : 0;
+    cj_out_table_begin(o, "workers", cols, n);
+    for (size_t i = 0; i < k && i < 256; i++) {
+        const struct cj_link_counters *c = cj_link_counters(links[i]);
+        cj_out_row_begin(o);
+        cj_out_cell_str(o, cj_link_peer(links[i]));
+        cj_out_cell_str(o, "");      /* pid: known once the launcher (issue 5) owns the process */
+        cj_out_cell_str(o, cj_link_state_name(cj_link_get_state(links[i])));
+        cj_out_cell_dbl(o, cj_link_rx_idle(links[i]));
+        cj_out_cell_str(o, "");
+        cj_out_cell_u64(o, c->bytes_in + c->bytes_out);
+        cj_out_row_end(o);
+    }
+    cj_out_table_end(o);
+}
+
 static bool on_show(void *ctx, const char *what, struct cj_out *o)
 {
     struct cj_daemon *d = ctx;
@@ -197,9 +254,9 @@ static bool on_show(void *ctx, const char *what, struct cj_out *o)
                                          {"age", 0}};
     static const struct cj_col metrics[] = {{"worker", 40}, {"name", 30}, {"value", 0}};
     if (!strcmp(what, "info")) show_info(d, o);
-    else if (!strcmp(what, "stats")) show_stats(o);
+    else if (!strcmp(what, "stats")) show_stats(d, o);
     else if (!strcmp(what, "config")) show_config(d, o);
-    else if (!strcmp(what, "workers")) show_empty_table(o, "workers", workers, 6);
+    else if (!strcmp(what, "workers")) show_workers(d, o, workers, 6);
     else if (!strcmp(what, "tasks")) show_empty_table(o, "tasks", tasks, 5);
     else if (!strcmp(what, "refs")) show_empty_table(o, "refs", refs, 6);
     else if (!strcmp(what, "metrics")) show_empty_table(o, "metrics", metrics, 3);
@@ -283,6 +340,60 @@ static int setup_events(struct cj_daemon *d, struct cj_err *err)
     return 0;
 }
 
+/* ---- the relay cell --------------------------------------------------------------- */
+
+static uint32_t max_frame(const struct cj_config *cfg)
+{
+    /* A message of max_message_size plus its header block must fit in a frame. */
+    uint64_t m = (uint64_t)cfg->limits.max_message_size + CJ_HDR_MAX_LEN + CJ_FRAME_PREFIX_LEN;
+    return m > CJ_FRAME_MAX_DEFAULT ? CJ_FRAME_MAX_DEFAULT : (uint32_t)m;
+}
+
+static int open_worker_listeners(struct cj_daemon *d, struct cj_err *err)
+{
+    const struct cj_listen_list *ls = &d->cfg.workers.listen;
+    for (int i = 0; i < ls->n; i++) {
+        char url[CJ_CFG_PATH_MAX + 16];
+        unsigned port = 0;
+        cj_endpoint_format(&ls->ep[i], url, sizeof url);
+        if (cj_router_listen(d->router, url, d->cfg.workers.socket_mode, &port, err) != 0) return -1;
+    }
+    return 0;
+}
+
+static int start_upstream(struct cj_daemon *d, struct cj_err *err)
+{
+    const struct cj_config *c = &d->cfg;
+    cj_endpoint_format(&c->upstream.url, d->upstream_url, sizeof d->upstream_url);
+    if (c->upstream.connection_security != CJ_SEC_CLEAR) {
+        struct cj_tls_client_opts o = {
+            .mode = c->upstream.connection_security == CJ_SEC_MTLS ? CJ_TLS_MUTUAL : CJ_TLS_VERIFY,
+            .ca_file = c->upstream.ca_file, .cert_file = c->upstream.cert_file, .key_file = c->upstream.key_file,
+        };
+        if (!(d->tls = cj_tls_client_ctx(&o, err))) return -1;
+    }
+    struct cj_upstream_cfg u = {
+        .url = d->upstream_url, .tls = d->tls,
+        .reconnect_min = c->upstream.reconnect_min, .reconnect_max = c->upstream.reconnect_max,
+    };
+    return cj_router_upstream_start(d->router, &u, err);
+}
+
+static int start_relay(struct cj_daemon *d, struct cj_err *err)
+{
+    const struct cj_config *c = &d->cfg;
+    struct cj_router_cfg rc = {
+        .me = d->fqcn,
+        .link_buffer = (size_t)c->limits.link_buffer,
+        .max_frame = max_frame(c),
+        .worker_heartbeat_interval = c->workers.heartbeat_interval,
+        .worker_heartbeat_timeout = c->workers.heartbeat_timeout,
+    };
+    if (!(d->router = cj_router_new(d->base, &rc, err))) return -1;
+    if (open_worker_listeners(d, err) != 0) return -1;
+    return start_upstream(d, err);
+}
+
 /* ---- life cycle ------------------------------------------------------------------ */
 
 struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config *cfg, struct cj_err *err)
@@ -301,7 +412,7 @@ struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config 
     if (setup_events(d, err) != 0) { cj_daemon_free(d); return NULL; }
     struct cj_status_ops ops = {.ctx = d, .show = on_show, .command = on_command};
     d->status = cj_status_new(d->base, d->cfg.status.socket, (mode_t)d->cfg.status.socket_mode, &ops, err);
-    if (!d->status) { cj_daemon_free(d); return NULL; }
+    if (!d->status || start_relay(d, err) != 0) { cj_daemon_free(d); return NULL; }
     return d;
 }
 
@@ -321,6 +432,8 @@ void cj_daemon_free(struct cj_daemon *d)
 {
     if (!d) return;
     cj_status_free(d->status);
+    cj_router_free(d->router);
+    if (d->tls) cj_tls_ctx_free(d->tls);
     struct event *evs[] = {d->sig_hup, d->sig_term, d->sig_int, d->sig_quit,
                            d->watchdog_timer, d->status_timer, d->drain_timer};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)

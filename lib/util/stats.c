@@ -18,6 +18,8 @@ const struct cj_stats_field cj_stats_fields[] = {
     F(returns_sent, "RETURN and forwarder error notices sent"),
     F(drops, "messages dropped"),
     F(reconnects, "upstream reconnections"),
+    F(throttles, "senders paused for a full destination"),
+    F(workers_refused, "worker connections refused"),
     F(retries, "request retries"),
     F(timeouts, "requests timed out"),
     F(errors, "other errors"),
