@@ -13,5 +13,6 @@ cp $V/frames/cap*.bin $s/fuzz_header/ 2>/dev/null
 for f in $V/[0-9]*.bin; do cp "$f" $s/fuzz_lobs/; cp "$f" $s/fuzz_fobs/; cp "$f" $s/fuzz_splice/; done
 for f in $V/11_*.npz $V/4[0-3]_*; do case $f in *.txt) ;; *) cp "$f" $s/fuzz_items/;; esac; done
 mkdir -p $s/fuzz_mpdump; cp $V/[0-9]*.bin $s/fuzz_mpdump/
+mkdir -p $s/fuzz_stream_rx; cp tests/fuzz/corpus/fuzz_stream_rx/* $s/fuzz_stream_rx/
 mkdir -p $s/fuzz_config; cp conf/cjrelay.ini $s/fuzz_config/
 exit 0
