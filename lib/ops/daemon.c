@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cell/msg.h"
 #include "cell/router.h"
 #include "net/link.h"
 #include "net/tls.h"
@@ -18,6 +19,7 @@
 #include "wire/frame.h"
 #include "ops/out.h"
 #include "ops/status.h"
+#include "stream/stream.h"
 #include "util/log.h"
 #include "util/stats.h"
 #include "util/version.h"
@@ -33,6 +35,7 @@ struct cj_daemon {
     struct cj_status *status;
     struct cj_router *router;     /* the relay cell: links, routing, forwarding */
     SSL_CTX *tls;                 /* upstream client context (tls / mtls), else NULL */
+    struct cj_stream_ep *stream;  /* sm__ endpoint for the messages addressed to the relay itself */
     struct event *sig_hup, *sig_term, *sig_int, *sig_quit;
     struct event *watchdog_timer, *status_timer, *drain_timer;
     enum run_state state;
@@ -379,6 +382,44 @@ static int start_upstream(struct cj_daemon *d, struct cj_err *err)
     return cj_router_upstream_start(d->router, &u, err);
 }
 
+/* The stream layer sends through the router; the router hands it every
+ * sm__STREAM message addressed to the relay. */
+static int stream_send(void *ctx, const char *dest, const uint8_t *hblk, size_t hlen, struct evbuffer *payload,
+                       bool control)
+{
+    struct cj_err err;
+    return cj_router_send_block(ctx, dest, hblk, hlen, payload, control, &err) == 0 ? 0 : -1;
+}
+
+static const char *stream_next_hop(void *ctx, const char *dest)
+{
+    return cj_router_next_hop_name(ctx, dest);
+}
+
+static void on_stream_msg(struct cj_router *r, struct cj_msg *msg, void *ctx)
+{
+    cj_stream_input(ctx, &msg->hdr, msg->payload);
+    cj_msg_free(msg);
+}
+
+static int start_stream(struct cj_daemon *d, struct cj_err *err)
+{
+    const struct cj_config *c = &d->cfg;
+    struct cj_stream_limits lim;
+    cj_stream_limits_default(&lim);
+    lim.chunk_size = (uint32_t)c->limits.stream_chunk;
+    lim.window = (uint64_t)c->limits.stream_window;
+    lim.max_blob = (uint64_t)c->limits.max_message_size;
+    /* The relay's own messages are control traffic (tasks hold refs, not tensors);
+     * what it reassembles at once is bounded by one maximal message. */
+    lim.max_buffered = (uint64_t)c->limits.max_message_size;
+    struct cj_stream_io io = {.ctx = d->router, .send = stream_send, .next_hop = stream_next_hop};
+    if (!(d->stream = cj_stream_new(d->base, d->fqcn, &io, &lim)))
+        return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stream endpoint");
+    return cj_router_handle(d->router, "sm__STREAM", NULL, on_stream_msg, d->stream) == 0
+               ? 0 : cj_fail(err, CJ_E_INVALID, 0, "cannot register the stream handler");
+}
+
 static int start_relay(struct cj_daemon *d, struct cj_err *err)
 {
     const struct cj_config *c = &d->cfg;
@@ -390,7 +431,7 @@ static int start_relay(struct cj_daemon *d, struct cj_err *err)
         .worker_heartbeat_timeout = c->workers.heartbeat_timeout,
     };
     if (!(d->router = cj_router_new(d->base, &rc, err))) return -1;
-    if (open_worker_listeners(d, err) != 0) return -1;
+    if (start_stream(d, err) != 0 || open_worker_listeners(d, err) != 0) return -1;
     return start_upstream(d, err);
 }
 
@@ -432,6 +473,7 @@ void cj_daemon_free(struct cj_daemon *d)
 {
     if (!d) return;
     cj_status_free(d->status);
+    cj_stream_free(d->stream);
     cj_router_free(d->router);
     if (d->tls) cj_tls_ctx_free(d->tls);
     struct event *evs[] = {d->sig_hup, d->sig_term, d->sig_int, d->sig_quit,
