@@ -86,7 +86,7 @@ $(B)/san/tests/%: tests/unit/%.c tests/unit/testutil.h $(B)/san/libcjrelay.a
 
 $(B)/tests/e2e/%: tests/e2e/%.c $(B)/libcjrelay.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(B)/libcjrelay.a $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -Icmd/cjrelay-sim -MMD -MP -o $@ $< $(B)/libcjrelay.a $(LDLIBS)
 
 unit: $(TEST_BIN)
 	@sh tests/run-unit.sh plain $(TEST_BIN)

@@ -1,18 +1,19 @@
-/* cjrelay-sim — entry point.  This binary is a placeholder until its issue lands:
- * it answers --version and otherwise says what it does not do yet. */
-#include <stdio.h>
-#include <string.h>
-
-#include "util/version.h"
+/* cjrelay-sim — the upstream FL server simulator (interface.md).
+ *
+ * Table of contents:
+ *   sim.h      what the simulator is and does (read this first)
+ *   opts.c     the command line: --listen, --tls-dir, --job-id, test options,
+ *              the FL flags accepted for issue 5
+ *   sim.c      listener, links (passive side, READY as "server"), dispatch of
+ *              what is addressed to server.<job>, the ping/echo/blob handlers
+ *   pattern.h  the deterministic blob of test/blob (shared with tests/e2e/cjpeer.c)
+ *   hdrline.h  a header block as one key=value line (--log-headers; shared too) */
+#include "sim.h"
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("cjrelay-sim %s\n", CJRELAY_VERSION);
-            return 0;
-        }
-    }
-    fprintf(stderr, "cjrelay-sim: not yet implemented (see the issues); only --version works\n");
-    return 2;
+    struct sim_opts o;
+    int rc = sim_parse_args(argc, argv, &o);
+    if (rc != 0) return rc > 0 ? 0 : 2;
+    return sim_run(&o);
 }

@@ -810,6 +810,10 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         }
     } else if (what & BEV_EVENT_EOF) {
         const char *when = l->state == CJ_LINK_TLS        ? " during the TLS handshake"
+                           : l->state == CJ_LINK_HANDSHAKE && l->active && l->tls
+                               ? " before READY (over TLS 1.3 this is how a server refuses the client certificate: "
+                                 "check that cert_file is signed by the server's CA, is not expired, and that its "
+                                 "CN equals [relay] site)"
                            : l->state == CJ_LINK_HANDSHAKE ? (l->active ? " before READY" : " before HELLO")
                                                            : "";
         link_down(l, l->state == CJ_LINK_UP ? CJ_LOG_INFO : CJ_LOG_WARNING, "peer closed the connection%s", when);

@@ -75,6 +75,11 @@ static SSL_CTX *new_ctx(const SSL_METHOD *method, struct cj_err *err)
     if (!ctx) return fail_ctx(NULL, err, "cannot create a context", "");
     if (!SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION)) return fail_ctx(ctx, err, "cannot set TLS 1.2 minimum", "");
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+    /* OpenSSL 3 reports a peer that closes without close_notify as an error;
+     * NVFlare's Python side does exactly that, so treat it as a plain EOF. */
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#endif
     return ctx;
 }
 

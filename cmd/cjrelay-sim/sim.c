@@ -1,0 +1,489 @@
+/* sim.c — cjrelay-sim v1: the cells `server` and `server.<job>` over passive
+ * links, with a stream endpoint for the job cell (see sim.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <netinet/in.h>
+
+#include "cell/msg.h"
+#include "hdrline.h"
+#include "net/addr.h"
+#include "net/link.h"
+#include "net/tls.h"
+#include "pattern.h"
+#include "sim.h"
+#include "stream/stream.h"
+#include "util/log.h"
+#include "util/parse.h"
+#include "wire/fqcn.h"
+#include "wire/header.h"
+
+#define SIM_ROOT CJ_FQCN_SERVER          /* the name in READY */
+#define SIM_MAX_LINKS 256
+#define SIM_BLOB_REQ_MAX 32              /* bytes of a test/blob request payload ("1073741824") */
+
+struct sim {
+    struct event_base *base;
+    const struct sim_opts *o;
+    char job[CJ_FQCN_MAX + 1];           /* server.<job>: origin of everything the job cell sends */
+    SSL_CTX *tls;
+    struct evconnlistener *lev;
+    unsigned port;
+    struct cj_link_cfg lcfg;
+    struct cj_link *links[SIM_MAX_LINKS]; /* every link, any state */
+    size_t n_links;
+    struct cj_stream_ep *ep;
+    uint8_t *pattern;                    /* SIM_PATTERN_LEN bytes, referenced by every blob reply */
+    FILE *hlog;                          /* --log-headers */
+    struct event *sig_term, *sig_int;
+    uint64_t served;                     /* requests answered */
+};
+
+/* A reply stream in flight (echo or blob): reported when done. */
+struct served {
+    struct sim *s;
+    char what[16];
+    char to[CJ_FQCN_MAX + 1];
+    uint64_t bytes;
+    double t0;
+};
+
+static double now_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- links ------------------------------------------------------------------------- */
+
+static void forget_link(struct sim *s, struct cj_link *l)
+{
+    for (size_t i = 0; i < s->n_links; i++)
+        if (s->links[i] == l) {
+            memmove(&s->links[i], &s->links[i + 1], (s->n_links - i - 1) * sizeof s->links[0]);
+            s->n_links--;
+            return;
+        }
+}
+
+/* The up link toward destination: the one whose peer is the destination or its
+ * longest ancestor; among equals the newest. */
+static struct cj_link *route_for(const struct sim *s, const char *dest)
+{
+    struct cj_link *best = NULL;
+    size_t best_len = 0;
+    for (size_t i = 0; i < s->n_links; i++) {
+        struct cj_link *l = s->links[i];
+        const char *p = cj_link_peer(l);
+        if (cj_link_get_state(l) != CJ_LINK_UP || !p[0]) continue;
+        if (strcmp(p, dest) && !cj_fqcn_is_ancestor(p, dest)) continue;
+        if (strlen(p) >= best_len) {
+            best = l;
+            best_len = strlen(p);
+        }
+    }
+    return best;
+}
+
+static int on_hello(struct cj_link *l, const char *peer, char *why, size_t n, void *ctx)
+{
+    struct sim *s = ctx;
+    /* As FLARE does: a newer connection with a connected name replaces the old one. */
+    for (size_t i = 0; i < s->n_links; i++) {
+        struct cj_link *o = s->links[i];
+        if (o != l && cj_link_get_state(o) == CJ_LINK_UP && !strcmp(cj_link_peer(o), peer)) {
+            cj_link_close(o, "replaced by a newer connection from %s (%s)", peer, cj_link_addr(l));
+            break;
+        }
+    }
+    return 0;
+}
+
+static void on_up(struct cj_link *l, void *ctx)
+{
+    (void)ctx;
+    cj_log_info("sim: client %s connected from %s%s", cj_link_peer(l), cj_link_addr(l),
+                cj_link_is_tls(l) ? " (TLS)" : "");
+}
+
+static void on_down(struct cj_link *l, const char *why, void *ctx)
+{
+    struct sim *s = ctx;
+    if (cj_link_peer(l)[0]) cj_log_info("sim: client %s disconnected: %s", cj_link_peer(l), why);
+    forget_link(s, l);
+}
+
+/* ---- direct messages --------------------------------------------------------------- */
+
+/* A direct reply (cellnet.md §2) on the link the request came in on. */
+static void direct_reply(struct sim *s, const struct cj_msg *req, const char *rc, const char *error,
+                         const char *text)
+{
+    const struct cj_hdr *h = &req->hdr;
+    struct evbuffer *payload = evbuffer_new();
+    size_t plen = text ? strlen(text) : 0;
+    if (!payload || (plen && evbuffer_add(payload, text, plen) < 0)) {
+        cj_log_error("sim: out of memory replying to %s", h->origin);
+        if (payload) evbuffer_free(payload);
+        return;
+    }
+    struct cj_hb hb;
+    struct cj_err err;
+    msgpack_sbuffer sb;
+    cj_hb_init(&hb);
+    msgpack_sbuffer_init(&sb);
+    if (error) cj_hb_str(&hb, "cn__error", error);
+    double t = cj_msg_now();
+    struct cj_hdr_msg m = {
+        .type = CJ_MSG_REPLY, .me = h->destination, .to = cj_link_peer(req->from), .destination = h->origin,
+        .channel = h->channel, .topic = h->topic, .req_id = h->req_id, .return_code = rc,
+        .optional = h->optional, .secure = h->secure, .payload_encoding = plen ? "bytes" : "none",
+        .payload_len = (int64_t)plen, .route_time = t, .send_time = t,
+    };
+    cj_hb_cellnet(&hb, &m);                 /* errors are sticky: cj_hb_finish reports them */
+    if (cj_hb_finish(&hb, &sb, &err) < 0)
+        cj_log_error("sim: cannot build the reply to %s: %s", h->origin, err.msg);
+    else if (cj_link_send(req->from, (const uint8_t *)sb.data, sb.size, payload, true) < 0)
+        cj_log_warning("sim: cannot send the reply to %s: link %s is not up", h->origin, cj_link_peer(req->from));
+    cj_hb_destroy(&hb);
+    msgpack_sbuffer_destroy(&sb);
+    evbuffer_free(payload);
+}
+
+/* The ping answer carries counters the tests read: the link's heartbeats
+ * (the upstream stays alive) and the stream sender's progress. */
+static void serve_ping(struct sim *s, const struct cj_msg *m)
+{
+    const struct cj_link_counters *lc = cj_link_counters(m->from);
+    struct cj_stream_stats st;
+    char text[2 * CJ_FQCN_MAX + 512];
+    cj_stream_get_stats(s->ep, &st);
+    snprintf(text, sizeof text,
+             "pong from %s to %s: links=%zu pings_out=%" PRIu64 " pongs_in=%" PRIu64 " pings_in=%" PRIu64
+             " tx_active=%" PRIu64 " chunks_out=%" PRIu64 " acks_in=%" PRIu64 " blobs_out=%" PRIu64
+             " tx_failed=%" PRIu64 " blobs_in=%" PRIu64,
+             m->hdr.destination, m->hdr.origin, s->n_links, lc->pings_out, lc->pongs_in, lc->pings_in,
+             st.tx_active, st.chunks_out, st.acks_in, st.blobs_out, st.tx_failed, st.blobs_in);
+    direct_reply(s, m, "ok", NULL, text);
+    s->served++;
+    printf("SERVED ping from %s\n", m->hdr.origin);
+}
+
+static void log_headers(struct sim *s, const struct cj_msg *m)
+{
+    if (s->hlog) hl_line(s->hlog, m->hblk, m->hlen);
+}
+
+static void direct_request(struct sim *s, struct cj_msg *m)
+{
+    const struct cj_hdr *h = &m->hdr;
+    log_headers(s, m);
+    cj_log_info("sim: request %s/%s from %s (via %s)", h->channel, h->topic, h->origin, cj_link_peer(m->from));
+    bool want = h->reply_expected;
+    if (!strcmp(h->channel, "task") && !strcmp(h->topic, "ping")) {
+        if (want) serve_ping(s, m);
+    } else if (!strcmp(h->channel, "cellnet.channel") && !strcmp(h->topic, "bye")) {
+        if (want) direct_reply(s, m, "ok", NULL, NULL);
+    } else if (want) {
+        direct_reply(s, m, "process_exception", "no callback", NULL);
+    }
+}
+
+/* Chunk 0 of a stream request: its headers are the request's headers. */
+static bool is_request_chunk0(const struct cj_hdr *h)
+{
+    return !strcmp(h->topic, CJ_STREAM_TOPIC_DATA) && cj_hdr_has(h, CJ_HK_SM_SQ) && h->sm_sq == 0 &&
+           cj_hdr_has(h, CJ_HK_SM_DT) && (h->sm_dt == CJ_SM_CHUNK || h->sm_dt == CJ_SM_FINAL) &&
+           strcmp(h->sm_ch, CJ_STREAM_RETURN_ONLY);
+}
+
+static void on_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
+{
+    struct sim *s = ctx;
+    const struct cj_hdr *h = &m->hdr;
+    cj_log_debug("sim: %s %s/%s origin=%s via %s, %zu payload bytes", cj_msg_type_name(h->msg_type), h->channel,
+                 h->topic, h->origin, cj_link_peer(l), cj_msg_payload_len(m));
+    if (strcmp(h->destination, s->job) && strcmp(h->destination, SIM_ROOT)) {
+        cj_log_warning("sim: %s %s/%s from %s for %s: not a cell of this simulator, dropped",
+                       cj_msg_type_name(h->msg_type), h->channel, h->topic, h->origin, h->destination);
+    } else if (!strcmp(h->channel, CJ_STREAM_CHANNEL)) {
+        if (is_request_chunk0(h)) {
+            log_headers(s, m);
+            cj_log_info("sim: stream request %s/%s from %s (via %s), %" PRId64 " bytes", h->sm_ch, h->sm_tp,
+                        h->origin, cj_link_peer(l), h->sm_sz);
+        }
+        cj_stream_input(s->ep, h, m->payload);
+    } else if (h->msg_type == CJ_MSG_REQ) {
+        direct_request(s, m);
+    } else {
+        cj_log_info("sim: %s %s/%s from %s (rc %s) matches no request of ours; dropped",
+                    cj_msg_type_name(h->msg_type), h->channel, h->topic, h->origin, h->return_code);
+    }
+    cj_msg_free(m);
+}
+
+static const struct cj_link_ops LINK_OPS = {
+    .on_up = on_up, .on_msg = on_msg, .on_down = on_down, .on_hello = on_hello,
+};
+
+/* ---- the stream endpoint's way out ----------------------------------------------- */
+
+static int io_send(void *ctx, const char *destination, const uint8_t *hblk, size_t hlen, struct evbuffer *payload,
+                   bool control)
+{
+    struct sim *s = ctx;
+    struct cj_link *l = route_for(s, destination);
+    if (!l) {
+        cj_log_warning("sim: no link toward %s", destination);
+        return -1;
+    }
+    return cj_link_send(l, hblk, hlen, payload, control) < 0 ? -1 : 0;
+}
+
+static const char *io_next_hop(void *ctx, const char *destination)
+{
+    struct cj_link *l = route_for(ctx, destination);
+    return l ? cj_link_peer(l) : NULL;
+}
+
+/* ---- stream handlers ---------------------------------------------------------------- */
+
+static void served_done(void *arg, int status, const char *why)
+{
+    struct served *sv = arg;
+    double dt = now_mono() - sv->t0;
+    if (status == 0) {
+        sv->s->served++;
+        printf("SERVED %s %" PRIu64 " bytes to %s in %.2f s\n", sv->what, sv->bytes, sv->to, dt);
+    } else {
+        printf("FAILED %s %" PRIu64 " bytes to %s after %.2f s: %s\n", sv->what, sv->bytes, sv->to, dt,
+               why ? why : "?");
+    }
+    free(sv);
+}
+
+/* Streams blob (taken) back as the reply to b's request. */
+static int reply_blob(struct sim *s, struct cj_stream_blob *b, const char *what, struct evbuffer *blob)
+{
+    struct served *sv = calloc(1, sizeof *sv);
+    if (!sv) {
+        evbuffer_free(blob);
+        snprintf(b->error, sizeof b->error, "out of memory");
+        return -1;
+    }
+    sv->s = s;
+    snprintf(sv->what, sizeof sv->what, "%s", what);
+    snprintf(sv->to, sizeof sv->to, "%s", b->origin);
+    sv->bytes = evbuffer_get_length(blob);
+    sv->t0 = now_mono();
+    struct cj_stream_msg rm = {.encoding = "bytes"};
+    if (cj_stream_reply(s->ep, &b->req, "ok", &rm, blob, served_done, sv) < 0) {
+        free(sv);
+        snprintf(b->error, sizeof b->error, "cannot start the reply stream");
+        return -1;
+    }
+    return 0;
+}
+
+static int on_echo(void *arg, struct cj_stream_blob *b)
+{
+    struct sim *s = arg;
+    if (!b->req.has_ri) {
+        cj_log_info("sim: test/echo from %s without sm__ri: nothing to answer", b->origin);
+        return 0;
+    }
+    struct evbuffer *blob = b->data;
+    b->data = NULL;
+    return reply_blob(s, b, "echo", blob);
+}
+
+/* payload "N" (a size, K/M/G allowed): N bytes of the pattern, by reference. */
+static int on_blob(void *arg, struct cj_stream_blob *b)
+{
+    struct sim *s = arg;
+    char text[SIM_BLOB_REQ_MAX + 1];
+    size_t n = evbuffer_get_length(b->data);
+    int64_t size = -1;
+    const char *why = "too long";
+    if (n <= SIM_BLOB_REQ_MAX) {
+        evbuffer_copyout(b->data, text, n);
+        text[n] = '\0';
+        if (cj_parse_size(text, &size, &why) < 0) size = -1;
+    }
+    if (size < 0 || (uint64_t)size > CJ_STREAM_MAX_BLOB) {
+        snprintf(b->error, sizeof b->error, "test/blob wants a size up to 4G, got %zu bytes (%s)", n,
+                 why ? why : "out of range");
+        return -1;
+    }
+    if (!b->req.has_ri) return 0;
+    struct evbuffer *blob = evbuffer_new();
+    if (!blob) return -1;
+    for (uint64_t off = 0; off < (uint64_t)size; off += SIM_SEG) {
+        uint64_t len = (uint64_t)size - off < SIM_SEG ? (uint64_t)size - off : SIM_SEG;
+        if (evbuffer_add_reference(blob, s->pattern + sim_seg_start(off / SIM_SEG), (size_t)len, NULL, NULL) < 0) {
+            evbuffer_free(blob);
+            snprintf(b->error, sizeof b->error, "out of memory");
+            return -1;
+        }
+    }
+    cj_log_info("sim: serving %" PRId64 " pattern bytes to %s", size, b->origin);
+    return reply_blob(s, b, "blob", blob);
+}
+
+/* ---- listener -------------------------------------------------------------------------- */
+
+static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+{
+    (void)lev; (void)sa; (void)salen;
+    struct sim *s = arg;
+    struct cj_err err;
+    char peer[128];
+    if (s->n_links == SIM_MAX_LINKS) {
+        cj_log_warning("sim: %d connections already; refusing another", SIM_MAX_LINKS);
+        evutil_closesocket(fd);
+        return;
+    }
+    cj_sock_peer_text(fd, peer, sizeof peer);
+    struct cj_link *l = cj_link_accept(s->base, fd, s->tls, peer, &s->lcfg, &LINK_OPS, s, &err);
+    if (!l) {
+        cj_log_error("sim: cannot accept a connection from %s: %s", peer, err.msg);
+        return;
+    }
+    s->links[s->n_links++] = l;
+}
+
+/* --listen: tcp:// or stcp://, any host literal, port 0 = any free port. */
+static int open_listener(struct sim *s, struct cj_err *err)
+{
+    char url[sizeof s->o->listen];
+    struct cj_addr a;
+    const char *why = NULL;
+    bool port0 = false;
+    snprintf(url, sizeof url, "%s", s->o->listen);
+    size_t n = strlen(url);
+    if (n >= 2 && !strcmp(url + n - 2, ":0")) {   /* cj_parse_endpoint wants 1..65535 */
+        url[n - 1] = '1';
+        port0 = true;
+    }
+    memset(&a, 0, sizeof a);
+    if (cj_parse_endpoint(url, CJ_EP_TCP | CJ_EP_STCP, &a.ep, &why) < 0)
+        return cj_fail(err, CJ_E_INVALID, 0, "--listen '%s': %s", s->o->listen, why);
+    if (port0) a.ep.port = 0;
+    cj_endpoint_format(&a.ep, a.text, sizeof a.text);
+    bool tls = a.ep.kind == CJ_EP_STCP;
+    if (tls != (s->o->tls_dir[0] != 0))
+        return cj_fail(err, CJ_E_INVALID, 0, "%s", tls ? "stcp:// needs --tls-dir" : "--tls-dir needs an stcp:// address");
+    if (tls) {
+        char crt[SIM_PATH_MAX + 16], key[SIM_PATH_MAX + 16], ca[SIM_PATH_MAX + 16];
+        snprintf(crt, sizeof crt, "%s/server.crt", s->o->tls_dir);
+        snprintf(key, sizeof key, "%s/server.key", s->o->tls_dir);
+        snprintf(ca, sizeof ca, "%s/rootCA.pem", s->o->tls_dir);
+        if (!(s->tls = cj_tls_server_ctx(crt, key, ca, true, err))) return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (cj_addr_sockaddr(&a, &ss, &len, err) < 0) return -1;
+    s->lev = evconnlistener_new_bind(s->base, on_accept, s,
+                                     LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 64,
+                                     (struct sockaddr *)&ss, (int)len);
+    if (!s->lev) return cj_fail(err, CJ_E_INVALID, 0, "cannot listen on %s: %s", a.text, strerror(errno));
+    struct sockaddr_storage got;
+    socklen_t gl = sizeof got;
+    if (getsockname(evconnlistener_get_fd(s->lev), (struct sockaddr *)&got, &gl) == 0)
+        s->port = ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *)&got)->sin_port
+                                                 : ((struct sockaddr_in6 *)&got)->sin6_port);
+    a.ep.port = s->port;
+    cj_endpoint_format(&a.ep, a.text, sizeof a.text);
+    cj_log_info("sim: listening on %s%s as %s and %s", a.text,
+                tls ? ", TLS with client certificates required" : "", SIM_ROOT, s->job);
+    return 0;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------ */
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    struct sim *s = arg;
+    cj_log_info("sim: signal %d: stopping", (int)sig);
+    event_base_loopbreak(s->base);
+}
+
+static int setup(struct sim *s, struct cj_err *err)
+{
+    const struct sim_opts *o = s->o;
+    snprintf(s->job, sizeof s->job, "%s.%s", SIM_ROOT, o->job_id);
+    s->lcfg = (struct cj_link_cfg){.name = "client", .me = SIM_ROOT, .heartbeat_interval = o->heartbeat};
+    if (!(s->base = event_base_new())) return cj_fail(err, CJ_E_NOMEM, 0, "event_base_new failed");
+    if (!(s->pattern = malloc(SIM_PATTERN_LEN))) return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
+    sim_pattern_fill(s->pattern);
+    if (o->log_headers[0] && !(s->hlog = fopen(o->log_headers, "a")))
+        return cj_fail(err, CJ_E_INVALID, 0, "--log-headers %s: %s", o->log_headers, strerror(errno));
+    struct cj_stream_limits lim;
+    cj_stream_limits_default(&lim);
+    lim.window = o->window;
+    struct cj_stream_io io = {.ctx = s, .send = io_send, .next_hop = io_next_hop};
+    if (!(s->ep = cj_stream_new(s->base, s->job, &io, &lim)))
+        return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stream endpoint");
+    if (cj_stream_on(s->ep, "test", "echo", on_echo, s) < 0 || cj_stream_on(s->ep, "test", "blob", on_blob, s) < 0)
+        return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
+    s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s);
+    s->sig_int = evsignal_new(s->base, SIGINT, on_signal, s);
+    if (!s->sig_term || !s->sig_int || event_add(s->sig_term, NULL) < 0 || event_add(s->sig_int, NULL) < 0)
+        return cj_fail(err, CJ_E_NOMEM, 0, "cannot watch signals");
+    return open_listener(s, err);
+}
+
+static void teardown(struct sim *s)
+{
+    cj_stream_free(s->ep);               /* reports replies in flight as failed */
+    while (s->n_links) cj_link_free(s->links[--s->n_links]);
+    if (s->lev) evconnlistener_free(s->lev);
+    if (s->tls) cj_tls_ctx_free(s->tls);
+    if (s->sig_term) event_free(s->sig_term);
+    if (s->sig_int) event_free(s->sig_int);
+    if (s->hlog) fclose(s->hlog);
+    if (s->base) event_base_free(s->base);
+    free(s->pattern);
+}
+
+static void note_fl_flags(const struct sim_opts *o)
+{
+    if (!o->fl_flags_given) return;
+    cj_log_info("sim: note: FL flags accepted but not implemented yet (issue 5): rounds=%ld tensors=%ld "
+                "model_size=%" PRId64 " format=%s%s%s%s%s; serving the transport tests only",
+                o->rounds, o->tensors, o->model_size, o->format, o->isolate ? " isolate" : "",
+                o->inline_tensors ? " inline" : "", o->download_log[0] ? " download_log=" : "", o->download_log);
+}
+
+int sim_run(const struct sim_opts *o)
+{
+    struct sim s;
+    struct cj_err err;
+    memset(&s, 0, sizeof s);
+    s.o = o;
+    cj_log_init("cjrelay-sim");
+    cj_log_set_level(o->log_level);
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    note_fl_flags(o);
+    if (setup(&s, &err) < 0) {
+        cj_log_error("sim: %s", err.msg);
+        printf("SIM FAIL %s\n", err.msg);
+        teardown(&s);
+        return 2;
+    }
+    printf("SIM READY %u\n", s.port);
+    event_base_dispatch(s.base);
+    cj_log_info("sim: stopped after serving %" PRIu64 " requests", s.served);
+    teardown(&s);
+    return 0;
+}
