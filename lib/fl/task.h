@@ -1,0 +1,85 @@
+/* task.h — the relay's table of tasks in flight, and the refs they carry.
+ *
+ * A task lives from the get_task reply that brought it to the end of its result
+ * (submitted and settled) or its failure.  The table keeps only what the result
+ * and the status socket need — ids, the task's small __headers__ map, the refs as
+ * (dot, fqcn, ref_id, items) — never the task payload itself.  Finished tasks stay
+ * for CJ_TASK_TOMBSTONE_SECS so that late or duplicate messages get a clear answer. */
+#ifndef CJ_FL_TASK_H
+#define CJ_FL_TASK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CJ_TASK_ID_LEN        32    /* local task id: 32 lower-case hex */
+#define CJ_TASK_MAX_REFS      16    /* refs kept per task or result (one DOT-3 + one DOT-6 in practice) */
+#define CJ_TASK_TOMBSTONE_SECS 1800
+#define CJ_TASK_STR_MAX       256
+
+enum cj_task_state {
+    CJ_TASK_RECEIVED,     /* from the server, not yet handed to a worker */
+    CJ_TASK_DELIVERING,   /* task_ready sent; the worker is downloading */
+    CJ_TASK_ACCEPTED,     /* task_accepted: the worker trains */
+    CJ_TASK_RESULT_IN,    /* result_ready accepted */
+    CJ_TASK_CHECKING,     /* __task_check__ in progress */
+    CJ_TASK_SUBMITTING,   /* submit_update sent; the server downloads the result */
+    CJ_TASK_SUBMITTED,    /* submit_update answered ok; waiting for the worker to settle */
+    CJ_TASK_DONE,         /* settled (or nothing to settle) */
+    CJ_TASK_FAILED,       /* reported failed upstream, or dropped with a reason */
+};
+
+struct cj_ref {
+    int dot;                           /* 3 numpy, 6 torch */
+    char fqcn[CJ_TASK_STR_MAX];        /* source cell */
+    char ref_id[64];
+    uint32_t items;
+    int state;                         /* enum cj_ref_state */
+};
+
+enum cj_ref_state { CJ_REF_PENDING, CJ_REF_COMPLETED, CJ_REF_FAILED, CJ_REF_TIMED_OUT };
+
+struct cj_task {
+    char id[CJ_TASK_ID_LEN + 1];       /* local id given to the worker */
+    char server_id[CJ_TASK_STR_MAX];   /* the server's __task_id__ */
+    char name[CJ_TASK_STR_MAX];        /* task_name */
+    char worker[CJ_TASK_STR_MAX];      /* worker FQCN ("" until delivered) */
+    uint8_t *headers;                  /* raw copy of the task's __headers__ map (owned) */
+    size_t headers_len;
+    struct cj_ref refs[CJ_TASK_MAX_REFS];
+    size_t n_refs;
+    struct cj_ref result_refs[CJ_TASK_MAX_REFS];
+    size_t n_result_refs;
+    enum cj_task_state state;
+    char why[256];                     /* failure reason */
+    double created, changed;           /* CLOCK_MONOTONIC seconds */
+    struct cj_task *next;
+};
+
+struct cj_task_table;
+
+struct cj_task_table *cj_task_table_new(void);
+void cj_task_table_free(struct cj_task_table *tt);
+
+/* Creates a task from a get_task reply payload (reads headers and refs; copies
+ * only the __headers__ map).  NULL with why filled when the payload is not a task. */
+struct cj_task *cj_task_add(struct cj_task_table *tt, const uint8_t *payload, size_t len, char *why, size_t whysz);
+
+struct cj_task *cj_task_find(struct cj_task_table *tt, const char *local_id);
+struct cj_task *cj_task_find_server(struct cj_task_table *tt, const char *server_id);
+
+void cj_task_set_state(struct cj_task *t, enum cj_task_state s);
+void cj_task_fail(struct cj_task *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Drops finished tasks older than the tombstone TTL. */
+void cj_task_table_expire(struct cj_task_table *tt, double now);
+
+/* Iteration for show tasks / show refs (in arrival order). */
+struct cj_task *cj_task_first(struct cj_task_table *tt);
+size_t cj_task_count(const struct cj_task_table *tt, bool in_flight_only);
+
+const char *cj_task_state_name(enum cj_task_state s);
+const char *cj_ref_state_name(int s);
+double cj_task_now(void);
+
+#endif
