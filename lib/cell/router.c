@@ -25,6 +25,8 @@ struct rlink {
     enum role role;
     bool up;
     char fqcn[CJ_FQCN_MAX + 1];
+    size_t stall_queued;       /* queued bytes when the link was last seen over its bound */
+    double stall_since;        /* monotonic time it stopped draining; 0 = not stalled */
 };
 
 struct handler {
@@ -71,6 +73,10 @@ struct cj_router {
     unsigned drop_lines;
     uint64_t drop_suppressed;
 
+    size_t link_buffer, shared_slack;
+    double stall_timeout;
+    struct event *stall_timer;
+
     struct cj_router_counters c;
 };
 
@@ -99,6 +105,7 @@ static struct rlink *rl(const struct cj_link *l) { return cj_link_data(l); }
 
 static bool is_upstream(const struct cj_link *l) { return l && rl(l) && rl(l)->role == ROLE_UPSTREAM; }
 
+static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_link *dst);
 static void drop_log(struct cj_router *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void drop_log(struct cj_router *r, const char *fmt, ...)
 {
@@ -327,7 +334,48 @@ static void forward(struct cj_router *r, struct cj_msg *m)
     }
     struct cj_link *src = m->from;
     cj_msg_free(m);
-    if (src && cj_link_throttle(src, dst)) r->c.throttles++;
+    if (src && !upstream_slack(r, src, dst) && cj_link_throttle(src, dst)) r->c.throttles++;
+}
+
+/* A worker that stops reading must not stall the shared upstream, and with it
+ * every other worker.  Its queue may grow past link_buffer by shared_slack (one
+ * sender window: a sender that respects its window cannot fill it) before the
+ * upstream pauses; past link_buffer the worker counts as stalled, and a stalled
+ * worker that drains nothing for stall_timeout is closed (check_stalls). */
+static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_link *dst)
+{
+    if (!is_upstream(src) || is_upstream(dst) || !cj_link_over(dst)) return false;
+    if (cj_link_queued(dst) > r->link_buffer + r->shared_slack) return false;
+    r->c.slack_used++;
+    return true;
+}
+
+static void check_stalls(evutil_socket_t fd, short what, void *arg)
+{
+    struct cj_router *r = arg;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    for (size_t i = 0; i < r->n_links; i++) {
+        struct cj_link *l = r->links[i];
+        struct rlink *d = rl(l);
+        if (!d || d->role != ROLE_WORKER || !d->up) continue;
+        size_t q = cj_link_queued(l);
+        if (!cj_link_over(l) || q < d->stall_queued) {   /* under the bound, or draining */
+            d->stall_since = cj_link_over(l) ? now : 0;
+            d->stall_queued = q;
+            continue;
+        }
+        if (d->stall_since == 0) { d->stall_since = now; d->stall_queued = q; continue; }
+        d->stall_queued = q;
+        if (now - d->stall_since < r->stall_timeout) continue;
+        r->c.stalled_closed++;
+        cj_log_warning("router %s: worker %s is not reading: %zu bytes queued toward it, none drained for %.0f s; "
+                       "closing its link so the other workers' traffic keeps flowing", r->me, d->fqcn, q,
+                       now - d->stall_since);
+        d->stall_since = 0;
+        cj_link_close(l, "not reading for %.0f s with %zu bytes queued", r->stall_timeout, q);
+    }
 }
 
 /* cellnet.md §6 anti-spoofing: a worker speaks for itself and its
@@ -818,6 +866,17 @@ struct cj_router *cj_router_new(struct event_base *base, const struct cj_router_
     r->upstream_cfg.heartbeat_interval = cfg->upstream_heartbeat_interval > 0 ? cfg->upstream_heartbeat_interval : 60;
     r->upstream_cfg.dead_after =
         cfg->upstream_dead_after > 0 ? cfg->upstream_dead_after : 3 * r->upstream_cfg.heartbeat_interval;
+    r->link_buffer = cfg->link_buffer ? cfg->link_buffer : (size_t)64 << 20;
+    r->shared_slack = cfg->shared_slack ? cfg->shared_slack : r->link_buffer;
+    r->stall_timeout = cfg->stall_timeout > 0 ? cfg->stall_timeout : r->worker_cfg.dead_after;
+    struct timeval one = {1, 0};
+    r->stall_timer = event_new(base, -1, EV_PERSIST, check_stalls, r);
+    if (!r->stall_timer || event_add(r->stall_timer, &one) != 0) {
+        if (r->stall_timer) event_free(r->stall_timer);
+        free(r);
+        cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stall timer");
+        return NULL;
+    }
     return r;
 }
 
@@ -833,6 +892,7 @@ void cj_router_free(struct cj_router *r)
     }
     free(r->links);
     if (r->up_timer) event_free(r->up_timer);
+    if (r->stall_timer) event_free(r->stall_timer);
     if (r->own_dns) evdns_base_free(r->dns, 0);
     for (size_t i = 0; i < r->n_handlers; i++) {
         free(r->handlers[i].channel);

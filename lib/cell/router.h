@@ -51,6 +51,10 @@ struct cj_router_cfg {
     double worker_heartbeat_timeout;     /* [workers] heartbeat_timeout; 0 = 30 */
     double upstream_heartbeat_interval;  /* 0 = 60 (NVFlare's) */
     double upstream_dead_after;          /* 0 = 3 x upstream_heartbeat_interval */
+    size_t shared_slack;                 /* extra queue a worker link may take from the shared upstream
+                                            before the upstream pauses; 0 = link_buffer (use one stream window) */
+    double stall_timeout;                /* a worker link over link_buffer that drains nothing for this
+                                            long is closed; 0 = worker_heartbeat_timeout */
 };
 
 struct cj_upstream_cfg {
@@ -70,6 +74,8 @@ struct cj_router_counters {
     uint64_t drops;                      /* every message dropped, whatever the reason (the next four included) */
     uint64_t drops_unroutable, drops_loop, drops_spoof, drops_too_big;
     uint64_t throttles;                  /* sources paused for a full destination */
+    uint64_t slack_used;                 /* forwards into a worker over link_buffer taken on the upstream's slack */
+    uint64_t stalled_closed;             /* worker links closed for not reading */
     uint64_t reconnects;                 /* upstream connection attempts after the first */
     uint64_t workers_accepted, workers_refused, workers_replaced;
 };

@@ -98,6 +98,7 @@ static void sync_stats(const struct cj_daemon *d)
     cj_stats.reconnects = c->reconnects;
     cj_stats.throttles = c->throttles;
     cj_stats.workers_refused = c->workers_refused;
+    cj_stats.stalled_closed = c->stalled_closed;
 }
 
 static void send_status_line(struct cj_daemon *d)
@@ -429,6 +430,9 @@ static int start_relay(struct cj_daemon *d, struct cj_err *err)
         .max_frame = max_frame(c),
         .worker_heartbeat_interval = c->workers.heartbeat_interval,
         .worker_heartbeat_timeout = c->workers.heartbeat_timeout,
+        /* One sender window of slack on the shared upstream: a single stream toward
+         * a worker that stopped reading never pauses the other workers' traffic. */
+        .shared_slack = (size_t)c->limits.stream_window,
     };
     if (!(d->router = cj_router_new(d->base, &rc, err))) return -1;
     if (start_stream(d, err) != 0 || open_worker_listeners(d, err) != 0) return -1;

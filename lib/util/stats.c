@@ -20,6 +20,7 @@ const struct cj_stats_field cj_stats_fields[] = {
     F(reconnects, "upstream reconnections"),
     F(throttles, "senders paused for a full destination"),
     F(workers_refused, "worker connections refused"),
+    F(stalled_closed, "worker links closed for not reading"),
     F(retries, "request retries"),
     F(timeouts, "requests timed out"),
     F(errors, "other errors"),

@@ -26,6 +26,7 @@ struct cj_stats {
     uint64_t reconnects;          /* upstream reconnections */
     uint64_t throttles;           /* times a sender was paused for a full destination */
     uint64_t workers_refused;     /* worker connections refused (name, token, ...) */
+    uint64_t stalled_closed;      /* worker links closed for not reading */
     uint64_t retries;             /* request retries of any kind */
     uint64_t timeouts;            /* requests that timed out */
     uint64_t errors;              /* other errors logged */

@@ -5,10 +5,11 @@
 #       forwarding rewrite of cellnet.md §6; the replies come back
 #   (b) 1 GiB from the sim to a worker through the relay, intact, relay VmHWM < +64 MiB
 #   (c) a worker that stops reading: with the sender's window (64M) above link_buffer
-#       (16M) the relay throttles the upstream, memory stays bounded, and (a known
-#       limitation, reported as "skip") other workers' replies wait behind the pause
-#       until the stalled worker leaves; with the window (8M) below link_buffer the
-#       sender is held by its window while a second worker and PING/PONG go on
+#       (16M) the stalled worker's queue takes the upstream's slack (one window) instead
+#       of pausing the shared upstream, so a second worker is still served and memory
+#       stays within link_buffer + stream_window; with the window (8M) below
+#       link_buffer the sender is held by its window while a second worker and
+#       PING/PONG go on
 #   (d) the sim is stopped (SIGTERM, exit 0) and restarted on the same port: the
 #       relay reconnects and traffic flows again
 #   (e) a non-child HELLO and a spoofed cn__origin are refused with a log line; a
@@ -39,9 +40,9 @@ hwm() { awk '/^VmHWM/ {print $2}' "/proc/$RELAY/status"; }    # kB
 field() { sed -n "s/.* $1=\([0-9][0-9]*\).*/\1/p" "$2"; }     # field NAME FILE (ping counters)
 upstream_is() { [ "$(info_of upstream)" = "$1" ]; }
 peer() { $P --timeout "${TMO:-20}" "$@" 2>> "$W/peer.err"; }
-mem_ok() { # mem_ok WHEN: relay VmHWM within 64 MiB of its value at start
-    h=$(hwm)
-    check "relay VmHWM after $1: +$(((h - H0) / 1024)) MiB (< 64 MiB)" [ $((h - H0)) -lt 65536 ]
+mem_ok() { # mem_ok WHEN [LIMIT_MIB]: relay VmHWM within LIMIT (default 64) MiB of its value at start
+    h=$(hwm); lim=${2:-64}
+    check "relay VmHWM after $1: +$(((h - H0) / 1024)) MiB (< $lim MiB)" [ $((h - H0)) -lt $((lim * 1024)) ]
 }
 
 # start_sim N PORT [ARGS]: starts the sim (output sim-N.out), sets SIM and SIM_PORT.
@@ -136,18 +137,15 @@ note <<EOF
 (b) relay throttles during the 1 GiB: $(stat_of throttles)
 EOF
 
-# ---- (c, window 64M > link_buffer 16M) a stalled worker pauses the upstream ------------
+# ---- (c, window 64M > link_buffer 16M) a stalled worker does not stall the upstream ----
 T0=$(stat_of throttles)
 peer "unix:$W/w.sock" site-1.J1.st1 stall 5 > "$W/c1.out" & BG=$!
 wait_for 10 grep -q '^STALLING' "$W/c1.out"
-wait_for 10 sh -c "[ \$($C -s $W/status.sock show stats json | jq .throttles) -gt $T0 ]"
-check "(c) a stalled worker throttles the upstream (throttles $T0 -> $(stat_of throttles))" [ "$(stat_of throttles)" -gt "$T0" ]
-mem_ok "a stalled worker (sender window 64M)"
-if TMO=2 peer "unix:$W/w.sock" site-1.J1.w3 ping > "$W/c1-ping.out"; then
-    pass "(c) second worker served while the upstream is throttled"
-else
-    skip "known limitation: with the sender's window (64M) above link_buffer (16M) the paused upstream also holds the second worker's reply ($(cat "$W/c1-ping.out"))"
-fi
+sleep 1   # let the sender fill its window toward the stalled worker
+TMO=5 peer "unix:$W/w.sock" site-1.J1.w3 ping > "$W/c1-ping.out"
+check "(c) second worker served while the first is stalled ($(cut -c1-60 "$W/c1-ping.out"))" grep -q '^OK ping' "$W/c1-ping.out"
+check "(c) the shared upstream was not paused (throttles $T0 -> $(stat_of throttles))" [ "$(stat_of throttles)" -eq "$T0" ]
+mem_ok "a stalled worker (sender window 64M; bound link_buffer 16M + window 64M)" 96
 wait_for 15 sh -c "! kill -0 $BG"; BG=
 check "(c) the stalled worker left after 5 s" grep -q '^OK stall' "$W/c1.out"
 TMO=10 peer "unix:$W/w.sock" site-1.J1.w3 ping > "$W/c1-after.out"
@@ -192,7 +190,7 @@ check "(c) second worker's echo while the first is stalled" grep -q '^OK echo' "
 check "(c) upstream stays up" upstream_is up
 check "(c) the stalled worker is still connected" sh -c "kill -0 $BG 2>/dev/null"
 check "(c) the relay did not have to throttle (throttles $T0 -> $(stat_of throttles))" [ "$(stat_of throttles)" -eq "$T0" ]
-mem_ok "a stalled worker (sender window 8M)"
+mem_ok "a stalled worker (sender window 8M; the peak above included)" 96
 wait_for 20 sh -c "! kill -0 $BG"; BG=
 check "(c) the stalled worker stayed connected 12 s" grep -q '^OK stall' "$W/c2.out"
 

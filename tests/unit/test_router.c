@@ -112,6 +112,8 @@ static void ev_worker_down(struct cj_router *r, const char *fqcn, const char *wh
     ((struct world *)ctx)->worker_downs++;
 }
 
+static double g_stall_timeout;   /* 0 = the router's default */
+
 static void world_init(struct world *w, size_t link_buffer)
 {
     struct cj_err err;
@@ -125,7 +127,8 @@ static void world_init(struct world *w, size_t link_buffer)
     assert_int_equal(cj_addr_parse("tcp://127.0.0.1:0", CJ_EP_TCP, CJ_ADDR_LISTEN, &a, &err), 0);
     w->srv_lst = cj_listener_open(w->base, &a, 0, srv_accept, w, &err);
     assert_non_null(w->srv_lst);
-    struct cj_router_cfg rc = {.me = ME, .link_buffer = link_buffer, .handshake_timeout = 2};
+    struct cj_router_cfg rc = {.me = ME, .link_buffer = link_buffer, .handshake_timeout = 2,
+                               .stall_timeout = g_stall_timeout};
     w->r = cj_router_new(w->base, &rc, &err);
     assert_non_null(w->r);
     struct cj_router_events ev = {.upstream_up = ev_upstream_up, .worker_up = ev_worker_up,
@@ -828,7 +831,9 @@ static void test_backpressure(void **state)
         assert_int_equal(evbuffer_get_length(d->payload), CHUNK);
         cj_msg_free(d);
         size_t peak = cj_link_counters(to_slow)->queued_peak;
-        assert_true(peak <= LINK_BUFFER + CHUNK + 1024);
+        /* link_buffer, plus the upstream's slack (default: one more link_buffer)
+         * before the shared upstream pauses, plus the frame in flight. */
+        assert_true(peak <= 2 * LINK_BUFFER + CHUNK + 1024);
     }
     assert_int_equal(c->down_msgs, NCHUNKS);
     RUN_UNTIL(&w, cj_link_reading(up), 1);
@@ -836,6 +841,34 @@ static void test_backpressure(void **state)
     assert_true(cj_link_counters(to_slow)->queued_peak > LINK_BUFFER);   /* the bound was actually reached */
     close(slow);
     close(fast);
+    world_done(&w);
+}
+
+/* A worker that never reads, with more queued toward it than link_buffer plus the
+ * upstream's slack: the upstream pauses, and once the worker has drained nothing
+ * for stall_timeout its link is closed, which releases the upstream. */
+static void test_stalled_worker_closed(void **state)
+{
+    (void)state;
+    enum { LINK_BUFFER = 256 * 1024, CHUNK = 128 * 1024, NCHUNKS = 32 };
+    struct world w;
+    g_stall_timeout = 1;
+    world_init(&w, LINK_BUFFER);
+    g_stall_timeout = 0;
+    int slow = raw_worker(&w, T1);
+    struct cj_link *up = cj_router_upstream(w.r);
+    for (int i = 0; i < NCHUNKS; i++)
+        assert_int_equal(cj_link_send_msg(w.srv.link, make_req("server.J1", ME, T1, "t", "bulk", false, CHUNK), false),
+                         0);
+    const struct cj_router_counters *c = cj_router_counters(w.r);
+    RUN_UNTIL(&w, c->throttles > 0, 3);
+    assert_false(cj_link_reading(up));
+    RUN_UNTIL(&w, c->stalled_closed > 0, 5);
+    assert_int_equal(c->stalled_closed, 1);
+    RUN_UNTIL(&w, cj_router_child(w.r, T1) == NULL && cj_link_reading(up), 2);
+    assert_null(cj_router_child(w.r, T1));
+    assert_true(cj_link_reading(up));       /* the upstream reads again */
+    close(slow);
     world_done(&w);
 }
 
@@ -881,6 +914,7 @@ int main(void)
         cmocka_unit_test(test_child_registration),
         cmocka_unit_test(test_listen_unix),
         cmocka_unit_test(test_backpressure),
+        cmocka_unit_test(test_stalled_worker_closed),
         cmocka_unit_test(test_upstream_reconnect),
     };
     return cmocka_run_group_tests_name("router", tests, NULL, NULL);
