@@ -14,5 +14,8 @@ for f in $V/[0-9]*.bin; do cp "$f" $s/fuzz_lobs/; cp "$f" $s/fuzz_fobs/; cp "$f"
 for f in $V/11_*.npz $V/4[0-3]_*; do case $f in *.txt) ;; *) cp "$f" $s/fuzz_items/;; esac; done
 mkdir -p $s/fuzz_mpdump; cp $V/[0-9]*.bin $s/fuzz_mpdump/
 mkdir -p $s/fuzz_stream_rx; cp tests/fuzz/corpus/fuzz_stream_rx/* $s/fuzz_stream_rx/
+mkdir -p $s/fuzz_capi $s/fuzz_dlmsg
+cp $V/2[0-8]_*.bin $V/07_*.bin $V/09_*.bin $V/12_*.bin $s/fuzz_capi/
+cp $V/3[0-7]_*.bin $s/fuzz_dlmsg/
 mkdir -p $s/fuzz_config; cp conf/cjrelay.ini $s/fuzz_config/
 exit 0

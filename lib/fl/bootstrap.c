@@ -1,0 +1,697 @@
+/* bootstrap.c — bootstrap file writer/reader and a small JSON object reader (see bootstrap.h). */
+#include "fl/bootstrap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- JSON reading --------------------------------------------------------------- */
+
+struct jp {
+    const char *p;
+    size_t pos, len;
+    struct cj_err *err;
+};
+
+static void skip_ws(struct jp *j)
+{
+    while (j->pos < j->len && (j->p[j->pos] == ' ' || j->p[j->pos] == '\t' || j->p[j->pos] == '\n' ||
+                               j->p[j->pos] == '\r'))
+        j->pos++;
+}
+
+static int jfail(struct jp *j, int code, const char *what)
+{
+    return cj_fail(j->err, code, j->pos, "json: %s at offset %zu", what, j->pos);
+}
+
+static int hex4(const char *p, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (uint32_t)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (uint32_t)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (uint32_t)(c - 'A' + 10);
+        else return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static size_t put_utf8(char *o, uint32_t cp)
+{
+    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (char)(0xc0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/* Length of a valid UTF-8 sequence at p (n bytes left), 0 if invalid. */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+    unsigned char c = p[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    uint32_t cp;
+    if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
+    else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
+    else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return len;
+}
+
+/* At the opening quote.  Decodes into out (room for the raw length + 1) when
+ * out is not NULL. */
+static int parse_string(struct jp *j, char *out, size_t *out_len)
+{
+    size_t o = 0;
+    j->pos++;   /* the quote */
+    while (j->pos < j->len) {
+        unsigned char c = (unsigned char)j->p[j->pos];
+        if (c == '"') {
+            j->pos++;
+            if (out) out[o] = 0;
+            if (out_len) *out_len = o;
+            return 0;
+        }
+        if (c < 0x20) return jfail(j, CJ_E_INVALID, "control character in string");
+        if (c == '\\') {
+            if (j->pos + 1 >= j->len) break;
+            char e = j->p[j->pos + 1];
+            char tmp[4];
+            size_t tl = 1;
+            switch (e) {
+            case '"': tmp[0] = '"'; break;
+            case '\\': tmp[0] = '\\'; break;
+            case '/': tmp[0] = '/'; break;
+            case 'b': tmp[0] = '\b'; break;
+            case 'f': tmp[0] = '\f'; break;
+            case 'n': tmp[0] = '\n'; break;
+            case 'r': tmp[0] = '\r'; break;
+            case 't': tmp[0] = '\t'; break;
+            case 'u': {
+                uint32_t cp, lo;
+                if (j->len - j->pos < 6 || hex4(j->p + j->pos + 2, &cp)) return jfail(j, CJ_E_INVALID, "bad \\u escape");
+                if (cp >= 0xd800 && cp <= 0xdbff) {
+                    if (j->len - j->pos < 12 || j->p[j->pos + 6] != '\\' || j->p[j->pos + 7] != 'u' ||
+                        hex4(j->p + j->pos + 8, &lo) || lo < 0xdc00 || lo > 0xdfff)
+                        return jfail(j, CJ_E_INVALID, "unpaired surrogate");
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                    j->pos += 6;
+                } else if (cp >= 0xdc00 && cp <= 0xdfff) {
+                    return jfail(j, CJ_E_INVALID, "unpaired surrogate");
+                }
+                if (cp == 0) return jfail(j, CJ_E_INVALID, "NUL in string");
+                tl = put_utf8(tmp, cp);
+                j->pos += 4;
+                break;
+            }
+            default: return jfail(j, CJ_E_INVALID, "bad escape");
+            }
+            j->pos += 2;
+            if (out) memcpy(out + o, tmp, tl);
+            o += tl;
+            continue;
+        }
+        size_t l = utf8_seq((const unsigned char *)j->p + j->pos, j->len - j->pos);
+        if (!l) return jfail(j, CJ_E_INVALID, "invalid UTF-8 in string");
+        if (out) memcpy(out + o, j->p + j->pos, l);
+        o += l;
+        j->pos += l;
+    }
+    return jfail(j, CJ_E_TRUNCATED, "unterminated string");
+}
+
+static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static int parse_number(struct jp *j, struct cj_json_val *v)
+{
+    size_t start = j->pos;
+    bool integral = true;
+    if (j->pos < j->len && j->p[j->pos] == '-') j->pos++;
+    if (j->pos >= j->len || !is_digit(j->p[j->pos])) return jfail(j, CJ_E_INVALID, "bad number");
+    if (j->p[j->pos] == '0') j->pos++;
+    else while (j->pos < j->len && is_digit(j->p[j->pos])) j->pos++;
+    if (j->pos < j->len && j->p[j->pos] == '.') {
+        integral = false;
+        j->pos++;
+        if (j->pos >= j->len || !is_digit(j->p[j->pos])) return jfail(j, CJ_E_INVALID, "bad number fraction");
+        while (j->pos < j->len && is_digit(j->p[j->pos])) j->pos++;
+    }
+    if (j->pos < j->len && (j->p[j->pos] == 'e' || j->p[j->pos] == 'E')) {
+        integral = false;
+        j->pos++;
+        if (j->pos < j->len && (j->p[j->pos] == '+' || j->p[j->pos] == '-')) j->pos++;
+        if (j->pos >= j->len || !is_digit(j->p[j->pos])) return jfail(j, CJ_E_INVALID, "bad number exponent");
+        while (j->pos < j->len && is_digit(j->p[j->pos])) j->pos++;
+    }
+    char buf[128];
+    size_t n = j->pos - start;
+    if (n >= sizeof buf) return cj_fail(j->err, CJ_E_LIMIT, start, "json: number longer than %zu characters at offset %zu",
+                                        sizeof buf - 1, start);
+    memcpy(buf, j->p + start, n);
+    buf[n] = 0;
+    v->type = CJ_JSON_NUMBER;
+    v->d = strtod(buf, NULL);
+    v->is_int = false;
+    if (integral) {
+        errno = 0;
+        long long x = strtoll(buf, NULL, 10);
+        if (errno == 0) { v->is_int = true; v->i = x; }
+    }
+    return 0;
+}
+
+static int parse_literal(struct jp *j, const char *word)
+{
+    size_t n = strlen(word);
+    if (j->len - j->pos < n || memcmp(j->p + j->pos, word, n)) return jfail(j, CJ_E_INVALID, "unexpected character");
+    j->pos += n;
+    return 0;
+}
+
+static int parse_value(struct jp *j, struct cj_json_val *v, char *sbuf, int depth);
+
+/* Validates an object or array (at its opening bracket) without keeping anything. */
+static int skip_container(struct jp *j, int depth)
+{
+    if (depth >= CJ_JSON_MAX_DEPTH) return jfail(j, CJ_E_LIMIT, "nesting too deep");
+    bool obj = j->p[j->pos] == '{';
+    char close = obj ? '}' : ']';
+    j->pos++;
+    skip_ws(j);
+    if (j->pos < j->len && j->p[j->pos] == close) { j->pos++; return 0; }
+    for (;;) {
+        struct cj_json_val v;
+        int rc;
+        skip_ws(j);
+        if (obj) {
+            if (j->pos >= j->len || j->p[j->pos] != '"') return jfail(j, j->pos >= j->len ? CJ_E_TRUNCATED : CJ_E_INVALID, "expected a key");
+            if ((rc = parse_string(j, NULL, NULL))) return rc;
+            skip_ws(j);
+            if (j->pos >= j->len || j->p[j->pos] != ':') return jfail(j, j->pos >= j->len ? CJ_E_TRUNCATED : CJ_E_INVALID, "expected ':'");
+            j->pos++;
+        }
+        if ((rc = parse_value(j, &v, NULL, depth + 1))) return rc;
+        skip_ws(j);
+        if (j->pos >= j->len) return jfail(j, CJ_E_TRUNCATED, "unterminated container");
+        if (j->p[j->pos] == ',') { j->pos++; continue; }
+        if (j->p[j->pos] == close) { j->pos++; return 0; }
+        return jfail(j, CJ_E_INVALID, "expected ',' or a closing bracket");
+    }
+}
+
+/* One value (leading whitespace skipped).  Strings are decoded into sbuf when given. */
+static int parse_value(struct jp *j, struct cj_json_val *v, char *sbuf, int depth)
+{
+    skip_ws(j);
+    memset(v, 0, sizeof *v);
+    if (j->pos >= j->len) return jfail(j, CJ_E_TRUNCATED, "expected a value");
+    size_t start = j->pos;
+    int rc;
+    switch (j->p[j->pos]) {
+    case '{':
+    case '[':
+        v->type = j->p[j->pos] == '{' ? CJ_JSON_OBJECT : CJ_JSON_ARRAY;
+        rc = skip_container(j, depth);
+        break;
+    case '"':
+        v->type = CJ_JSON_STRING;
+        rc = parse_string(j, sbuf, &v->s_len);
+        v->s = sbuf;
+        break;
+    case 't': v->type = CJ_JSON_BOOL; v->b = true; rc = parse_literal(j, "true"); break;
+    case 'f': v->type = CJ_JSON_BOOL; rc = parse_literal(j, "false"); break;
+    case 'n': v->type = CJ_JSON_NULL; rc = parse_literal(j, "null"); break;
+    default: rc = parse_number(j, v); break;
+    }
+    if (rc) return rc;
+    v->raw = j->p + start;
+    v->raw_len = j->pos - start;
+    return 0;
+}
+
+int cj_json_object_walk(const char *json, size_t len, cj_json_member_cb cb, void *ud, struct cj_err *err)
+{
+    struct jp j = {json, 0, len, err};
+    skip_ws(&j);
+    if (j.pos >= len || json[j.pos] != '{') return jfail(&j, j.pos >= len ? CJ_E_TRUNCATED : CJ_E_TYPE, "expected an object");
+    /* Decoded strings are never longer than their JSON text: one scratch buffer
+     * for the key and one for the value, each as large as the input. */
+    char *scratch = malloc(2 * len + 2);
+    if (!scratch) return cj_fail(err, CJ_E_NOMEM, 0, "json: out of memory");
+    char *kbuf = scratch, *vbuf = scratch + len + 1;
+    int rc = 0;
+    j.pos++;
+    skip_ws(&j);
+    if (j.pos < len && json[j.pos] == '}') {
+        j.pos++;
+        goto tail;
+    }
+    for (;;) {
+        size_t klen;
+        struct cj_json_val v;
+        skip_ws(&j);
+        if (j.pos >= len || json[j.pos] != '"') { rc = jfail(&j, j.pos >= len ? CJ_E_TRUNCATED : CJ_E_INVALID, "expected a key"); break; }
+        if ((rc = parse_string(&j, kbuf, &klen))) break;
+        if (strlen(kbuf) != klen) { rc = jfail(&j, CJ_E_INVALID, "NUL in key"); break; }
+        skip_ws(&j);
+        if (j.pos >= len || json[j.pos] != ':') { rc = jfail(&j, j.pos >= len ? CJ_E_TRUNCATED : CJ_E_INVALID, "expected ':'"); break; }
+        j.pos++;
+        if ((rc = parse_value(&j, &v, vbuf, 1))) break;
+        if (v.type == CJ_JSON_STRING && strlen(vbuf) != v.s_len) { rc = jfail(&j, CJ_E_INVALID, "NUL in string"); break; }
+        if (cb && (rc = cb(ud, kbuf, klen, &v, err))) break;
+        skip_ws(&j);
+        if (j.pos >= len) { rc = jfail(&j, CJ_E_TRUNCATED, "unterminated object"); break; }
+        if (json[j.pos] == ',') { j.pos++; continue; }
+        if (json[j.pos] == '}') { j.pos++; break; }
+        rc = jfail(&j, CJ_E_INVALID, "expected ',' or '}'");
+        break;
+    }
+tail:
+    if (!rc) {
+        skip_ws(&j);
+        if (j.pos != len) rc = jfail(&j, CJ_E_INVALID, "trailing characters after the object");
+    }
+    explicit_bzero(scratch, 2 * len + 2);
+    free(scratch);
+    return rc;
+}
+
+/* ---- the bootstrap struct ----------------------------------------------------------- */
+
+static void set(char *dst, size_t sz, const char *s) { snprintf(dst, sz, "%s", s); }
+
+void cj_bootstrap_defaults(struct cj_bootstrap *b)
+{
+    memset(b, 0, sizeof *b);
+    b->schema_version = CJ_BOOTSTRAP_SCHEMA_VERSION;
+    set(b->execution_mode, sizeof b->execution_mode, CJ_BOOTSTRAP_MODE);
+    struct cj_bootstrap_task_exchange *t = &b->task_exchange;
+    t->train_with_eval = false;
+    set(t->exchange_format, sizeof t->exchange_format, "numpy");
+    set(t->server_expected_format, sizeof t->server_expected_format, "numpy");
+    set(t->transfer_type, sizeof t->transfer_type, "FULL");
+    set(t->train_task_name, sizeof t->train_task_name, "train");
+    set(t->eval_task_name, sizeof t->eval_task_name, "validate");
+    set(t->submit_model_task_name, sizeof t->submit_model_task_name, "submit_model");
+    t->launch_once = true;
+}
+
+static int fill_random(void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t r = getrandom(p, n, 0);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+int cj_bootstrap_new_token(char out[CJ_BOOTSTRAP_TOKEN_LEN + 1])
+{
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    uint8_t r[33];   /* 32 random bytes + one zero byte to round up to 11 groups of 3 */
+    if (fill_random(r, 32)) return -1;
+    r[32] = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < 33; i += 3) {
+        uint32_t v = (uint32_t)r[i] << 16 | (uint32_t)r[i + 1] << 8 | r[i + 2];
+        char q[4] = {b64[v >> 18], b64[(v >> 12) & 63], b64[(v >> 6) & 63], b64[v & 63]};
+        for (int k = 0; k < 4 && o < CJ_BOOTSTRAP_TOKEN_LEN; k++) out[o++] = q[k];
+    }
+    out[CJ_BOOTSTRAP_TOKEN_LEN] = 0;
+    explicit_bzero(r, sizeof r);
+    return 0;
+}
+
+int cj_bootstrap_check(const struct cj_bootstrap *b, struct cj_err *err)
+{
+    if (b->schema_version != CJ_BOOTSTRAP_SCHEMA_VERSION)
+        return cj_fail(err, CJ_E_INVALID, 0, "bootstrap: schema_version %" PRId64 ", want %d", b->schema_version,
+                       CJ_BOOTSTRAP_SCHEMA_VERSION);
+    if (strcmp(b->execution_mode, CJ_BOOTSTRAP_MODE))
+        return cj_fail(err, CJ_E_INVALID, 0, "bootstrap: execution_mode must be \"%s\"", CJ_BOOTSTRAP_MODE);
+    const struct { const char *name, *v; } req[] = {
+        {"cj_fqcn", b->cj_fqcn},   {"trainer_fqcn", b->trainer_fqcn}, {"job_id", b->job_id},
+        {"site_name", b->site_name}, {"connect_url", b->connect_url}, {"launch_token", b->launch_token},
+    };
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+        if (!req[i].v[0]) return cj_fail(err, CJ_E_MISSING, 0, "bootstrap: %s is empty", req[i].name);
+    if (b->cj_pid < 0) return cj_fail(err, CJ_E_INVALID, 0, "bootstrap: cj_pid %" PRId64 " is negative", b->cj_pid);
+    return 0;
+}
+
+/* ---- JSON writing -------------------------------------------------------------------- */
+
+struct jbuf {
+    char *p;
+    size_t len, cap;
+    bool bad;       /* out of memory or a string that is not UTF-8 */
+};
+
+static void jput(struct jbuf *jb, const char *s, size_t n)
+{
+    if (jb->bad) return;
+    if (jb->len + n + 1 > jb->cap) {
+        size_t cap = jb->cap ? jb->cap : 1024;
+        while (jb->len + n + 1 > cap) cap *= 2;
+        char *p = malloc(cap);   /* not realloc: the old buffer (with the token) is wiped */
+        if (!p) { jb->bad = true; return; }
+        if (jb->p) {
+            memcpy(p, jb->p, jb->len);
+            explicit_bzero(jb->p, jb->cap);
+            free(jb->p);
+        }
+        jb->p = p;
+        jb->cap = cap;
+    }
+    memcpy(jb->p + jb->len, s, n);
+    jb->len += n;
+    jb->p[jb->len] = 0;
+}
+
+static void jputs(struct jbuf *jb, const char *s) { jput(jb, s, strlen(s)); }
+
+static void jstr(struct jbuf *jb, const char *s)
+{
+    jputs(jb, "\"");
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        char esc[8];
+        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; jput(jb, esc, 2); i++; continue; }
+        if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); jputs(jb, esc); i++; continue; }
+        size_t l = utf8_seq(p + i, n - i);
+        if (!l) { jb->bad = true; return; }
+        jput(jb, (const char *)p + i, l);
+        i += l;
+    }
+    jputs(jb, "\"");
+}
+
+static void jkey(struct jbuf *jb, const char *k, bool first)
+{
+    if (!first) jputs(jb, ", ");
+    jstr(jb, k);
+    jputs(jb, ": ");
+}
+
+static void jkv_str(struct jbuf *jb, const char *k, const char *v, bool first) { jkey(jb, k, first); jstr(jb, v); }
+static void jkv_bool(struct jbuf *jb, const char *k, bool v) { jkey(jb, k, false); jputs(jb, v ? "true" : "false"); }
+static void jkv_int(struct jbuf *jb, const char *k, int64_t v, bool first)
+{
+    char num[32];
+    snprintf(num, sizeof num, "%" PRId64, v);
+    jkey(jb, k, first);
+    jputs(jb, num);
+}
+
+int cj_bootstrap_format(const struct cj_bootstrap *b, char **out, size_t *len, struct cj_err *err)
+{
+    int rc = cj_bootstrap_check(b, err);
+    if (rc) return rc;
+    struct jbuf jb = {0};
+    const struct cj_bootstrap_task_exchange *t = &b->task_exchange;
+    jputs(&jb, "{");
+    jkv_int(&jb, "schema_version", b->schema_version, true);
+    jkv_str(&jb, "execution_mode", b->execution_mode, false);
+    jkv_str(&jb, "connect_url", b->connect_url, false);
+    jkv_str(&jb, "cj_fqcn", b->cj_fqcn, false);
+    if (b->cj_pid > 0) jkv_int(&jb, "cj_pid", b->cj_pid, false);
+    jkv_str(&jb, "trainer_fqcn", b->trainer_fqcn, false);
+    jkv_str(&jb, "launch_token", b->launch_token, false);
+    jkv_str(&jb, "job_id", b->job_id, false);
+    jkv_str(&jb, "site_name", b->site_name, false);
+    jkv_bool(&jb, "secure_mode", b->secure_mode);
+    jkey(&jb, "task_exchange", false);
+    jputs(&jb, "{");
+    jkey(&jb, "train_with_eval", true);
+    jputs(&jb, t->train_with_eval ? "true" : "false");
+    jkv_str(&jb, "exchange_format", t->exchange_format, false);
+    jkv_str(&jb, "server_expected_format", t->server_expected_format, false);
+    jkv_str(&jb, "transfer_type", t->transfer_type, false);
+    jkv_str(&jb, "train_task_name", t->train_task_name, false);
+    jkv_str(&jb, "eval_task_name", t->eval_task_name, false);
+    jkv_str(&jb, "submit_model_task_name", t->submit_model_task_name, false);
+    jkv_bool(&jb, "launch_once", t->launch_once);
+    jputs(&jb, "}");
+    jkv_int(&jb, "memory_gc_rounds", b->memory_gc_rounds, false);
+    jkv_bool(&jb, "cuda_empty_cache", b->cuda_empty_cache);
+    jputs(&jb, "}\n");
+    if (jb.bad) {
+        if (jb.p) { explicit_bzero(jb.p, jb.cap); free(jb.p); }
+        return cj_fail(err, CJ_E_INVALID, 0, "bootstrap: a string is not valid UTF-8 (or out of memory)");
+    }
+    *out = jb.p;
+    *len = jb.len;
+    return 0;
+}
+
+/* ---- atomic write ---------------------------------------------------------------------- */
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int cj_bootstrap_write(const char *path, const struct cj_bootstrap *b, struct cj_err *err)
+{
+    char dir[PATH_MAX], tmp[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!*base) return cj_fail(err, CJ_E_INVALID, 0, "bootstrap: path %s names a directory", path);
+    if (slash) {
+        size_t dl = slash == path ? 1 : (size_t)(slash - path);
+        if (dl >= sizeof dir) return cj_fail(err, CJ_E_LIMIT, 0, "bootstrap: path too long");
+        memcpy(dir, path, dl);
+        dir[dl] = 0;
+    } else {
+        strcpy(dir, ".");
+    }
+    char *json;
+    size_t len;
+    int rc = cj_bootstrap_format(b, &json, &len, err);
+    if (rc) return rc;
+
+    int fd = -1;
+    for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
+        uint32_t r;
+        if (fill_random(&r, sizeof r)) { rc = cj_fail(err, CJ_E_INVALID, 0, "bootstrap: getrandom failed"); goto out; }
+        int n = snprintf(tmp, sizeof tmp, "%s/.%s.tmp-%08x", dir, base, r);
+        if (n < 0 || (size_t)n >= sizeof tmp) { rc = cj_fail(err, CJ_E_LIMIT, 0, "bootstrap: path too long"); goto out; }
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0 && errno != EEXIST) {
+            rc = cj_fail(err, CJ_E_INVALID, 0, "bootstrap: cannot create %s: %s", tmp, strerror(errno));
+            goto out;
+        }
+    }
+    if (fd < 0) { rc = cj_fail(err, CJ_E_INVALID, 0, "bootstrap: cannot create a temporary file in %s", dir); goto out; }
+    /* The umask may have cleared bits of 0600; set it exactly. */
+    if (fchmod(fd, 0600) || write_all(fd, json, len) || fsync(fd)) {
+        rc = cj_fail(err, CJ_E_INVALID, 0, "bootstrap: cannot write %s: %s", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        goto out;
+    }
+    if (close(fd)) {
+        rc = cj_fail(err, CJ_E_INVALID, 0, "bootstrap: cannot write %s: %s", tmp, strerror(errno));
+        unlink(tmp);
+        goto out;
+    }
+    if (rename(tmp, path)) {
+        rc = cj_fail(err, CJ_E_INVALID, 0, "bootstrap: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
+        goto out;
+    }
+    /* Make the rename durable (best effort: some file systems refuse fsync on a directory). */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+out:
+    explicit_bzero(json, len);
+    free(json);
+    return rc;
+}
+
+/* ---- parsing -------------------------------------------------------------------------- */
+
+static int want_type(const struct cj_json_val *v, enum cj_json_type t, const char *key, struct cj_err *err)
+{
+    static const char *const names[] = {"", "null", "a bool", "a number", "a string", "an object", "an array"};
+    if (v->type != t)
+        return cj_fail(err, CJ_E_TYPE, (size_t)0, "bootstrap: %s must be %s, not %s", key, names[t], names[v->type]);
+    return 0;
+}
+
+static int get_str(const struct cj_json_val *v, const char *key, char *dst, size_t sz, struct cj_err *err)
+{
+    int rc = want_type(v, CJ_JSON_STRING, key, err);
+    if (rc) return rc;
+    if (v->s_len >= sz) return cj_fail(err, CJ_E_LIMIT, 0, "bootstrap: %s is %zu bytes, limit %zu", key, v->s_len, sz - 1);
+    memcpy(dst, v->s, v->s_len + 1);
+    return 0;
+}
+
+static int get_int(const struct cj_json_val *v, const char *key, int64_t *dst, struct cj_err *err)
+{
+    int rc = want_type(v, CJ_JSON_NUMBER, key, err);
+    if (rc) return rc;
+    if (!v->is_int) return cj_fail(err, CJ_E_TYPE, 0, "bootstrap: %s must be an integer", key);
+    *dst = v->i;
+    return 0;
+}
+
+static int get_bool(const struct cj_json_val *v, const char *key, bool *dst, struct cj_err *err)
+{
+    int rc = want_type(v, CJ_JSON_BOOL, key, err);
+    if (!rc) *dst = v->b;
+    return rc;
+}
+
+#define KEY_IS(k) (klen == strlen(k) && !memcmp(key, k, klen))
+#define STR_FIELD(k, dst) if (KEY_IS(k)) return get_str(v, k, dst, sizeof dst, err)
+
+static int on_task_exchange(void *ud, const char *key, size_t klen, const struct cj_json_val *v, struct cj_err *err)
+{
+    struct cj_bootstrap_task_exchange *t = ud;
+    if (KEY_IS("train_with_eval")) return get_bool(v, "task_exchange.train_with_eval", &t->train_with_eval, err);
+    if (KEY_IS("launch_once")) return get_bool(v, "task_exchange.launch_once", &t->launch_once, err);
+    STR_FIELD("exchange_format", t->exchange_format);
+    STR_FIELD("server_expected_format", t->server_expected_format);
+    STR_FIELD("transfer_type", t->transfer_type);
+    STR_FIELD("train_task_name", t->train_task_name);
+    STR_FIELD("eval_task_name", t->eval_task_name);
+    STR_FIELD("submit_model_task_name", t->submit_model_task_name);
+    return 0;
+}
+
+struct parse_state {
+    struct cj_bootstrap *b;
+    bool has_schema, has_mode;
+};
+
+static int on_member(void *ud, const char *key, size_t klen, const struct cj_json_val *v, struct cj_err *err)
+{
+    struct parse_state *ps = ud;
+    struct cj_bootstrap *b = ps->b;
+    if (KEY_IS("schema_version")) { ps->has_schema = true; return get_int(v, "schema_version", &b->schema_version, err); }
+    if (KEY_IS("execution_mode")) {
+        ps->has_mode = true;
+        return get_str(v, "execution_mode", b->execution_mode, sizeof b->execution_mode, err);
+    }
+    STR_FIELD("connect_url", b->connect_url);
+    STR_FIELD("cj_fqcn", b->cj_fqcn);
+    STR_FIELD("trainer_fqcn", b->trainer_fqcn);
+    STR_FIELD("launch_token", b->launch_token);
+    STR_FIELD("job_id", b->job_id);
+    STR_FIELD("site_name", b->site_name);
+    if (KEY_IS("cj_pid")) {
+        if (v->type == CJ_JSON_NULL) { b->cj_pid = 0; return 0; }
+        return get_int(v, "cj_pid", &b->cj_pid, err);
+    }
+    if (KEY_IS("secure_mode")) return get_bool(v, "secure_mode", &b->secure_mode, err);
+    if (KEY_IS("memory_gc_rounds")) return get_int(v, "memory_gc_rounds", &b->memory_gc_rounds, err);
+    if (KEY_IS("cuda_empty_cache")) return get_bool(v, "cuda_empty_cache", &b->cuda_empty_cache, err);
+    if (KEY_IS("task_exchange")) {
+        int rc = want_type(v, CJ_JSON_OBJECT, "task_exchange", err);
+        return rc ? rc : cj_json_object_walk(v->raw, v->raw_len, on_task_exchange, &b->task_exchange, err);
+    }
+    return 0;   /* unknown keys are tolerated */
+}
+
+int cj_bootstrap_parse(const char *json, size_t len, struct cj_bootstrap *b, struct cj_err *err)
+{
+    cj_bootstrap_defaults(b);
+    b->execution_mode[0] = 0;
+    b->schema_version = 0;
+    struct parse_state ps = {b, false, false};
+    int rc = cj_json_object_walk(json, len, on_member, &ps, err);
+    if (rc) return rc;
+    if (!ps.has_schema) return cj_fail(err, CJ_E_MISSING, 0, "bootstrap: schema_version is missing");
+    if (!ps.has_mode) return cj_fail(err, CJ_E_MISSING, 0, "bootstrap: execution_mode is missing");
+    return cj_bootstrap_check(b, err);
+}
+
+int cj_bootstrap_read(const char *path, struct cj_bootstrap *b, struct cj_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return cj_fail(err, CJ_E_INVALID, 0, "bootstrap: cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return cj_fail(err, CJ_E_INVALID, 0, "bootstrap: %s is not a regular file", path);
+    }
+    if (st.st_size > CJ_BOOTSTRAP_MAX_SIZE) {
+        close(fd);
+        return cj_fail(err, CJ_E_LIMIT, 0, "bootstrap: %s is %lld bytes, limit %d", path, (long long)st.st_size,
+                       CJ_BOOTSTRAP_MAX_SIZE);
+    }
+    char *buf = malloc(CJ_BOOTSTRAP_MAX_SIZE + 1);
+    if (!buf) {
+        close(fd);
+        return cj_fail(err, CJ_E_NOMEM, 0, "bootstrap: out of memory");
+    }
+    size_t len = 0;
+    int rc = 0;
+    for (;;) {   /* read to EOF, refusing a file that grew past the limit */
+        ssize_t r = read(fd, buf + len, CJ_BOOTSTRAP_MAX_SIZE + 1 - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { rc = cj_fail(err, CJ_E_INVALID, 0, "bootstrap: cannot read %s: %s", path, strerror(errno)); break; }
+        if (r == 0) break;
+        len += (size_t)r;
+        if (len > CJ_BOOTSTRAP_MAX_SIZE) { rc = cj_fail(err, CJ_E_LIMIT, 0, "bootstrap: %s is over %d bytes", path, CJ_BOOTSTRAP_MAX_SIZE); break; }
+    }
+    close(fd);
+    if (!rc) {
+        rc = cj_bootstrap_parse(buf, len, b, err);
+        if (rc && err) {   /* say which file */
+            char msg[sizeof err->msg];
+            size_t ml = strnlen(err->msg, sizeof err->msg - 1);
+            memcpy(msg, err->msg, ml);
+            msg[ml] = 0;
+            snprintf(err->msg, sizeof err->msg, "%.*s (%.*s)", (int)ml, msg, 120, path);
+        }
+    }
+    explicit_bzero(buf, CJ_BOOTSTRAP_MAX_SIZE + 1);
+    free(buf);
+    return rc;
+}
