@@ -69,6 +69,7 @@ struct cj_router {
     uint64_t rng;
 
     /* drop log limiter */
+    char last_why[256];        /* reason of the last upstream failure (log once) */
     double drop_window;
     unsigned drop_lines;
     uint64_t drop_suppressed;
@@ -734,8 +735,25 @@ static void upstream_up(struct cj_link *l, void *ctx)
     r->up_state = CJ_UP_UP;
     r->proven = false;
     r->up_since = mono_now();
-    cj_log_info("router %s: upstream up (%s at %s)", r->me, d->fqcn, r->up_url);
+    cj_log_info("router %s: upstream up (%s at %s)%s", r->me, d->fqcn, r->up_url,
+                r->upstream_cfg.quiet ? " after retrying" : "");
+    r->upstream_cfg.quiet = false;
+    r->last_why[0] = '\0';
     if (r->ev.upstream_up) r->ev.upstream_up(r, d->fqcn, r->ev_ctx);
+}
+
+/* Every transition is logged once: the first failure (or a new reason) at
+ * warning, repeats of the same failure only every 20 attempts; the links of
+ * retries log at debug. */
+static void report_retry(struct cj_router *r, const char *why, bool was_up)
+{
+    bool same = !was_up && !strcmp(why, r->last_why);
+    if (!same || r->attempt % 20 == 0)
+        cj_log_warning("router %s: upstream %s: %s; retrying every %.1f..%.1f s%s", r->me,
+                       was_up ? "lost" : "unreachable", why, r->rmin, r->rmax,
+                       same ? " (still failing)" : "");
+    snprintf(r->last_why, sizeof r->last_why, "%s", why);
+    r->upstream_cfg.quiet = true;
 }
 
 static void upstream_backoff(struct cj_router *r)
@@ -747,7 +765,7 @@ static void upstream_backoff(struct cj_router *r)
     if (d < r->rmin) d = r->rmin;
     if (r->attempt < 64) r->attempt++;
     r->up_state = CJ_UP_BACKOFF;
-    cj_log_info("router %s: upstream reconnect in %.2f s (attempt %d)", r->me, d, r->attempt);
+    cj_log_debug("router %s: upstream reconnect in %.2f s (attempt %d)", r->me, d, r->attempt);
     struct timeval tv = {.tv_sec = (time_t)d, .tv_usec = (suseconds_t)((d - (double)(time_t)d) * 1e6)};
     event_add(r->up_timer, &tv);
 }
@@ -769,6 +787,7 @@ static void upstream_down(struct cj_link *l, const char *why, void *ctx)
                        "the usual cause is a client certificate whose CN differs from the site name '%.*s'",
                        r->me, (int)cj_fqcn_root_len(r->me), r->me);
     if (r->ev.upstream_down) r->ev.upstream_down(r, why, r->ev_ctx);
+    report_retry(r, why, was_up);
     upstream_backoff(r);
 }
 

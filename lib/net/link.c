@@ -53,6 +53,7 @@ struct cj_link {
 
     uint32_t max_frame;
     double hs_timeout, hb_interval, dead_after;
+    bool quiet;                 /* routine state changes at debug */
     size_t link_buffer;
 
     struct cj_frame_counters fc;
@@ -127,8 +128,8 @@ static void set_state(struct cj_link *l, enum cj_link_state st, const char *deta
     if (st == l->state) return;
     /* A passive link starts connected: call its first state "accepted". */
     const char *from = l->state == CJ_LINK_CONNECTING && !l->active ? "accepted" : cj_link_state_name(l->state);
-    cj_log_info("link %s: %s -> %s%s%s", label(l, lb, sizeof lb), from, cj_link_state_name(st), detail ? ": " : "",
-                detail ? detail : "");
+    cj_log(l->quiet ? CJ_LOG_DEBUG : CJ_LOG_INFO, "link %s: %s -> %s%s%s", label(l, lb, sizeof lb), from,
+           cj_link_state_name(st), detail ? ": " : "", detail ? detail : "");
     l->state = st;
 }
 
@@ -409,7 +410,8 @@ static void link_vdown(struct cj_link *l, int level, bool notify, const char *fm
     char why[1024];
     vsnprintf(why, sizeof why, fmt, ap);
     char lb[CJ_LINK_NAME_MAX + CJ_FQCN_MAX + CJ_ADDR_TEXT_MAX + 8];
-    cj_log(level, "link %s: %s -> closed: %s", label(l, lb, sizeof lb), cj_link_state_name(l->state), why);
+    cj_log(l->quiet && l->state != CJ_LINK_UP ? CJ_LOG_DEBUG : level, "link %s: %s -> closed: %s",
+           label(l, lb, sizeof lb), cj_link_state_name(l->state), why);
     l->state = CJ_LINK_CLOSED;
     enter(l);
     teardown(l);
@@ -839,6 +841,7 @@ static struct cj_link *link_new(struct event_base *base, bool active, SSL_CTX *t
     l->hs_timeout = cfg->handshake_timeout > 0 ? cfg->handshake_timeout : CJ_LINK_HANDSHAKE_TIMEOUT;
     l->hb_interval = cfg->heartbeat_interval;
     l->dead_after = cfg->dead_after;
+    l->quiet = cfg->quiet;
     l->link_buffer = cfg->link_buffer ? cfg->link_buffer : CJ_LINK_BUFFER_DEFAULT;
     if (ops) l->ops = *ops;
     l->ctx = ctx;
@@ -979,7 +982,7 @@ struct cj_link *cj_link_connect(struct event_base *base, struct evdns_base *dns,
         return NULL;
     }
     event_active(l->start_ev, 0, 0);
-    cj_log_info("link %s (%s): connecting", l->name, l->addr_text);
+    cj_log(l->quiet ? CJ_LOG_DEBUG : CJ_LOG_INFO, "link %s (%s): connecting", l->name, l->addr_text);
     return l;
 }
 

@@ -72,6 +72,7 @@ struct cj_link_cfg {
     double heartbeat_interval;   /* PING after this long without receiving; 0 = never */
     double dead_after;           /* close after this long without receiving; 0 = never */
     size_t link_buffer;          /* output bound for cj_link_over/throttle; 0 = default */
+    bool quiet;                  /* log state changes at debug (the owner reports retries itself) */
 };
 
 struct cj_link_counters {

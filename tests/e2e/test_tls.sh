@@ -57,7 +57,7 @@ listen = unix:$R/w.sock
 [status]
 socket = $R/status.sock
 [log]
-level = info
+level = debug    ; the per-attempt reconnect lines are debug-level
 EOF
     $D -c "$R/relay.ini" > "$R/relay.log" 2>&1 & RELAY=$!
     wait_for 10 test -S "$R/status.sock"

@@ -163,7 +163,7 @@ check "(d) relay reconnected (upstream up, reconnects $R0 -> $(stat_of reconnect
     sh -c "[ \"$(info_of upstream)\" = up ] && [ $(stat_of reconnects) -gt $R0 ]"
 peer "unix:$W/w.sock" site-1.J1.w1 echo 1500000 > "$W/d.out"
 check "(d) echo after the reconnect" grep -q '^OK echo 1500000' "$W/d.out"
-check "(d) transitions logged" sh -c "grep -q 'upstream reconnect in' $W/relay.log && [ \$(grep -c 'upstream up' $W/relay.log) -ge 2 ]"
+check "(d) transitions logged" sh -c "grep -q 'upstream lost' $W/relay.log && [ \$(grep -c 'upstream up' $W/relay.log) -ge 2 ]"
 
 # ---- (c, window 8M < link_buffer 16M) the sender is held by its window ----------------------
 T0=$(stat_of throttles)
