@@ -1,0 +1,78 @@
+/* client.h — the download service, consumer side (download.md §6).
+ *
+ * cj_dl_fetch pulls one ref from its source cell: a first pull without state,
+ * then pulls echoing the last reply's state verbatim, one request in flight.
+ * Each data reply's items (inline bin, or DatumRef + BLOB datum section) are
+ * handed to the item callback in order, one evbuffer each, and forgotten: at
+ * most one reply is held at a time.  A terminal eof ends the download (a
+ * confirm "success" with the reply's nonce is sent, fire-and-forget, when the
+ * producer asked for one); {"status":"error"} fails it ("producer error ..."),
+ * after a confirm "failed".
+ *
+ * Retries (§6.2): only a request that timed out is retried, with the identical
+ * payload (same state), at most max_retries times, after min(base * 2^(n-1),
+ * cap) seconds; a good reply resets the count.  Every other non-ok return code
+ * (invalid_request, comm_error, process_exception, ...) fails at once.  Log
+ * tags: [DOWNLOAD_RETRY], [DOWNLOAD_RECOVERED], [DOWNLOAD_FAILED], each with
+ * source, ref_id, attempt and elapsed seconds.  After a failure that was not a
+ * terminal reply (or on abort) a cancel is sent if a reply said cancel_capable.
+ *
+ * Single-threaded: everything runs on the event loop's thread.  Neither
+ * callback is ever called from inside cj_dl_fetch or cj_dl_fetch_cancel. */
+#ifndef CJ_DL_CLIENT_H
+#define CJ_DL_CLIENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+struct cj_stream_ep;   /* stream/stream.h (not included: see producer.h) */
+
+struct cj_dl_fetch_cfg {
+    double request_timeout;   /* per-request no-progress timeout (s), default 600 */
+    int max_retries;          /* retries after a timeout, default 3 (4 attempts); < 0 = 0 */
+    double backoff_base;      /* first backoff (s), default 2: 2, 4, 8, ... */
+    double backoff_cap;       /* default 60 */
+    bool no_confirm;          /* kill switch: omit confirm_capable, never confirm */
+};
+
+void cj_dl_fetch_cfg_default(struct cj_dl_fetch_cfg *c);
+
+/* One item, in order (index 0, 1, ... across the whole ref).  The callback
+ * owns item (frees it with evbuffer_free).  Return 0, or -1 to abort the
+ * download ("exception when consuming data: ..."; a cancel is sent).  May call
+ * cj_dl_fetch_cancel on its own handle (done is then not called). */
+typedef int (*cj_dl_fetch_item_fn)(void *ctx, uint64_t index, struct evbuffer *item);
+
+/* The end: ok, or failed with a reason (download.md §6.3 wording).  The handle
+ * is freed right after it returns. */
+typedef void (*cj_dl_fetch_done_fn)(void *ctx, bool ok, const char *why);
+
+struct cj_dl_fetch;
+
+/* Starts downloading ref_id from source_fqcn through ep (cfg NULL: defaults;
+ * otherwise start from cj_dl_fetch_cfg_default and change fields).  base is
+ * ep's event loop (for the backoff timer; stream.h has no accessor for it).
+ * NULL on bad arguments or when the first request cannot be started; then no
+ * callback is called. */
+struct cj_dl_fetch *cj_dl_fetch(struct event_base *base, struct cj_stream_ep *ep, const char *source_fqcn,
+                                const char *ref_id, const struct cj_dl_fetch_cfg *cfg, cj_dl_fetch_item_fn item,
+                                cj_dl_fetch_done_fn done, void *ctx);
+
+/* Aborts: forgets the request in flight, stops a backoff, sends a cancel if the
+ * producer is cancel-capable, frees the handle.  done is not called. */
+void cj_dl_fetch_cancel(struct cj_dl_fetch *f);
+
+struct cj_dl_fetch_progress {
+    uint64_t items, bytes;    /* handed to the item callback */
+    uint64_t requests;        /* pulls sent, retries included */
+    uint64_t retries;
+    double elapsed;           /* seconds since the start */
+    double idle;              /* seconds since the last reply (or the start) */
+};
+
+void cj_dl_fetch_get_progress(const struct cj_dl_fetch *f, struct cj_dl_fetch_progress *p);
+
+#endif
