@@ -62,7 +62,12 @@ struct cj_task_table *cj_task_table_new(void);
 void cj_task_table_free(struct cj_task_table *tt);
 
 /* Creates a task from a get_task reply payload (reads headers and refs; copies
- * only the __headers__ map).  NULL with why filled when the payload is not a task. */
+ * only the __headers__ map).  NULL with why filled when the payload is not a task
+ * (not a valid Shareable, no task_name, a special task name, no __task_id__) or
+ * repeats a server task id still in flight.  A task whose refs cannot be passed
+ * through (a bad ref datum, more than CJ_TASK_MAX_REFS) is added in state
+ * CJ_TASK_FAILED with why set, so the caller reports it upstream instead of
+ * dropping it. */
 struct cj_task *cj_task_add(struct cj_task_table *tt, const uint8_t *payload, size_t len, char *why, size_t whysz);
 
 struct cj_task *cj_task_find(struct cj_task_table *tt, const char *local_id);
@@ -81,5 +86,63 @@ size_t cj_task_count(const struct cj_task_table *tt, bool in_flight_only);
 const char *cj_task_state_name(enum cj_task_state s);
 const char *cj_ref_state_name(int s);
 double cj_task_now(void);
+
+/* ---- the payloads of the upstream loop -----------------------------------------
+ *
+ * Thin wrappers over lib/payload (splice.h, fobs.h) for upstream.c, which also
+ * needs stream/stream.h: payload/fobs.h and wire/header.h both define
+ * struct cj_span, so no file can include both.  Everything below lives in
+ * task.c, which includes only the payload side.  Outputs are appended to an
+ * evbuffer (moved in without a copy where the builder allows); on failure the
+ * evbuffer is left as it was and why names the problem (-1 returned). */
+
+struct evbuffer;
+
+/* The headers of a get_task reply (fl-protocols.md §2). */
+struct cj_task_reply {
+    char task_name[CJ_TASK_STR_MAX];    /* task_name ("__try_again__", "__end_run__" or a task) */
+    char task_id[CJ_TASK_STR_MAX];      /* __task_id__ ("" when absent) */
+    double wait_time;                   /* __wait_time__, < 0 when absent or not a number */
+    double min_get_task_timeout;        /* min_get_task_timeout, < 0 when absent or not a number */
+};
+
+int cj_task_read_reply(const uint8_t *payload, size_t len, struct cj_task_reply *r, char *why, size_t whysz);
+
+/* The __rc__ header of an aux reply; "OK" when the Shareable has none. */
+int cj_task_read_rc(const uint8_t *payload, size_t len, char *rc, size_t rcsz, char *why, size_t whysz);
+
+/* get_task request (vector 14; last_task_id NULL on the first poll). */
+int cj_task_get_task_request(struct evbuffer *out, const char *site, const char *job_id, const char *last_task_id,
+                             char *why, size_t whysz);
+
+/* Aux request (vector 15): server_task_id NULL for __sync_runner__ / __job_heartbeat__. */
+int cj_task_aux_request(struct evbuffer *out, const char *topic, const char *server_task_id, const char *site,
+                        const char *job_id, char *why, size_t whysz);
+
+/* Aux reply payload: Shareable{__headers__: {__rc__: rc, [__cookie_jar__: the
+ * request's, echoed], __peer_ctx__: the relay's FLContext}}.  req may be NULL
+ * or unparsable (then no cookie jar). */
+int cj_task_aux_reply(struct evbuffer *out, const uint8_t *req, size_t req_len, const char *rc, const char *site,
+                      const char *job_id, char *why, size_t whysz);
+
+/* submit_update payload for t (payload.md §7.3) from the worker's result_ready
+ * payload, with t's __headers__, name and server task id. */
+int cj_task_submit_payload(struct evbuffer *out, const struct cj_task *t, const uint8_t *result, size_t len,
+                           const char *msg_root_id, const char *site, const char *job_id, char *why, size_t whysz);
+
+/* The result for a task that cannot be completed: __rc__ rc (EXECUTION_EXCEPTION)
+ * plus the usual result headers; no datums. */
+int cj_task_failed_payload(struct evbuffer *out, const struct cj_task *t, const char *rc, const char *msg_root_id,
+                           const char *site, const char *job_id, char *why, size_t whysz);
+
+/* Records the DOT 3/6 refs of a result_ready payload in t->result_refs (items
+ * counted from the result Shareable's ref wrappers). */
+int cj_task_set_result_refs(struct cj_task *t, const uint8_t *result, size_t len, char *why, size_t whysz);
+
+/* "3:server.job-7f3a/<ref_id>(2 items), ..." or "none", for log lines.  Returns out. */
+const char *cj_task_refs_text(const struct cj_ref *refs, size_t n, char *out, size_t outsz);
+
+/* A fresh uuid4, lower-case 8-4-4-4-12 (out: 37 bytes).  -1 without randomness. */
+int cj_task_uuid4(char out[37]);
 
 #endif

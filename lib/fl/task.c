@@ -1,0 +1,582 @@
+/* task.c — the relay's table of tasks in flight, and the payload helpers of the
+ * upstream loop (see task.h).
+ *
+ * A task keeps only its ids, a copy of its small __headers__ map and its refs;
+ * the task payload itself is read during cj_task_add and never kept. */
+#include "fl/task.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include "payload/fobs.h"
+#include "payload/lobs.h"
+#include "payload/splice.h"
+#include "util/log.h"
+#include "util/mp.h"
+
+/* Finished tasks kept at most, whatever their age (tombstones are bounded). */
+#define TASK_MAX_TOMBSTONES 4096
+
+struct cj_task_table {
+    struct cj_task *head;
+    struct cj_task **tail;
+    size_t n;
+};
+
+static const char *const STATE_NAMES[] = {
+    [CJ_TASK_RECEIVED] = "received",     [CJ_TASK_DELIVERING] = "delivering", [CJ_TASK_ACCEPTED] = "accepted",
+    [CJ_TASK_RESULT_IN] = "result_in",   [CJ_TASK_CHECKING] = "checking",     [CJ_TASK_SUBMITTING] = "submitting",
+    [CJ_TASK_SUBMITTED] = "submitted",   [CJ_TASK_DONE] = "done",             [CJ_TASK_FAILED] = "failed",
+};
+
+static const char *const REF_STATE_NAMES[] = {
+    [CJ_REF_PENDING] = "pending", [CJ_REF_COMPLETED] = "completed", [CJ_REF_FAILED] = "failed",
+    [CJ_REF_TIMED_OUT] = "timed_out",
+};
+
+static void set_why(char *why, size_t whysz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void set_why(char *why, size_t whysz, const char *fmt, ...)
+{
+    if (!why || !whysz) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, whysz, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- small utilities ------------------------------------------------------------ */
+
+double cj_task_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int random_bytes(uint8_t *p, size_t n)
+{
+    if (getrandom(p, n, 0) == (ssize_t)n) return 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t r = read(fd, p, n);
+    close(fd);
+    return r == (ssize_t)n ? 0 : -1;
+}
+
+int cj_task_uuid4(char out[37])
+{
+    uint8_t b[16];
+    if (random_bytes(b, sizeof b)) return -1;
+    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);   /* version 4 */
+    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);   /* RFC 4122 variant */
+    cj_fobs_uuid_str(b, out);
+    return 0;
+}
+
+static int local_id(char out[CJ_TASK_ID_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    uint8_t b[CJ_TASK_ID_LEN / 2];
+    if (random_bytes(b, sizeof b)) return -1;
+    for (size_t i = 0; i < sizeof b; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[CJ_TASK_ID_LEN] = '\0';
+    return 0;
+}
+
+const char *cj_task_state_name(enum cj_task_state s)
+{
+    return (unsigned)s < sizeof STATE_NAMES / sizeof *STATE_NAMES && STATE_NAMES[s] ? STATE_NAMES[s] : "?";
+}
+
+const char *cj_ref_state_name(int s)
+{
+    return s >= 0 && (size_t)s < sizeof REF_STATE_NAMES / sizeof *REF_STATE_NAMES ? REF_STATE_NAMES[s] : "?";
+}
+
+static bool finished(const struct cj_task *t)
+{
+    return t->state == CJ_TASK_DONE || t->state == CJ_TASK_FAILED;
+}
+
+const char *cj_task_refs_text(const struct cj_ref *refs, size_t n, char *out, size_t outsz)
+{
+    size_t o = 0;
+    if (!outsz) return out;
+    out[0] = '\0';
+    if (!n) {
+        snprintf(out, outsz, "none");
+        return out;
+    }
+    for (size_t i = 0; i < n && o < outsz; i++) {
+        int k = snprintf(out + o, outsz - o, "%s%d:%s/%s(%u items)", i ? ", " : "", refs[i].dot, refs[i].fqcn,
+                         refs[i].ref_id, refs[i].items);
+        if (k < 0) break;
+        o += (size_t)k;
+    }
+    return out;
+}
+
+/* ---- refs ------------------------------------------------------------------------- */
+
+/* Fills refs[] with the DOT 3/6 datums of a LOBS payload.  Items per ref come
+ * from the ref wrappers in the MAIN body: a DOT's item count is given to its
+ * ref when the payload has one ref of that DOT (NVFlare writes one per DOT),
+ * else 0 (unknown). */
+static int read_refs(const uint8_t *payload, size_t len, struct cj_ref *refs, size_t *n_refs, char *why,
+                     size_t whysz)
+{
+    struct cj_err e = { 0 };
+    struct cj_lobs_section main;
+    struct cj_fobs_ref_counts counts;
+    struct cj_fobs_ref fr[CJ_TASK_MAX_REFS];
+    size_t n = 0;
+    *n_refs = 0;
+    if (cj_lobs_validate(payload, len, &main, NULL, 0, NULL, &e) ||
+        cj_fobs_list_refs(payload, len, NULL, 0, &n, &e)) {
+        set_why(why, whysz, "bad ref datum: %s (at byte %zu)", e.msg, e.offset);
+        return -1;
+    }
+    if (n > CJ_TASK_MAX_REFS) {
+        set_why(why, whysz, "%zu download refs, at most %d can be passed through", n, CJ_TASK_MAX_REFS);
+        return -1;
+    }
+    if (n && cj_fobs_list_refs(payload, len, fr, n, &n, &e)) {
+        set_why(why, whysz, "bad ref datum: %s (at byte %zu)", e.msg, e.offset);
+        return -1;
+    }
+    if (cj_fobs_count_refs(main.value, main.value_len, &counts, &e)) {
+        set_why(why, whysz, "body walk: %s (at byte %zu)", e.msg, e.offset + CJ_LOBS_HDR_LEN);
+        return -1;
+    }
+    size_t per_dot[2] = { 0, 0 };
+    for (size_t i = 0; i < n; i++) per_dot[fr[i].dot == 6]++;
+    for (size_t i = 0; i < n; i++) {
+        struct cj_ref *r = &refs[i];
+        memset(r, 0, sizeof *r);
+        if (strlen(fr[i].ref_id) >= sizeof r->ref_id) {
+            set_why(why, whysz, "ref_id of %zu bytes (at most %zu)", strlen(fr[i].ref_id), sizeof r->ref_id - 1);
+            return -1;
+        }
+        r->dot = fr[i].dot;
+        snprintf(r->fqcn, sizeof r->fqcn, "%s", fr[i].fqcn);
+        snprintf(r->ref_id, sizeof r->ref_id, "%s", fr[i].ref_id);
+        int d = fr[i].dot == 6;
+        r->items = per_dot[d] == 1 ? counts.items[d] : 0;
+        r->state = CJ_REF_PENDING;
+    }
+    *n_refs = n;
+    return 0;
+}
+
+int cj_task_set_result_refs(struct cj_task *t, const uint8_t *result, size_t len, char *why, size_t whysz)
+{
+    struct cj_ref refs[CJ_TASK_MAX_REFS];
+    size_t n;
+    if (read_refs(result, len, refs, &n, why, whysz)) return -1;
+    memcpy(t->result_refs, refs, n * sizeof *refs);
+    t->n_result_refs = n;
+    return 0;
+}
+
+/* ---- the table ---------------------------------------------------------------------- */
+
+struct cj_task_table *cj_task_table_new(void)
+{
+    struct cj_task_table *tt = calloc(1, sizeof *tt);
+    if (tt) tt->tail = &tt->head;
+    return tt;
+}
+
+static void task_free(struct cj_task *t)
+{
+    free(t->headers);
+    free(t);
+}
+
+void cj_task_table_free(struct cj_task_table *tt)
+{
+    if (!tt) return;
+    struct cj_task *t = tt->head;
+    while (t) {
+        struct cj_task *next = t->next;
+        task_free(t);
+        t = next;
+    }
+    free(tt);
+}
+
+static bool special_name(const char *name)
+{
+    return strcmp(name, "__try_again__") == 0 || strcmp(name, "__end_run__") == 0;
+}
+
+static struct cj_task *find_in_flight(struct cj_task_table *tt, const char *server_id)
+{
+    for (struct cj_task *t = tt->head; t; t = t->next)
+        if (!finished(t) && strcmp(t->server_id, server_id) == 0) return t;
+    return NULL;
+}
+
+struct cj_task *cj_task_add(struct cj_task_table *tt, const uint8_t *payload, size_t len, char *why, size_t whysz)
+{
+    struct cj_task_info info;
+    struct cj_err e = { 0 };
+    if (cj_splice_read_task(payload, len, &info, &e)) {
+        set_why(why, whysz, "not a task: %s (at byte %zu)", e.msg, e.offset);
+        return NULL;
+    }
+    if (special_name(info.task_name)) {
+        set_why(why, whysz, "not a task: special task %s", info.task_name);
+        return NULL;
+    }
+    if (!info.task_id[0]) {
+        set_why(why, whysz, "task '%s' has no __task_id__", info.task_name);
+        return NULL;
+    }
+    struct cj_task *dup = find_in_flight(tt, info.task_id);
+    if (dup) {
+        set_why(why, whysz, "server task %s is already in flight as task %s (%s)", info.task_id, dup->id,
+                cj_task_state_name(dup->state));
+        return NULL;
+    }
+    struct cj_task *t = calloc(1, sizeof *t);
+    if (!t || !(t->headers = malloc(info.headers.len)) || local_id(t->id)) {
+        if (t) free(t->headers);
+        free(t);
+        set_why(why, whysz, "out of memory or randomness");
+        return NULL;
+    }
+    memcpy(t->headers, payload + info.headers.off, info.headers.len);
+    t->headers_len = info.headers.len;
+    snprintf(t->server_id, sizeof t->server_id, "%s", info.task_id);
+    snprintf(t->name, sizeof t->name, "%s", info.task_name);
+    t->state = CJ_TASK_RECEIVED;
+    t->created = t->changed = cj_task_now();
+    *tt->tail = t;
+    tt->tail = &t->next;
+    tt->n++;
+
+    char refs_why[256];
+    if (read_refs(payload, len, t->refs, &t->n_refs, refs_why, sizeof refs_why)) {
+        cj_task_fail(t, "cannot be passed through: %s", refs_why);
+        set_why(why, whysz, "%s", t->why);
+        return t;
+    }
+    char rt[512];
+    cj_log_info("task %s: received '%s' (server task %s), %zu datums, refs %s", t->id, t->name, t->server_id,
+                info.n_datums, cj_task_refs_text(t->refs, t->n_refs, rt, sizeof rt));
+    return t;
+}
+
+struct cj_task *cj_task_find(struct cj_task_table *tt, const char *local_id)
+{
+    if (!local_id) return NULL;
+    for (struct cj_task *t = tt->head; t; t = t->next)
+        if (strcmp(t->id, local_id) == 0) return t;
+    return NULL;
+}
+
+/* The task in flight with that server id, else the latest finished one. */
+struct cj_task *cj_task_find_server(struct cj_task_table *tt, const char *server_id)
+{
+    if (!server_id) return NULL;
+    struct cj_task *last = NULL;
+    for (struct cj_task *t = tt->head; t; t = t->next) {
+        if (strcmp(t->server_id, server_id) != 0) continue;
+        if (!finished(t)) return t;
+        last = t;
+    }
+    return last;
+}
+
+void cj_task_set_state(struct cj_task *t, enum cj_task_state s)
+{
+    if (t->state == s) return;
+    cj_log_info("task %s (server task %s, '%s'): %s -> %s", t->id, t->server_id, t->name,
+                cj_task_state_name(t->state), cj_task_state_name(s));
+    t->state = s;
+    t->changed = cj_task_now();
+}
+
+void cj_task_fail(struct cj_task *t, const char *fmt, ...)
+{
+    char why[sizeof t->why];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (t->state == CJ_TASK_FAILED) {   /* logged once: later reasons only at debug */
+        cj_log_debug("task %s: already failed (%s); also: %s", t->id, t->why, why);
+        return;
+    }
+    char rt[512], rr[512];
+    cj_log_error("task %s (server task %s, '%s') failed in state %s: %s; task refs %s; result refs %s", t->id,
+                 t->server_id, t->name, cj_task_state_name(t->state), why,
+                 cj_task_refs_text(t->refs, t->n_refs, rt, sizeof rt),
+                 cj_task_refs_text(t->result_refs, t->n_result_refs, rr, sizeof rr));
+    memcpy(t->why, why, sizeof why);
+    t->state = CJ_TASK_FAILED;
+    t->changed = cj_task_now();
+}
+
+static void unlink_task(struct cj_task_table *tt, struct cj_task **pp)
+{
+    struct cj_task *t = *pp;
+    *pp = t->next;
+    if (tt->tail == &t->next) tt->tail = pp;
+    tt->n--;
+    task_free(t);
+}
+
+void cj_task_table_expire(struct cj_task_table *tt, double now)
+{
+    size_t done = 0;
+    for (struct cj_task **pp = &tt->head; *pp;) {
+        struct cj_task *t = *pp;
+        if (finished(t) && now - t->changed >= CJ_TASK_TOMBSTONE_SECS) {
+            cj_log_debug("task %s: tombstone expired", t->id);
+            unlink_task(tt, pp);
+            continue;
+        }
+        if (finished(t)) done++;
+        pp = &t->next;
+    }
+    /* Over the bound: drop the oldest finished tasks first (arrival order). */
+    for (struct cj_task **pp = &tt->head; *pp && done > TASK_MAX_TOMBSTONES;) {
+        if (finished(*pp)) {
+            unlink_task(tt, pp);
+            done--;
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+}
+
+struct cj_task *cj_task_first(struct cj_task_table *tt)
+{
+    return tt->head;
+}
+
+size_t cj_task_count(const struct cj_task_table *tt, bool in_flight_only)
+{
+    if (!in_flight_only) return tt->n;
+    size_t n = 0;
+    for (const struct cj_task *t = tt->head; t; t = t->next) n += !finished(t);
+    return n;
+}
+
+/* ---- reading replies ------------------------------------------------------------------ */
+
+static void free_chunk(const void *data, size_t len, void *arg)
+{
+    (void)len;
+    (void)arg;
+    free((void *)data);
+}
+
+/* Moves a finished msgpack_sbuffer into out without copying. */
+static int move_out(struct evbuffer *out, msgpack_sbuffer *sb, char *why, size_t whysz)
+{
+    size_t n = sb->size;
+    char *data = msgpack_sbuffer_release(sb);
+    if (!n) {
+        free(data);
+        return 0;
+    }
+    if (evbuffer_add_reference(out, data, n, free_chunk, NULL)) {
+        free(data);
+        set_why(why, whysz, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The __headers__ map of a LOBS payload's Shareable body: *hdrs NULL when absent. */
+static int open_headers(const uint8_t *payload, size_t len, const uint8_t **hdrs, size_t *hlen,
+                        struct cj_fobs_headers *h, char *why, size_t whysz)
+{
+    struct cj_err e = { 0 };
+    struct cj_lobs_section main;
+    struct cj_fobs_shareable sh;
+    *hdrs = NULL;
+    *hlen = 0;
+    memset(h, 0, sizeof *h);
+    if (!payload || !len) {
+        set_why(why, whysz, "empty payload");
+        return -1;
+    }
+    if (cj_lobs_validate(payload, len, &main, NULL, 0, NULL, &e) ||
+        cj_fobs_find_shareable(main.value, main.value_len, &sh, &e)) {
+        set_why(why, whysz, "not a Shareable payload: %s", e.msg);
+        return -1;
+    }
+    if (!sh.headers.len) return 0;
+    *hdrs = main.value + sh.headers.off;
+    *hlen = sh.headers.len;
+    if (cj_fobs_read_headers(*hdrs, *hlen, h, &e)) {
+        set_why(why, whysz, "bad __headers__: %s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* A msgpack int or float as a double; < 0 when it is something else. */
+static double number_at(const uint8_t *buf, struct cj_span sp)
+{
+    struct mp_cur c;
+    struct mp_val v;
+    if (!sp.len) return -1;
+    mp_cur_init(&c, buf + sp.off, sp.len);
+    if (mp_next(&c, &v, NULL)) return -1;
+    if (v.kind == MP_FLOAT) return v.f >= 0 ? v.f : -1;
+    if (v.kind == MP_UINT) return (double)v.u;
+    return -1;
+}
+
+int cj_task_read_reply(const uint8_t *payload, size_t len, struct cj_task_reply *r, char *why, size_t whysz)
+{
+    struct cj_task_info info;
+    struct cj_err e = { 0 };
+    struct cj_fobs_headers h;
+    struct cj_span mg;
+    memset(r, 0, sizeof *r);
+    r->wait_time = r->min_get_task_timeout = -1;
+    if (cj_splice_read_task(payload, len, &info, &e)) {
+        set_why(why, whysz, "bad get_task reply: %s (at byte %zu)", e.msg, e.offset);
+        return -1;
+    }
+    snprintf(r->task_name, sizeof r->task_name, "%s", info.task_name);
+    snprintf(r->task_id, sizeof r->task_id, "%s", info.task_id);
+    const uint8_t *hb = payload + info.headers.off;
+    if (cj_fobs_read_headers(hb, info.headers.len, &h, &e) == 0) r->wait_time = number_at(hb, h.wait_time);
+    if (cj_fobs_map_get(hb, info.headers.len, "min_get_task_timeout", &mg, &e) == 1)
+        r->min_get_task_timeout = number_at(hb, mg);
+    return 0;
+}
+
+int cj_task_read_rc(const uint8_t *payload, size_t len, char *rc, size_t rcsz, char *why, size_t whysz)
+{
+    const uint8_t *hdrs;
+    size_t hlen;
+    struct cj_fobs_headers h;
+    struct cj_err e = { 0 };
+    if (open_headers(payload, len, &hdrs, &hlen, &h, why, whysz)) return -1;
+    if (!hdrs || !h.rc.len) {
+        snprintf(rc, rcsz, "OK");
+        return 0;
+    }
+    if (cj_fobs_span_str(hdrs, h.rc, rc, rcsz, &e)) {
+        set_why(why, whysz, "bad __rc__: %s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- building requests and replies ------------------------------------------------------ */
+
+int cj_task_get_task_request(struct evbuffer *out, const char *site, const char *job_id, const char *last_task_id,
+                             char *why, size_t whysz)
+{
+    msgpack_sbuffer sb;
+    struct cj_err e = { 0 };
+    msgpack_sbuffer_init(&sb);
+    int rc = cj_build_get_task_request(&sb, site, job_id, last_task_id, &e);
+    if (rc) set_why(why, whysz, "get_task request: %s", e.msg);
+    else rc = move_out(out, &sb, why, whysz);
+    msgpack_sbuffer_destroy(&sb);
+    return rc ? -1 : 0;
+}
+
+int cj_task_aux_request(struct evbuffer *out, const char *topic, const char *server_task_id, const char *site,
+                        const char *job_id, char *why, size_t whysz)
+{
+    msgpack_sbuffer sb;
+    struct cj_err e = { 0 };
+    msgpack_sbuffer_init(&sb);
+    int rc = cj_build_aux_request(&sb, topic, server_task_id, site, job_id, &e);
+    if (rc) set_why(why, whysz, "aux request %s: %s", topic ? topic : "(null)", e.msg);
+    else rc = move_out(out, &sb, why, whysz);
+    msgpack_sbuffer_destroy(&sb);
+    return rc ? -1 : 0;
+}
+
+int cj_task_aux_reply(struct evbuffer *out, const uint8_t *req, size_t req_len, const char *rc, const char *site,
+                      const char *job_id, char *why, size_t whysz)
+{
+    const uint8_t *hdrs = NULL;
+    size_t hlen = 0;
+    struct cj_fobs_headers h;
+    memset(&h, 0, sizeof h);
+    if (req && req_len && open_headers(req, req_len, &hdrs, &hlen, &h, NULL, 0)) hdrs = NULL;
+    bool jar = hdrs && h.cookie_jar.len;
+    if (!rc || !site || !job_id) {
+        set_why(why, whysz, "aux reply: rc, site and job_id are required");
+        return -1;
+    }
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    struct cj_err e = { 0 };
+    size_t hdr;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    int r = cj_lobs_begin_main(&sb, &hdr, &e);
+    if (!r && (cj_fobs_write_shareable_begin(&pk, 1) || cj_fobs_write_str(&pk, CJ_FOBS_HEADERS_KEY) ||
+               msgpack_pack_map(&pk, jar ? 3 : 2) || cj_fobs_write_str(&pk, "__rc__") || cj_fobs_write_str(&pk, rc)))
+        r = -1;
+    if (!r && jar &&
+        (cj_fobs_write_str(&pk, "__cookie_jar__") ||
+         msgpack_sbuffer_write(&sb, (const char *)hdrs + h.cookie_jar.off, h.cookie_jar.len)))
+        r = -1;
+    if (!r && (cj_fobs_write_str(&pk, "__peer_ctx__") || cj_fobs_write_flcontext(&pk, site, job_id) ||
+               cj_fobs_write_shareable_end(&pk)))
+        r = -1;
+    if (!r) {
+        cj_lobs_end_main(&sb, hdr);
+        r = move_out(out, &sb, why, whysz);
+    } else {
+        set_why(why, whysz, "aux reply: out of memory");
+    }
+    msgpack_sbuffer_destroy(&sb);
+    return r ? -1 : 0;
+}
+
+int cj_task_submit_payload(struct evbuffer *out, const struct cj_task *t, const uint8_t *result, size_t len,
+                           const char *msg_root_id, const char *site, const char *job_id, char *why, size_t whysz)
+{
+    msgpack_sbuffer sb;
+    struct cj_err e = { 0 };
+    msgpack_sbuffer_init(&sb);
+    /* NULL name and id: raw copies of the task's own task_name / __task_id__ values */
+    int rc = cj_splice_submit_update(result, len, t->headers, t->headers_len, NULL, NULL, msg_root_id, site, job_id,
+                                     &sb, &e);
+    if (rc) set_why(why, whysz, "submit_update splice: %s (at byte %zu)", e.msg, e.offset);
+    else rc = move_out(out, &sb, why, whysz);
+    msgpack_sbuffer_destroy(&sb);
+    return rc ? -1 : 0;
+}
+
+int cj_task_failed_payload(struct evbuffer *out, const struct cj_task *t, const char *rc_name, const char *msg_root_id,
+                           const char *site, const char *job_id, char *why, size_t whysz)
+{
+    msgpack_sbuffer sb;
+    struct cj_err e = { 0 };
+    msgpack_sbuffer_init(&sb);
+    int rc = cj_splice_failed_result(rc_name, t->headers, t->headers_len, NULL, NULL, msg_root_id, site, job_id, &sb,
+                                     &e);
+    if (rc) set_why(why, whysz, "failed result: %s", e.msg);
+    else rc = move_out(out, &sb, why, whysz);
+    msgpack_sbuffer_destroy(&sb);
+    return rc ? -1 : 0;
+}
