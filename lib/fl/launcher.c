@@ -1,0 +1,699 @@
+/* launcher.c — worker processes: spawn, output, reaping, restart, staged stop (see launcher.h). */
+#include "fl/launcher.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "fl/bootstrap.h"
+#include "fl/creds.h"
+#include "util/log.h"
+
+extern char **environ;
+
+#define POLL_SECS 1.0                  /* reaping safety net besides SIGCHLD */
+#define GRACE_DEFAULT 10.0
+#define RESTART_MIN_DEFAULT 1.0
+#define RESTART_MAX_DEFAULT 30.0
+#define NAME_MAX_LEN 255
+
+/* One output pipe of a worker.  Lives until EOF, independently of its slot (a
+ * relaunch may happen before the old pipe drains). */
+struct outp {
+    struct cj_launcher *l;
+    struct bufferevent *bev;
+    int stream;                        /* 1 stdout, 2 stderr */
+    char name[64];                     /* worker leaf, for the log prefix */
+    char fqcn[NAME_MAX_LEN + 1];
+    struct outp *next;
+};
+
+enum stop_stage { STOP_NONE, STOP_GRACE, STOP_TERM, STOP_KILL };
+
+struct slot {
+    struct cj_launcher *l;
+    unsigned seq;                      /* of the current / last launch, 0 none yet */
+    char fqcn[NAME_MAX_LEN + 1];
+    char leaf[64];
+    char bootstrap[PATH_MAX];
+    pid_t pid;                         /* running child (its pgid too), 0 none */
+    double started;
+    bool stopping;                     /* no relaunch after this child */
+    bool now;                          /* stop overrides the result barrier */
+    bool barrier_logged;
+    enum stop_stage stage;
+    double backoff;                    /* last restart delay, 0 = none yet */
+    struct event *stop_timer, *restart_timer;
+};
+
+struct cj_launcher {
+    struct event_base *base;
+    char **argv;
+    int argc;
+    int count;
+    char runtime_dir[PATH_MAX];
+    char connect_url[CJ_BOOTSTRAP_URL_MAX + 1];
+    char site[NAME_MAX_LEN + 1], job[NAME_MAX_LEN + 1];
+    bool secure;
+    double grace, rmin, rmax;
+    size_t line_max;
+    struct cj_launcher_cbs cbs;
+    struct slot *slots;
+    unsigned seq;
+    bool stopping_all;
+    struct event *sigchld, *poll;
+    struct outp *outs;
+};
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static struct timeval tv_of(double s)
+{
+    if (!(s > 0)) s = 0;
+    struct timeval tv = {(time_t)s, (suseconds_t)((s - (double)(time_t)s) * 1e6)};
+    return tv;
+}
+
+static void arm(struct event *ev, double secs)
+{
+    struct timeval tv = tv_of(secs);
+    evtimer_add(ev, &tv);
+}
+
+/* ---- command splitting ----------------------------------------------------------------- */
+
+void cj_launcher_argv_free(char **argv)
+{
+    if (!argv) return;
+    for (char **p = argv; *p; p++) free(*p);
+    free(argv);
+}
+
+/* One word of cmd starting at *i (not a blank) into word; *i moves past it.
+ * Returns its length, or -1 with err filled. */
+static long split_word(const char *cmd, size_t n, size_t *i, char *word, struct cj_err *err)
+{
+    size_t w = 0, k = *i;
+    while (k < n && cmd[k] != ' ' && cmd[k] != '\t' && cmd[k] != '\n') {
+        char c = cmd[k];
+        if (c == '\'') {                      /* '...': everything literally */
+            size_t at = k++;
+            while (k < n && cmd[k] != '\'') word[w++] = cmd[k++];
+            if (k >= n) return cj_fail(err, CJ_E_INVALID, at, "command: unterminated single quote at offset %zu", at), -1;
+            k++;
+        } else if (c == '"') {                /* "...": only \" \\ \$ \` and backslash-newline escape */
+            size_t at = k++;
+            while (k < n && cmd[k] != '"') {
+                if (cmd[k] == '\\' && k + 1 < n && strchr("\"\\$`\n", cmd[k + 1])) {
+                    if (cmd[k + 1] != '\n') word[w++] = cmd[k + 1];
+                    k += 2;
+                } else {
+                    word[w++] = cmd[k++];
+                }
+            }
+            if (k >= n) return cj_fail(err, CJ_E_INVALID, at, "command: unterminated double quote at offset %zu", at), -1;
+            k++;
+        } else if (c == '\\') {               /* backslash: the next character literally */
+            if (k + 1 >= n) return cj_fail(err, CJ_E_INVALID, k, "command: trailing backslash"), -1;
+            if (cmd[k + 1] != '\n') word[w++] = cmd[k + 1];
+            k += 2;
+        } else {
+            word[w++] = cmd[k++];
+        }
+    }
+    *i = k;
+    return (long)w;
+}
+
+int cj_launcher_split(const char *cmd, char ***argv_out, int *argc_out, struct cj_err *err)
+{
+    *argv_out = NULL;
+    if (argc_out) *argc_out = 0;
+    if (!cmd) return cj_fail(err, CJ_E_MISSING, 0, "command: empty");
+    size_t n = strlen(cmd), i = 0;
+    char **argv = calloc(CJ_LAUNCHER_MAX_ARGS + 1, sizeof *argv);
+    char *word = malloc(n + 1);   /* a word is never longer than the command */
+    int argc = 0, rc = 0;
+    if (!argv || !word) {
+        rc = cj_fail(err, CJ_E_NOMEM, 0, "command: out of memory");
+        goto out;
+    }
+    for (;;) {
+        while (i < n && (cmd[i] == ' ' || cmd[i] == '\t' || cmd[i] == '\n')) i++;
+        if (i >= n) break;
+        if (argc >= CJ_LAUNCHER_MAX_ARGS) {
+            rc = cj_fail(err, CJ_E_LIMIT, i, "command: more than %d words", CJ_LAUNCHER_MAX_ARGS);
+            goto out;
+        }
+        size_t at = i;
+        long w = split_word(cmd, n, &i, word, err);
+        if (w < 0) {
+            rc = err ? -err->code : -CJ_E_INVALID;
+            goto out;
+        }
+        if (!(argv[argc] = malloc((size_t)w + 1))) {
+            rc = cj_fail(err, CJ_E_NOMEM, at, "command: out of memory");
+            goto out;
+        }
+        memcpy(argv[argc], word, (size_t)w);
+        argv[argc++][w] = 0;
+    }
+    if (argc == 0) rc = cj_fail(err, CJ_E_MISSING, 0, "command: no words");
+out:
+    free(word);
+    if (rc) {
+        cj_launcher_argv_free(argv);
+        return rc;
+    }
+    *argv_out = argv;
+    if (argc_out) *argc_out = argc;
+    return 0;
+}
+
+/* ---- output pipes ------------------------------------------------------------------------ */
+
+static void emit(struct outp *o, const char *line)
+{
+    struct cj_launcher *l = o->l;
+    if (o->stream == 2) cj_log_info("worker %s (stderr): %s", o->name, line);
+    else cj_log_info("worker %s: %s", o->name, line);
+    if (l->cbs.on_line) l->cbs.on_line(l->cbs.ctx, o->fqcn, o->stream, line);
+}
+
+/* Logs every complete line in; final: the rest too.  Lines longer than
+ * line_max are cut into line_max pieces (so memory stays bounded). */
+static void emit_lines(struct outp *o, struct evbuffer *in, bool final)
+{
+    size_t max = o->l->line_max;
+    char *buf = malloc(max + 1);
+    if (!buf) return;
+    for (;;) {
+        size_t len = evbuffer_get_length(in);
+        if (!len) break;
+        size_t eol_len = 0;
+        struct evbuffer_ptr p = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
+        size_t take, drop = 0;
+        if (p.pos >= 0 && (size_t)p.pos <= max) {
+            take = (size_t)p.pos;
+            drop = eol_len;
+        } else if (len >= max || (p.pos >= 0) || final) {
+            take = len < max ? len : max;   /* a cut piece of a long line, or the unterminated tail */
+        } else {
+            break;
+        }
+        evbuffer_remove(in, buf, take);
+        if (drop) evbuffer_drain(in, drop);
+        buf[take] = 0;
+        if (take && buf[take - 1] == '\r') buf[take - 1] = 0;
+        emit(o, buf);
+    }
+    free(buf);
+}
+
+static void outp_free(struct outp *o)
+{
+    struct cj_launcher *l = o->l;
+    for (struct outp **pp = &l->outs; *pp; pp = &(*pp)->next)
+        if (*pp == o) {
+            *pp = o->next;
+            break;
+        }
+    if (o->bev) bufferevent_free(o->bev);
+    free(o);
+}
+
+static void out_read_cb(struct bufferevent *bev, void *arg)
+{
+    emit_lines(arg, bufferevent_get_input(bev), false);
+}
+
+static void out_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    struct outp *o = arg;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        emit_lines(o, bufferevent_get_input(bev), true);
+        outp_free(o);
+    }
+}
+
+static int outp_new(struct cj_launcher *l, const struct slot *sl, int fd, int stream)
+{
+    struct outp *o = calloc(1, sizeof *o);
+    if (!o) return -1;
+    o->l = l;
+    o->stream = stream;
+    snprintf(o->name, sizeof o->name, "%s", sl->leaf);
+    snprintf(o->fqcn, sizeof o->fqcn, "%s", sl->fqcn);
+    evutil_make_socket_nonblocking(fd);
+    o->bev = bufferevent_socket_new(l->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!o->bev) {
+        close(fd);
+        free(o);
+        return -1;
+    }
+    bufferevent_setcb(o->bev, out_read_cb, NULL, out_event_cb, o);
+    /* Bounded reads: a chatty worker cannot make the relay buffer more than this. */
+    bufferevent_setwatermark(o->bev, EV_READ, 0, l->line_max * 4 + 4096);
+    bufferevent_enable(o->bev, EV_READ);
+    o->next = l->outs;
+    l->outs = o;
+    return 0;
+}
+
+/* ---- spawning ------------------------------------------------------------------------------ */
+
+static bool env_dropped(const char *e)
+{
+    static const char *const names[] = {
+        "CLIENT_API_TYPE", CJ_BOOTSTRAP_ENV,
+        /* the relay's own job credentials: workers get theirs from hello_accepted (R26) */
+        CJ_CREDS_ENV_TOKEN, CJ_CREDS_ENV_SIGNATURE, CJ_CREDS_ENV_SSID,
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        size_t n = strlen(names[i]);
+        if (!strncmp(e, names[i], n) && e[n] == '=') return true;
+    }
+    return false;
+}
+
+/* The worker's environment: ours minus the dropped names, plus the bootstrap path. */
+static char **make_env(const char *bootstrap)
+{
+    size_t n = 0;
+    for (char **e = environ; e && *e; e++) n++;
+    char **env = calloc(n + 2, sizeof *env);
+    if (!env) return NULL;
+    size_t k = 0;
+    for (char **e = environ; e && *e; e++)
+        if (!env_dropped(*e)) env[k++] = *e;
+    size_t len = strlen(CJ_BOOTSTRAP_ENV) + 1 + strlen(bootstrap) + 1;
+    char *mine = malloc(len);
+    if (!mine) {
+        free(env);
+        return NULL;
+    }
+    snprintf(mine, len, "%s=%s", CJ_BOOTSTRAP_ENV, bootstrap);
+    env[k++] = mine;
+    env[k] = NULL;
+    return env;
+}
+
+static void free_env(char **env)
+{
+    if (!env) return;
+    char **e = env;
+    while (e[1]) e++;
+    free(*e);   /* only the last entry is ours */
+    free(env);
+}
+
+/* In the child, between fork and exec: async-signal-safe calls only. */
+static void child_exec(const struct cj_launcher *l, int out_fd, int err_fd, char **env)
+{
+    setsid();   /* leads its own process group: pgid = pid */
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0 && nul != 0) {
+        dup2(nul, 0);
+        close(nul);
+    }
+    dup2(out_fd, 1);
+    dup2(err_fd, 2);
+    if (close_range(3, ~0U, 0) != 0)
+        for (int fd = 3; fd < 4096; fd++) close(fd);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);   /* SIGPIPE may be ignored here */
+    execvpe(l->argv[0], l->argv, env);
+    static const char msg[] = "cjrelay launcher: cannot exec the worker command\n";
+    ssize_t rc = write(2, msg, sizeof msg - 1);
+    (void)rc;
+    _exit(127);
+}
+
+static void schedule_restart(struct slot *sl, double lived);
+
+static int write_bootstrap(struct cj_launcher *l, struct slot *sl, const char *token)
+{
+    struct cj_bootstrap b;
+    struct cj_err e = {0};
+    cj_bootstrap_defaults(&b);
+    snprintf(b.connect_url, sizeof b.connect_url, "%s", l->connect_url);
+    if ((size_t)snprintf(b.cj_fqcn, sizeof b.cj_fqcn, "%s.%s", l->site, l->job) >= sizeof b.cj_fqcn) return -1;
+    b.cj_pid = (int64_t)getpid();
+    snprintf(b.trainer_fqcn, sizeof b.trainer_fqcn, "%s", sl->fqcn);
+    snprintf(b.launch_token, sizeof b.launch_token, "%s", token);
+    snprintf(b.job_id, sizeof b.job_id, "%s", l->job);
+    snprintf(b.site_name, sizeof b.site_name, "%s", l->site);
+    b.secure_mode = l->secure;
+    int rc = cj_bootstrap_write(sl->bootstrap, &b, &e);
+    explicit_bzero(&b, sizeof b);
+    if (rc) cj_log_error("worker %s: cannot write its bootstrap file: %s", sl->leaf, e.msg);
+    return rc;
+}
+
+static int spawn(struct slot *sl)
+{
+    struct cj_launcher *l = sl->l;
+    char token[CJ_BOOTSTRAP_TOKEN_LEN + 1];
+    int po[2] = {-1, -1}, pe[2] = {-1, -1};
+    char **env = NULL;
+
+    sl->seq = ++l->seq;
+    snprintf(sl->leaf, sizeof sl->leaf, "%s%u", CJ_LAUNCHER_LEAF_PREFIX, sl->seq);
+    if ((size_t)snprintf(sl->fqcn, sizeof sl->fqcn, "%s.%s.%s", l->site, l->job, sl->leaf) >= sizeof sl->fqcn) {
+        sl->bootstrap[0] = 0;
+        cj_log_error("worker %s: FQCN too long", sl->leaf);
+        goto fail;
+    }
+    if ((size_t)snprintf(sl->bootstrap, sizeof sl->bootstrap, "%s/client_api_bootstrap_%u.json", l->runtime_dir,
+                         sl->seq) >= sizeof sl->bootstrap) {
+        sl->bootstrap[0] = 0;
+        cj_log_error("worker %s: runtime directory path too long", sl->leaf);
+        goto fail;
+    }
+    if (cj_bootstrap_new_token(token)) {
+        cj_log_error("worker %s: cannot make a launch token", sl->leaf);
+        goto fail;
+    }
+    if (write_bootstrap(l, sl, token)) goto fail;
+    if (!(env = make_env(sl->bootstrap)) || pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
+        cj_log_error("worker %s: cannot prepare its launch: %s", sl->leaf, strerror(errno));
+        goto fail;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        cj_log_error("worker %s: fork failed: %s", sl->leaf, strerror(errno));
+        goto fail;
+    }
+    if (pid == 0) child_exec(l, po[1], pe[1], env);   /* never returns */
+    close(po[1]);
+    close(pe[1]);
+    free_env(env);
+    sl->pid = pid;
+    sl->started = mono();
+    sl->stopping = sl->now = sl->barrier_logged = false;
+    sl->stage = STOP_NONE;
+    if (outp_new(l, sl, po[0], 1)) cj_log_warning("worker %s: its stdout is not captured", sl->leaf);
+    if (outp_new(l, sl, pe[0], 2)) cj_log_warning("worker %s: its stderr is not captured", sl->leaf);
+    cj_log_info("worker %s launched: pid %d, %s (%d more args not shown), bootstrap %s", sl->fqcn, (int)pid,
+                l->argv[0], l->argc - 1, sl->bootstrap);
+    if (l->cbs.on_spawn) l->cbs.on_spawn(l->cbs.ctx, sl->fqcn, token, pid);
+    explicit_bzero(token, sizeof token);
+    return 0;
+fail:
+    explicit_bzero(token, sizeof token);
+    for (int i = 0; i < 2; i++) {
+        if (po[i] >= 0) close(po[i]);
+        if (pe[i] >= 0) close(pe[i]);
+    }
+    free_env(env);
+    if (sl->bootstrap[0]) unlink(sl->bootstrap);
+    sl->pid = 0;
+    schedule_restart(sl, 0);
+    return -1;
+}
+
+static void restart_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct slot *sl = arg;
+    if (!sl->l->stopping_all && !sl->pid) spawn(sl);
+}
+
+static void schedule_restart(struct slot *sl, double lived)
+{
+    struct cj_launcher *l = sl->l;
+    if (l->stopping_all) return;
+    if (lived > l->rmax || sl->backoff <= 0) sl->backoff = l->rmin;
+    else sl->backoff = sl->backoff * 2 > l->rmax ? l->rmax : sl->backoff * 2;
+    cj_log_info("worker slot of %s: relaunch in %.1f s", sl->leaf[0] ? sl->leaf : "(none)", sl->backoff);
+    arm(sl->restart_timer, sl->backoff);
+}
+
+/* ---- reaping and stopping -------------------------------------------------------------------- */
+
+static void signal_group(pid_t pid, int sig)
+{
+    /* Before the child's setsid() the group does not exist yet: signal the child itself. */
+    if (killpg(pid, sig) != 0 && errno == ESRCH) kill(pid, sig);
+}
+
+static void status_text(int st, char *out, size_t n)
+{
+    if (WIFEXITED(st)) snprintf(out, n, "exit code %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st)) snprintf(out, n, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else snprintf(out, n, "status 0x%x", st);
+}
+
+static void child_exited(struct slot *sl, int st)
+{
+    struct cj_launcher *l = sl->l;
+    pid_t pid = sl->pid;
+    char how[96];
+    sl->pid = 0;
+    evtimer_del(sl->stop_timer);
+    status_text(st, how, sizeof how);
+    double lived = mono() - sl->started;
+    bool stopping = sl->stopping || l->stopping_all;
+    if (stopping) cj_log_info("worker %s (pid %d) stopped: %s", sl->fqcn, (int)pid, how);
+    else cj_log_warning("worker %s (pid %d) exited after %.1f s: %s", sl->fqcn, (int)pid, lived, how);
+    if (killpg(pid, 0) == 0) {   /* its group outlived it: nobody owns those processes now */
+        cj_log_warning("worker %s: processes of its group survived it; killing them", sl->fqcn);
+        killpg(pid, SIGKILL);
+    }
+    if (unlink(sl->bootstrap) != 0 && errno != ENOENT)
+        cj_log_warning("worker %s: cannot remove %s: %s", sl->fqcn, sl->bootstrap, strerror(errno));
+    if (l->cbs.on_exit) l->cbs.on_exit(l->cbs.ctx, sl->fqcn, st, stopping);
+    /* A clean exit (a per-task trainer, launch_once false) is no reason to back off further. */
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) sl->backoff = 0;
+    if (!stopping && !sl->pid) schedule_restart(sl, lived);
+}
+
+static void reap(struct cj_launcher *l)
+{
+    for (int i = 0; i < l->count; i++) {
+        struct slot *sl = &l->slots[i];
+        int st;
+        if (!sl->pid) continue;
+        pid_t r = waitpid(sl->pid, &st, WNOHANG);
+        if (r == sl->pid) child_exited(sl, st);
+        else if (r < 0 && errno == ECHILD) child_exited(sl, 0);   /* reaped elsewhere */
+    }
+}
+
+static void sigchld_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    reap(arg);
+}
+
+static void stop_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct slot *sl = arg;
+    struct cj_launcher *l = sl->l;
+    if (!sl->pid) return;
+    switch (sl->stage) {
+    case STOP_NONE:
+    case STOP_GRACE:
+        if (!sl->now && l->cbs.in_barrier && l->cbs.in_barrier(l->cbs.ctx, sl->fqcn)) {
+            if (!sl->barrier_logged)
+                cj_log_info("worker %s (pid %d): serving its result to the server; SIGTERM waits for the barrier",
+                            sl->fqcn, (int)sl->pid);
+            sl->barrier_logged = true;
+            arm(sl->stop_timer, 1.0);
+            break;
+        }
+        cj_log_info("worker %s (pid %d): SIGTERM to its process group (%s)", sl->fqcn, (int)sl->pid,
+                    sl->now ? "stop now" : "still running after the grace");
+        sl->stage = STOP_TERM;
+        signal_group(sl->pid, SIGTERM);
+        arm(sl->stop_timer, l->grace);
+        break;
+    case STOP_TERM:
+        cj_log_warning("worker %s (pid %d): survived SIGTERM for %g s; SIGKILL to its process group", sl->fqcn,
+                       (int)sl->pid, l->grace);
+        sl->stage = STOP_KILL;
+        signal_group(sl->pid, SIGKILL);
+        arm(sl->stop_timer, l->grace);
+        break;
+    case STOP_KILL:
+        cj_log_error("worker %s (pid %d): did not die after SIGKILL", sl->fqcn, (int)sl->pid);
+        signal_group(sl->pid, SIGKILL);
+        arm(sl->stop_timer, l->grace);
+        break;
+    }
+}
+
+static void stop_slot(struct slot *sl, bool now)
+{
+    struct cj_launcher *l = sl->l;
+    evtimer_del(sl->restart_timer);
+    if (!sl->pid) return;
+    sl->stopping = true;
+    sl->now |= now;
+    if (now && sl->stage < STOP_TERM) {
+        sl->stage = STOP_GRACE;
+        stop_timer_cb(-1, 0, sl);   /* SIGTERM now, SIGKILL after the grace */
+    } else if (sl->stage == STOP_NONE) {
+        sl->stage = STOP_GRACE;
+        arm(sl->stop_timer, l->grace);
+    }
+}
+
+/* ---- public ----------------------------------------------------------------------------------- */
+
+struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_launcher_cfg *cfg,
+                                    const struct cj_launcher_cbs *cbs, struct cj_err *err)
+{
+    const char *bad = NULL;
+    if (!base || !cfg) bad = "no configuration";
+    else if (cfg->count < 1 || cfg->count > CJ_LAUNCHER_MAX_WORKERS) bad = "count out of range";
+    else if (!cfg->runtime_dir || !cfg->runtime_dir[0] || strlen(cfg->runtime_dir) > PATH_MAX - 64)
+        bad = "runtime directory";
+    else if (!cfg->connect_url || !cfg->connect_url[0] || strlen(cfg->connect_url) > CJ_BOOTSTRAP_URL_MAX)
+        bad = "connect_url";
+    else if (!cfg->site || !cfg->site[0] || !cfg->job_id || !cfg->job_id[0] ||
+             strlen(cfg->site) + strlen(cfg->job_id) + 64 > NAME_MAX_LEN)
+        bad = "site / job_id";
+    if (bad) {
+        cj_fail(err, CJ_E_INVALID, 0, "launcher: %s", bad);
+        return NULL;
+    }
+    struct cj_launcher *l = calloc(1, sizeof *l);
+    if (!l) {
+        cj_fail(err, CJ_E_NOMEM, 0, "launcher: out of memory");
+        return NULL;
+    }
+    l->base = base;
+    if (cj_launcher_split(cfg->command, &l->argv, &l->argc, err)) {
+        free(l);
+        return NULL;
+    }
+    l->count = cfg->count;
+    snprintf(l->runtime_dir, sizeof l->runtime_dir, "%s", cfg->runtime_dir);
+    snprintf(l->connect_url, sizeof l->connect_url, "%s", cfg->connect_url);
+    snprintf(l->site, sizeof l->site, "%s", cfg->site);
+    snprintf(l->job, sizeof l->job, "%s", cfg->job_id);
+    l->secure = cfg->secure_mode;
+    l->grace = cfg->shutdown_grace > 0 ? cfg->shutdown_grace : GRACE_DEFAULT;
+    l->rmin = cfg->restart_min > 0 ? cfg->restart_min : RESTART_MIN_DEFAULT;
+    l->rmax = cfg->restart_max > 0 ? cfg->restart_max : RESTART_MAX_DEFAULT;
+    if (l->rmax < l->rmin) l->rmax = l->rmin;
+    l->line_max = cfg->line_max ? cfg->line_max : CJ_LAUNCHER_LINE_MAX;
+    if (cbs) l->cbs = *cbs;
+    if (mkdir(l->runtime_dir, 0700) != 0 && errno != EEXIST) {
+        cj_fail(err, CJ_E_INVALID, 0, "launcher: cannot create %s: %s", l->runtime_dir, strerror(errno));
+        cj_launcher_free(l);
+        return NULL;
+    }
+    l->slots = calloc((size_t)l->count, sizeof *l->slots);
+    l->sigchld = evsignal_new(base, SIGCHLD, sigchld_cb, l);
+    l->poll = event_new(base, -1, EV_PERSIST, sigchld_cb, l);
+    if (!l->slots || !l->sigchld || !l->poll || evsignal_add(l->sigchld, NULL) != 0) goto nomem;
+    arm(l->poll, POLL_SECS);
+    for (int i = 0; i < l->count; i++) {
+        struct slot *sl = &l->slots[i];
+        sl->l = l;
+        sl->stop_timer = evtimer_new(base, stop_timer_cb, sl);
+        sl->restart_timer = evtimer_new(base, restart_cb, sl);
+        if (!sl->stop_timer || !sl->restart_timer) goto nomem;
+    }
+    return l;
+nomem:
+    cj_fail(err, CJ_E_NOMEM, 0, "launcher: cannot set up events");
+    cj_launcher_free(l);
+    return NULL;
+}
+
+void cj_launcher_free(struct cj_launcher *l)
+{
+    if (!l) return;
+    for (int i = 0; l->slots && i < l->count; i++) {
+        struct slot *sl = &l->slots[i];
+        if (sl->pid) {
+            int st;
+            signal_group(sl->pid, SIGKILL);
+            while (waitpid(sl->pid, &st, 0) < 0 && errno == EINTR) {}
+            unlink(sl->bootstrap);
+            sl->pid = 0;
+        }
+        if (sl->stop_timer) event_free(sl->stop_timer);
+        if (sl->restart_timer) event_free(sl->restart_timer);
+    }
+    while (l->outs) outp_free(l->outs);
+    if (l->sigchld) event_free(l->sigchld);
+    if (l->poll) event_free(l->poll);
+    free(l->slots);
+    cj_launcher_argv_free(l->argv);
+    free(l);
+}
+
+int cj_launcher_start(struct cj_launcher *l)
+{
+    int ok = 0;
+    l->stopping_all = false;
+    for (int i = 0; i < l->count; i++)
+        if (!l->slots[i].pid && spawn(&l->slots[i]) == 0) ok++;
+    return ok ? 0 : -1;
+}
+
+static struct slot *find_slot(const struct cj_launcher *l, const char *fqcn)
+{
+    for (int i = 0; fqcn && i < l->count; i++)
+        if (l->slots[i].pid && !strcmp(l->slots[i].fqcn, fqcn)) return &l->slots[i];
+    return NULL;
+}
+
+int cj_launcher_stop(struct cj_launcher *l, const char *fqcn)
+{
+    struct slot *sl = find_slot(l, fqcn);
+    if (!sl) return -1;
+    stop_slot(sl, false);
+    return 0;
+}
+
+void cj_launcher_stop_all(struct cj_launcher *l, bool now)
+{
+    l->stopping_all = true;
+    for (int i = 0; i < l->count; i++) stop_slot(&l->slots[i], now);
+}
+
+pid_t cj_launcher_pid(const struct cj_launcher *l, const char *fqcn)
+{
+    const struct slot *sl = find_slot(l, fqcn);
+    return sl ? sl->pid : 0;
+}
+
+size_t cj_launcher_running(const struct cj_launcher *l)
+{
+    size_t k = 0;
+    for (int i = 0; i < l->count; i++) k += l->slots[i].pid != 0;
+    return k;
+}
+
+unsigned cj_launcher_launches(const struct cj_launcher *l)
+{
+    return l->seq;
+}

@@ -1,0 +1,107 @@
+/* launcher.h — the relay's worker processes ([workers] command × count;
+ * fl-protocols.md §8).
+ *
+ * Each launch gets a fresh sequence number (counting from 1), the FQCN
+ * <site>.<job>.client_api_trainer_<seq>, a fresh launch token and its own
+ * bootstrap file <runtime_dir>/client_api_bootstrap_<seq>.json (0600, written
+ * atomically), whose path is passed in NVFLARE_CLIENT_API_BOOTSTRAP;
+ * CLIENT_API_TYPE is removed from the environment.  The command is split into
+ * words like a POSIX shell would (quotes and backslashes, no expansions) and
+ * exec'd without a shell after fork + setsid, so the worker leads its own
+ * process group.  Its stdout and stderr are read without blocking and logged
+ * line by line, prefixed with the worker's name.  SIGCHLD is a libevent signal
+ * event (plus a slow poll as a safety net) reaping with waitpid(WNOHANG).
+ *
+ * A worker that exits is relaunched after a back-off (restart_min, doubling up
+ * to restart_max; back to restart_min after a clean exit or once a worker lived
+ * longer than restart_max), unless it is being stopped.  Stopping is staged: the owner sends client_api.shutdown
+ * first (lib/fl/session.h), then cj_launcher_stop: SIGTERM to the process
+ * group after shutdown_grace, SIGKILL after another shutdown_grace; the child is
+ * reaped and its bootstrap file removed.
+ *
+ * Never logged: the token, and the command's arguments beyond argv[0]. */
+#ifndef CJ_FL_LAUNCHER_H
+#define CJ_FL_LAUNCHER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "util/err.h"
+
+struct event_base;
+struct cj_launcher;
+
+#define CJ_LAUNCHER_LEAF_PREFIX "client_api_trainer_"
+#define CJ_LAUNCHER_MAX_WORKERS 64
+#define CJ_LAUNCHER_MAX_ARGS 256
+#define CJ_LAUNCHER_LINE_MAX 1024      /* default bound of a logged output line */
+
+struct cj_launcher_cfg {
+    const char *command;        /* [workers] command */
+    int count;                  /* workers kept running: 1..CJ_LAUNCHER_MAX_WORKERS */
+    const char *runtime_dir;    /* bootstrap files go here (created 0700 if missing) */
+    const char *connect_url;    /* bootstrap connect_url: the first [workers] listen entry */
+    const char *site, *job_id;
+    bool secure_mode;           /* bootstrap secure_mode (must match the sessions') */
+    double shutdown_grace;      /* seconds; 0 = 10 */
+    double restart_min, restart_max;   /* back-off seconds; 0 = 1 / 30 */
+    size_t line_max;            /* longest logged output line (longer ones are cut); 0 = CJ_LAUNCHER_LINE_MAX */
+};
+
+struct cj_launcher_cbs {
+    void *ctx;
+    /* A worker was started: register it (cj_fl_sessions_expect / _set_pid).  The
+     * token is wiped after the call.  Runs before the worker can connect. */
+    void (*on_spawn)(void *ctx, const char *fqcn, const char *token, pid_t pid);
+    /* The worker process was reaped (status as from waitpid); stopping: it was
+     * being stopped (no relaunch follows).  Call cj_fl_sessions_worker_exited:
+     * the sessions know whether it held a task. */
+    void (*on_exit)(void *ctx, const char *fqcn, int status, bool stopping);
+    /* Optional: true while the worker owns a live result source
+     * (cj_fl_sessions_in_barrier).  A staged stop (not "now") then waits before
+     * SIGTERM, asking again every second (fl-protocols.md §8 step 4). */
+    bool (*in_barrier)(void *ctx, const char *fqcn);
+    /* Optional: every output line as logged (stream 1 stdout, 2 stderr). */
+    void (*on_line)(void *ctx, const char *fqcn, int stream, const char *line);
+};
+
+/* Checks cfg (the command must split into at least one word) and sets up SIGCHLD
+ * handling on base.  Nothing is started yet.  NULL with err filled. */
+struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_launcher_cfg *cfg,
+                                    const struct cj_launcher_cbs *cbs, struct cj_err *err);
+/* Kills (SIGKILL to each group) and reaps whatever still runs, removes the
+ * bootstrap files, frees.  No callbacks. */
+void cj_launcher_free(struct cj_launcher *l);
+
+/* Starts count workers.  0, or -1 when none could be started (logged; the
+ * failed slots retry with back-off). */
+int cj_launcher_start(struct cj_launcher *l);
+
+/* Staged stop of one worker (after the owner's client_api.shutdown): no
+ * relaunch; SIGTERM to its group after shutdown_grace (and once it is out of
+ * its result barrier, see in_barrier), SIGKILL after another shutdown_grace.
+ * 0, or -1 when no such running worker. */
+int cj_launcher_stop(struct cj_launcher *l, const char *fqcn);
+/* Every worker: now = false as cj_launcher_stop; now = true: SIGTERM at once,
+ * barrier or not, SIGKILL after shutdown_grace (shutdown now, SIGQUIT, a second
+ * signal). */
+void cj_launcher_stop_all(struct cj_launcher *l, bool now);
+
+/* pid of the running worker fqcn, or 0. */
+pid_t cj_launcher_pid(const struct cj_launcher *l, const char *fqcn);
+/* Worker processes not yet reaped. */
+size_t cj_launcher_running(const struct cj_launcher *l);
+/* Launches so far (the last seq used). */
+unsigned cj_launcher_launches(const struct cj_launcher *l);
+
+/* Splits a command line into words as a POSIX shell would, without any
+ * expansion: blanks separate words; '...' keeps everything literally; "..."
+ * keeps everything but \" \\ \$ \` and backslash-newline; a backslash outside
+ * quotes escapes the next character.  *argv_out is a NULL-terminated array (free
+ * with cj_launcher_argv_free).  -1 with err on unterminated quotes, a trailing
+ * backslash, no words, more than CJ_LAUNCHER_MAX_ARGS words. */
+int cj_launcher_split(const char *cmd, char ***argv_out, int *argc_out, struct cj_err *err);
+void cj_launcher_argv_free(char **argv);
+
+#endif
