@@ -15,6 +15,7 @@
 #include "cell/router.h"
 #include "net/link.h"
 #include "net/tls.h"
+#include "ops/flrun.h"
 #include "ops/notify.h"
 #include "wire/frame.h"
 #include "ops/out.h"
@@ -36,6 +37,7 @@ struct cj_daemon {
     struct cj_router *router;     /* the relay cell: links, routing, forwarding */
     SSL_CTX *tls;                 /* upstream client context (tls / mtls), else NULL */
     struct cj_stream_ep *stream;  /* sm__ endpoint for the messages addressed to the relay itself */
+    struct cj_flrun *fl;          /* the FL run: task loop, worker sessions, launcher */
     struct event *sig_hup, *sig_term, *sig_int, *sig_quit;
     struct event *watchdog_timer, *status_timer, *drain_timer;
     enum run_state state;
@@ -117,6 +119,7 @@ static void send_status_line(struct cj_daemon *d)
 static void stop_now(struct cj_daemon *d, const char *why)
 {
     if (d->state != RUN_STOPPED) cj_log_info("stopping now (%s)", why);
+    if (d->fl) cj_flrun_stop_now(d->fl);   /* harmless after a drain: nothing left to stop */
     d->state = RUN_STOPPED;
     cj_notify_stopping();
     event_base_loopexit(d->base, NULL);
@@ -136,8 +139,30 @@ static void start_drain(struct cj_daemon *d, const char *why)
     cj_log_info("draining (%s): no new tasks; in-flight work finishes, then exit", why);
     d->state = RUN_DRAINING;
     cj_notify_stopping();
+    if (d->fl) { cj_flrun_drain(d->fl, why); return; }   /* ends through on_fl_ended */
     struct timeval soon = {0, 50 * 1000};
     evtimer_add(d->drain_timer, &soon);
+}
+
+/* The run is over and the workers have stopped. */
+static void on_fl_ended(void *ctx, const char *why)
+{
+    struct cj_daemon *d = ctx;
+    if (d->state == RUN_DRAINING || d->cfg.relay.on_end_run == CJ_END_EXIT) {
+        /* a timer, so the answer to a status command in progress still goes out */
+        struct timeval soon = {0, 50 * 1000};
+        evtimer_add(d->drain_timer, &soon);
+        return;
+    }
+    cj_log_info("run over (%s); on_end_run = wait: staying up idle", why);
+}
+
+static void on_fl_fatal(void *ctx, const char *why)
+{
+    struct cj_daemon *d = ctx;
+    cj_log_error("fatal: %s", why);
+    d->exit_code = CJ_EXIT_FATAL;
+    stop_now(d, why);
 }
 
 /* ---- reload ------------------------------------------------------------------- */
@@ -191,6 +216,7 @@ static void show_info(struct cj_daemon *d, struct cj_out *o)
     cj_out_str(o, "mode", d->cfg.relay.mode == CJ_MODE_SPOOL ? "spool" : "pass_through");
     cj_out_str(o, "state", state_name(d));
     cj_out_str(o, "upstream", upstream_state(d));
+    cj_out_str(o, "fl", d->fl ? cj_flrun_state(d->fl) : "off");
     struct cj_link *up = d->router ? cj_router_upstream(d->router) : NULL;
     cj_out_str(o, "upstream_url", d->upstream_url);
     cj_out_str(o, "upstream_peer", up ? cj_link_peer(up) : "");
@@ -260,9 +286,13 @@ static bool on_show(void *ctx, const char *what, struct cj_out *o)
     if (!strcmp(what, "info")) show_info(d, o);
     else if (!strcmp(what, "stats")) show_stats(d, o);
     else if (!strcmp(what, "config")) show_config(d, o);
+    else if (!strcmp(what, "workers") && d->fl) cj_flrun_show_workers(d->fl, o);
     else if (!strcmp(what, "workers")) show_workers(d, o, workers, 6);
+    else if (!strcmp(what, "tasks") && d->fl) cj_flrun_show_tasks(d->fl, o);
     else if (!strcmp(what, "tasks")) show_empty_table(o, "tasks", tasks, 5);
+    else if (!strcmp(what, "refs") && d->fl) cj_flrun_show_refs(d->fl, o);
     else if (!strcmp(what, "refs")) show_empty_table(o, "refs", refs, 6);
+    else if (!strcmp(what, "metrics") && d->fl) cj_flrun_show_metrics(d->fl, o);
     else if (!strcmp(what, "metrics")) show_empty_table(o, "metrics", metrics, 3);
     else return false;
     return true;
@@ -274,9 +304,11 @@ static int on_command(void *ctx, const char *cmd, const char *arg, char *msg, si
     if (!strcmp(cmd, "pause")) {
         if (!d->paused) cj_log_info("paused by the status socket: no new tasks will be pulled");
         d->paused = true;
+        if (d->fl) cj_flrun_pause(d->fl);
     } else if (!strcmp(cmd, "resume")) {
         if (d->paused) cj_log_info("resumed by the status socket");
         d->paused = false;
+        if (d->fl) cj_flrun_resume(d->fl);
     } else if (!strcmp(cmd, "reload")) {
         if (reload(d, msg, msgsz) != 0) return 500;
     } else if (!strcmp(cmd, "shutdown")) {
@@ -436,6 +468,8 @@ static int start_relay(struct cj_daemon *d, struct cj_err *err)
     };
     if (!(d->router = cj_router_new(d->base, &rc, err))) return -1;
     if (start_stream(d, err) != 0 || open_worker_listeners(d, err) != 0) return -1;
+    struct cj_flrun_cbs cbs = {.ctx = d, .ended = on_fl_ended, .fatal = on_fl_fatal};
+    if (!(d->fl = cj_flrun_new(d->base, d->stream, d->router, &d->cfg, &cbs, err))) return -1;
     return start_upstream(d, err);
 }
 
@@ -477,6 +511,7 @@ void cj_daemon_free(struct cj_daemon *d)
 {
     if (!d) return;
     cj_status_free(d->status);
+    cj_flrun_free(d->fl);
     cj_stream_free(d->stream);
     cj_router_free(d->router);
     if (d->tls) cj_tls_ctx_free(d->tls);

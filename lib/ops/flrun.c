@@ -1,0 +1,411 @@
+/* flrun.c — the relay's FL run: wiring of task table, upstream loop, worker
+ * sessions, launcher and router events (see flrun.h). */
+#include "ops/flrun.h"
+
+#include <event2/event.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cell/router.h"
+#include "fl/creds.h"
+#include "fl/launcher.h"
+#include "fl/session.h"
+#include "fl/task.h"
+#include "fl/upstream.h"
+#include "net/link.h"
+#include "util/log.h"
+
+#define PROGRESS_TICK_SECS 1
+#define STOP_POLL_SECS 0.5
+
+struct cj_flrun {
+    struct event_base *base;
+    struct cj_router *router;
+    struct cj_flrun_cbs cbs;
+    struct cj_creds creds;
+    struct cj_task_table *tasks;
+    struct cj_fl_up *up;
+    struct cj_fl_sessions *sessions;
+    struct cj_launcher *launcher;
+    struct cj_fl_dispatch_ops dispatch;     /* the sessions' ops, behind trampolines */
+    struct event *tick;                     /* worker-link progress, stop polling */
+    bool started;                           /* upstream loop started (first READY) */
+    bool ending;                            /* end of run or drain: stopping workers */
+    bool ended;
+    char end_why[256];
+    char runtime_dir[CJ_CFG_PATH_MAX];
+    char connect_url[CJ_CFG_PATH_MAX + 16];
+    uint64_t *last_bytes;                   /* per worker link index: bytes out at the last tick */
+    char site[CJ_CFG_NAME_MAX], job[CJ_CFG_NAME_MAX], project[128];
+};
+
+/* ---- trampolines: the upstream loop calls the sessions through these ---------- */
+
+static size_t tr_idle(void *ctx)
+{
+    struct cj_flrun *f = ctx;
+    return f->ending || !f->dispatch.idle ? 0 : f->dispatch.idle(f->dispatch.ctx);
+}
+
+static int tr_deliver(void *ctx, struct cj_task *t, const uint8_t *p, size_t n, char *why, size_t whysz)
+{
+    struct cj_flrun *f = ctx;
+    if (!f->dispatch.deliver) { snprintf(why, whysz, "no worker sessions"); return -1; }
+    return f->dispatch.deliver(f->dispatch.ctx, t, p, n, why, whysz);
+}
+
+static void tr_end_run(void *ctx)
+{
+    struct cj_flrun *f = ctx;
+    if (f->dispatch.end_run) f->dispatch.end_run(f->dispatch.ctx);
+}
+
+/* ---- ending: results settle, then workers stop, then ended() --------------------- */
+
+static void finish_if_stopped(struct cj_flrun *f)
+{
+    if (f->ended || !f->ending) return;
+    if (f->launcher && cj_launcher_running(f->launcher) > 0) return;
+    f->ended = true;
+    cj_log_info("run over (%s): workers stopped", f->end_why);
+    if (f->cbs.ended) f->cbs.ended(f->cbs.ctx, f->end_why);
+}
+
+static void shutdown_one(void *arg, const struct cj_fl_worker_info *wi)
+{
+    struct cj_flrun *f = arg;
+    if (wi->fqcn[0] && wi->link_up) cj_fl_sessions_shutdown(f->sessions, wi->fqcn, "end of run", NULL, NULL);
+}
+
+/* The sessions report no task and no live result source left: SHUTDOWN to each
+ * worker, then the launcher's staged SIGTERM/SIGKILL, shutdown_grace apart. */
+static void on_drained(void *arg)
+{
+    struct cj_flrun *f = arg;
+    if (!f->ending) return;
+    cj_log_info("all in-flight work settled; stopping the workers");
+    cj_fl_sessions_workers(f->sessions, shutdown_one, f);
+    if (f->launcher) cj_launcher_stop_all(f->launcher, false);
+    finish_if_stopped(f);
+}
+
+static void start_ending(struct cj_flrun *f, const char *why)
+{
+    if (f->ending) return;
+    f->ending = true;
+    snprintf(f->end_why, sizeof f->end_why, "%s", why);
+    if (f->up) cj_fl_up_drain(f->up);
+    tr_end_run(f);   /* the sessions call on_drained once nothing is in flight */
+}
+
+static void on_end_run(void *ctx, const char *why)
+{
+    struct cj_flrun *f = ctx;
+    cj_log_info("end of run from the server: %s", why);
+    start_ending(f, why);
+}
+
+static void on_fatal(void *ctx, const char *why)
+{
+    struct cj_flrun *f = ctx;
+    cj_log_error("FL loop cannot go on: %s", why);
+    if (f->cbs.fatal) f->cbs.fatal(f->cbs.ctx, why);
+}
+
+/* ---- launcher callbacks -------------------------------------------------------------- */
+
+static void on_spawn(void *ctx, const char *fqcn, const char *token, pid_t pid)
+{
+    struct cj_flrun *f = ctx;
+    cj_fl_sessions_expect(f->sessions, fqcn, token);
+    cj_fl_sessions_set_pid(f->sessions, fqcn, pid);
+}
+
+static void on_exit_cb(void *ctx, const char *fqcn, int status, bool stopping)
+{
+    struct cj_flrun *f = ctx;
+    char why[96];
+    if (WIFEXITED(status)) snprintf(why, sizeof why, "process exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status)) snprintf(why, sizeof why, "process killed by signal %d", WTERMSIG(status));
+    else snprintf(why, sizeof why, "process ended (status 0x%x)", status);
+    cj_fl_sessions_worker_exited(f->sessions, fqcn, why);
+    if (stopping) finish_if_stopped(f);
+}
+
+static bool in_barrier(void *ctx, const char *fqcn)
+{
+    struct cj_flrun *f = ctx;
+    return cj_fl_sessions_in_barrier(f->sessions, fqcn);
+}
+
+static void on_lost(void *arg, const char *fqcn, const char *why)
+{
+    struct cj_flrun *f = arg;
+    if (f->launcher && cj_launcher_pid(f->launcher, fqcn) > 0) cj_launcher_stop(f->launcher, fqcn);
+}
+
+/* ---- router events ------------------------------------------------------------------ */
+
+static void ev_worker_up(struct cj_router *r, const char *fqcn, struct cj_link *l, void *ctx)
+{
+    struct cj_flrun *f = ctx;
+    cj_fl_sessions_link_up(f->sessions, fqcn);
+}
+
+static void ev_worker_down(struct cj_router *r, const char *fqcn, const char *why, void *ctx)
+{
+    struct cj_flrun *f = ctx;
+    cj_fl_sessions_link_down(f->sessions, fqcn, why);
+}
+
+static void ev_upstream_up(struct cj_router *r, const char *peer, void *ctx)
+{
+    struct cj_flrun *f = ctx;
+    if (f->started || f->ending) return;
+    f->started = true;
+    cj_fl_up_start(f->up);
+    /* fl-protocols.md §1: workers are launched once the server side is reachable. */
+    if (f->launcher && cj_launcher_start(f->launcher) != 0) cj_log_error("cannot launch the workers");
+}
+
+/* Bytes moving on a worker link while its result is submitted are the server
+ * downloading it: that progress keeps submit_update's idle timeout alive. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct cj_flrun *f = arg;
+    struct cj_link *links[CJ_FL_MAX_WORKERS];
+    size_t n = cj_router_children(f->router, links, CJ_FL_MAX_WORKERS);
+    for (size_t i = 0; i < n && i < CJ_FL_MAX_WORKERS; i++) {
+        uint64_t b = cj_link_counters(links[i])->bytes_out + cj_link_counters(links[i])->bytes_in;
+        if (b != f->last_bytes[i]) cj_fl_sessions_progress(f->sessions, cj_link_peer(links[i]));
+        f->last_bytes[i] = b;
+    }
+    finish_if_stopped(f);
+}
+
+/* ---- construction -------------------------------------------------------------------- */
+
+static int make_upstream(struct cj_flrun *f, struct cj_stream_ep *ep, const struct cj_config *cfg, struct cj_err *err)
+{
+    struct cj_fl_up_cfg uc;
+    cj_fl_up_cfg_default(&uc);
+    uc.site = f->site;
+    uc.job_id = f->job;
+    uc.project_name = f->project;
+    uc.creds = &f->creds;
+    uc.get_task_interval = cfg->upstream.get_task_interval;
+    uc.get_task_timeout = cfg->upstream.get_task_timeout;
+    uc.job_heartbeat_interval = cfg->upstream.job_heartbeat_interval;
+    uc.reconnect_min = cfg->upstream.reconnect_min;
+    uc.reconnect_max = cfg->upstream.reconnect_max;
+    uc.on_end_run = on_end_run;
+    uc.on_fatal = on_fatal;
+    uc.cb_ctx = f;
+    struct cj_fl_dispatch_ops tr = {.ctx = f, .idle = tr_idle, .deliver = tr_deliver, .end_run = tr_end_run};
+    if (!(f->up = cj_fl_up_new(f->base, ep, &uc, f->tasks, &tr)))
+        return cj_fail(err, CJ_E_INVALID, 0, "cannot create the upstream FL loop");
+    return 0;
+}
+
+static int make_sessions(struct cj_flrun *f, struct cj_stream_ep *ep, const struct cj_config *cfg, struct cj_err *err)
+{
+    bool secure = cfg->upstream.connection_security != CJ_SEC_CLEAR;
+    struct cj_fl_sessions_cfg sc = {
+        .site = f->site, .job_id = f->job,
+        .heartbeat_interval = cfg->workers.heartbeat_interval,
+        .heartbeat_timeout = cfg->workers.heartbeat_timeout,
+        .secure_mode = secure,
+        .auth_token = secure ? f->creds.token : NULL,
+        .auth_token_signature = secure ? f->creds.signature : NULL,
+        .drained = on_drained, .drained_arg = f,
+        .lost = on_lost, .lost_arg = f,
+    };
+    struct cj_fl_submit_ops so;
+    cj_fl_up_submit_ops(f->up, &so);
+    if (!(f->sessions = cj_fl_sessions_new(f->base, ep, &sc, f->tasks, &so)))
+        return cj_fail(err, CJ_E_INVALID, 0, "cannot create the worker sessions");
+    cj_fl_sessions_dispatch_ops(f->sessions, &f->dispatch);
+    return 0;
+}
+
+static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, struct cj_err *err)
+{
+    if (!cfg->workers.command[0]) return 0;
+    char tmp[CJ_CFG_PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", cfg->status.socket);
+    snprintf(f->runtime_dir, sizeof f->runtime_dir, "%s", dirname(tmp));
+    cj_endpoint_format(&cfg->workers.listen.ep[0], f->connect_url, sizeof f->connect_url);
+    struct cj_launcher_cfg lc = {
+        .command = cfg->workers.command, .count = cfg->workers.count, .runtime_dir = f->runtime_dir,
+        .connect_url = f->connect_url, .site = f->site, .job_id = f->job,
+        .secure_mode = cfg->upstream.connection_security != CJ_SEC_CLEAR,
+        .shutdown_grace = cfg->workers.shutdown_grace,
+    };
+    struct cj_launcher_cbs cbs = {.ctx = f, .on_spawn = on_spawn, .on_exit = on_exit_cb, .in_barrier = in_barrier};
+    f->launcher = cj_launcher_new(f->base, &lc, &cbs, err);
+    return f->launcher ? 0 : -1;
+}
+
+struct cj_flrun *cj_flrun_new(struct event_base *base, struct cj_stream_ep *ep, struct cj_router *router,
+                              const struct cj_config *cfg, const struct cj_flrun_cbs *cbs, struct cj_err *err)
+{
+    struct cj_flrun *f = calloc(1, sizeof *f);
+    if (!f) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); return NULL; }
+    f->base = base;
+    f->router = router;
+    f->cbs = *cbs;
+    snprintf(f->site, sizeof f->site, "%s", cfg->relay.site);
+    snprintf(f->job, sizeof f->job, "%s", cfg->relay.job_id);
+    snprintf(f->project, sizeof f->project, "%s", cfg->upstream.project_name);
+    f->last_bytes = calloc(CJ_FL_MAX_WORKERS, sizeof *f->last_bytes);
+    if (!f->last_bytes || cj_creds_load(cfg->upstream.credentials_file, &f->creds, err) != 0) goto fail;
+    char desc[256];
+    cj_log_info("credentials: %s", cj_creds_describe(&f->creds, desc, sizeof desc));
+    if (!(f->tasks = cj_task_table_new())) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); goto fail; }
+    if (make_upstream(f, ep, cfg, err) || make_sessions(f, ep, cfg, err) || make_launcher(f, cfg, err)) goto fail;
+    struct cj_router_events ev = {.worker_up = ev_worker_up, .worker_down = ev_worker_down,
+                                  .upstream_up = ev_upstream_up};
+    cj_router_set_events(router, &ev, f);
+    struct timeval tv = {PROGRESS_TICK_SECS, 0};
+    f->tick = event_new(base, -1, EV_PERSIST, on_tick, f);
+    if (!f->tick || event_add(f->tick, &tv) != 0) { cj_fail(err, CJ_E_NOMEM, 0, "cannot create a timer"); goto fail; }
+    return f;
+fail:
+    cj_flrun_free(f);
+    return NULL;
+}
+
+void cj_flrun_free(struct cj_flrun *f)
+{
+    if (!f) return;
+    if (f->router) cj_router_set_events(f->router, &(struct cj_router_events){0}, NULL);
+    if (f->tick) event_free(f->tick);
+    if (f->launcher) {
+        cj_launcher_stop_all(f->launcher, true);
+        cj_launcher_free(f->launcher);
+    }
+    cj_fl_sessions_free(f->sessions);
+    cj_fl_up_free(f->up);
+    cj_task_table_free(f->tasks);
+    cj_creds_clear(&f->creds);
+    free(f->last_bytes);
+    free(f);
+}
+
+/* ---- control ------------------------------------------------------------------------ */
+
+void cj_flrun_pause(struct cj_flrun *f) { cj_fl_up_pause(f->up); }
+void cj_flrun_resume(struct cj_flrun *f) { cj_fl_up_resume(f->up); }
+
+void cj_flrun_drain(struct cj_flrun *f, const char *why)
+{
+    start_ending(f, why);
+    /* With no worker session at all there is nothing to settle. */
+    if (cj_fl_sessions_busy(f->sessions) == 0) on_drained(f);
+}
+
+void cj_flrun_stop_now(struct cj_flrun *f)
+{
+    f->ending = true;
+    if (f->launcher) cj_launcher_stop_all(f->launcher, true);
+}
+
+const char *cj_flrun_state(const struct cj_flrun *f)
+{
+    struct cj_fl_up_status st;
+    cj_fl_up_get_status(f->up, &st);
+    return cj_fl_up_state_name(st.state);
+}
+
+/* ---- show tables --------------------------------------------------------------------- */
+
+static void worker_row(void *arg, const struct cj_fl_worker_info *wi)
+{
+    struct cj_out *o = arg;
+    cj_out_row_begin(o);
+    cj_out_cell_str(o, wi->fqcn);
+    cj_out_cell_u64(o, (uint64_t)(wi->pid > 0 ? wi->pid : 0));
+    cj_out_cell_str(o, wi->state);
+    cj_out_cell_dbl(o, wi->heartbeat_age);
+    cj_out_cell_str(o, wi->task);
+    cj_out_cell_u64(o, wi->bytes);
+    cj_out_row_end(o);
+}
+
+void cj_flrun_show_workers(struct cj_flrun *f, struct cj_out *o)
+{
+    static const struct cj_col cols[] = {{"fqcn", 40}, {"pid", 8}, {"state", 10}, {"heartbeat_age", 14},
+                                         {"task", 34}, {"bytes", 0}};
+    cj_out_table_begin(o, "workers", cols, 6);
+    cj_fl_sessions_workers(f->sessions, worker_row, o);
+    cj_out_table_end(o);
+}
+
+void cj_flrun_show_tasks(struct cj_flrun *f, struct cj_out *o)
+{
+    static const struct cj_col cols[] = {{"task_id", 34}, {"server_task_id", 38}, {"name", 12}, {"worker", 40},
+                                         {"state", 11}, {"age", 0}};
+    double now = cj_task_now();
+    cj_out_table_begin(o, "tasks", cols, 6);
+    for (struct cj_task *t = cj_task_first(f->tasks); t; t = t->next) {
+        cj_out_row_begin(o);
+        cj_out_cell_str(o, t->id);
+        cj_out_cell_str(o, t->server_id);
+        cj_out_cell_str(o, t->name);
+        cj_out_cell_str(o, t->worker);
+        cj_out_cell_str(o, cj_task_state_name(t->state));
+        cj_out_cell_dbl(o, now - t->created);
+        cj_out_row_end(o);
+    }
+    cj_out_table_end(o);
+}
+
+static void ref_rows(struct cj_out *o, const struct cj_task *t, const struct cj_ref *refs, size_t n, const char *kind,
+                     double now)
+{
+    for (size_t i = 0; i < n; i++) {
+        cj_out_row_begin(o);
+        cj_out_cell_str(o, refs[i].fqcn);
+        cj_out_cell_str(o, refs[i].ref_id);
+        cj_out_cell_u64(o, (uint64_t)refs[i].dot);
+        cj_out_cell_u64(o, refs[i].items);
+        cj_out_cell_str(o, kind);
+        cj_out_cell_str(o, t->id);
+        cj_out_cell_str(o, cj_ref_state_name(refs[i].state));
+        cj_out_cell_dbl(o, now - t->created);
+        cj_out_row_end(o);
+    }
+}
+
+void cj_flrun_show_refs(struct cj_flrun *f, struct cj_out *o)
+{
+    static const struct cj_col cols[] = {{"source", 40}, {"ref_id", 38}, {"dot", 4}, {"items", 6}, {"kind", 7},
+                                         {"task_id", 34}, {"state", 10}, {"age", 0}};
+    double now = cj_task_now();
+    cj_out_table_begin(o, "refs", cols, 8);
+    for (struct cj_task *t = cj_task_first(f->tasks); t; t = t->next) {
+        ref_rows(o, t, t->refs, t->n_refs, "task", now);
+        ref_rows(o, t, t->result_refs, t->n_result_refs, "result", now);
+    }
+    cj_out_table_end(o);
+}
+
+static void metric_row(void *arg, const char *worker, const char *name, const char *value)
+{
+    struct cj_out *o = arg;
+    cj_out_row_begin(o);
+    cj_out_cell_str(o, worker);
+    cj_out_cell_str(o, name);
+    cj_out_cell_str(o, value);
+    cj_out_row_end(o);
+}
+
+void cj_flrun_show_metrics(struct cj_flrun *f, struct cj_out *o)
+{
+    static const struct cj_col cols[] = {{"worker", 40}, {"name", 30}, {"value", 0}};
+    cj_out_table_begin(o, "metrics", cols, 3);
+    cj_fl_sessions_metrics(f->sessions, metric_row, o);
+    cj_out_table_end(o);
+}

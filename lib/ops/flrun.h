@@ -1,0 +1,44 @@
+/* flrun.h — the relay's FL run: the task table, the upstream task loop, the
+ * worker sessions and the launcher, connected to each other and to the router.
+ *
+ * The upstream loop and the sessions never see each other: each gets the other's
+ * operations (fl/fl.h) through small trampolines here, because each needs the
+ * other to exist first. */
+#ifndef CJ_OPS_FLRUN_H
+#define CJ_OPS_FLRUN_H
+
+#include <stdbool.h>
+
+#include "ops/config.h"
+#include "ops/out.h"
+#include "util/err.h"
+
+struct event_base;
+struct cj_stream_ep;
+struct cj_router;
+struct cj_flrun;
+
+struct cj_flrun_cbs {
+    void *ctx;
+    void (*ended)(void *ctx, const char *why);   /* run over, workers stopped: exit (or idle) */
+    void (*fatal)(void *ctx, const char *why);   /* cannot go on: exit 2 */
+};
+
+struct cj_flrun *cj_flrun_new(struct event_base *base, struct cj_stream_ep *ep, struct cj_router *router,
+                              const struct cj_config *cfg, const struct cj_flrun_cbs *cbs, struct cj_err *err);
+void cj_flrun_free(struct cj_flrun *f);
+
+void cj_flrun_pause(struct cj_flrun *f);
+void cj_flrun_resume(struct cj_flrun *f);
+/* Graceful stop: no new tasks, in-flight results finish, workers stop, then ended(). */
+void cj_flrun_drain(struct cj_flrun *f, const char *why);
+/* Immediate stop of the workers (SIGKILL after nothing). */
+void cj_flrun_stop_now(struct cj_flrun *f);
+
+const char *cj_flrun_state(const struct cj_flrun *f);
+void cj_flrun_show_workers(struct cj_flrun *f, struct cj_out *o);
+void cj_flrun_show_tasks(struct cj_flrun *f, struct cj_out *o);
+void cj_flrun_show_refs(struct cj_flrun *f, struct cj_out *o);
+void cj_flrun_show_metrics(struct cj_flrun *f, struct cj_out *o);
+
+#endif
