@@ -1,72 +1,24 @@
 /* dlmsg.c — download-service messages (see dlmsg.h). */
+#include "util/text.h"
 #include "dl/dlmsg.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "payload/lobs.h"
 #include "util/mp.h"
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
-/* Length of the valid UTF-8 sequence at p (1-4), 0 if invalid (as Python decodes). */
-static size_t utf8_seq(const uint8_t *p, size_t n)
-{
-    uint8_t c = p[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    uint32_t cp;
-    if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
-    else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
-    else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3f);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-        return 0;
-    return len;
-}
 
-/* Valid UTF-8 without NUL: byte length of the first max_chars characters; SIZE_MAX if invalid. */
-static size_t utf8_prefix(const uint8_t *p, size_t n, size_t max_chars)
-{
-    size_t i = 0, chars = 0, cut = n;
-    while (i < n) {
-        if (p[i] == 0) return SIZE_MAX;
-        size_t l = utf8_seq(p + i, n - i);
-        if (!l) return SIZE_MAX;
-        if (chars == max_chars && cut == n) cut = i;
-        chars++;
-        i += l;
-    }
-    return cut;
-}
 
-static int fill_random(void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t r = getrandom(p, n, 0);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
 
 int cj_dl_new_nonce(char out[CJ_DL_NONCE_LEN + 1])
 {
     static const char hex[] = "0123456789abcdef";
     uint8_t r[CJ_DL_NONCE_LEN / 2];
-    if (fill_random(r, sizeof r)) return -1;
+    if (cj_random_bytes(r, sizeof r)) return -1;
     for (size_t i = 0; i < sizeof r; i++) {
         out[2 * i] = hex[r[i] >> 4];
         out[2 * i + 1] = hex[r[i] & 15];
@@ -85,7 +37,7 @@ bool cj_dl_nonce_valid(const char *s, size_t len)
 
 int cj_dl_new_uuid4(uint8_t id[16])
 {
-    if (fill_random(id, 16)) return -1;
+    if (cj_random_bytes(id, 16)) return -1;
     id[6] = (uint8_t)((id[6] & 0x0f) | 0x40);
     id[8] = (uint8_t)((id[8] & 0x3f) | 0x80);
     return 0;
@@ -100,7 +52,7 @@ static int read_cstr(struct mp_cur *c, char *buf, size_t max, bool allow_empty, 
     if (mp_read_str(c, &p, &len, err)) return cj_fail(err, CJ_E_TYPE, at, "dl: '%s' is not a str (offset %zu)", what, at);
     if (!len && !allow_empty) return cj_fail(err, CJ_E_INVALID, at, "dl: '%s' is empty (offset %zu)", what, at);
     if (len > max) return cj_fail(err, CJ_E_LIMIT, at, "dl: '%s' is %u bytes, limit %zu (offset %zu)", what, len, max, at);
-    if (utf8_prefix(p, len, SIZE_MAX) == SIZE_MAX)
+    if (cj_utf8_prefix(p, len, SIZE_MAX) == SIZE_MAX)
         return cj_fail(err, CJ_E_INVALID, at, "dl: '%s' is not valid UTF-8 or holds NUL (offset %zu)", what, at);
     memcpy(buf, p, len);
     buf[len] = 0;
@@ -537,7 +489,7 @@ int cj_dl_decode_source_failure(const uint8_t *payload, size_t len, struct cj_dl
             if ((rc = mp_next(&t, &x, err))) return rc;
             if (x.kind == MP_NIL) { sf->reason[0] = 0; sf->reason_cut = false; continue; }
             if (x.kind != MP_STR) return cj_fail(err, CJ_E_TYPE, v.pos, "dl: 'reason' is not a str (offset %zu)", v.pos);
-            size_t n = utf8_prefix(x.ptr, x.len, CJ_DL_REASON_MAX_CHARS);
+            size_t n = cj_utf8_prefix(x.ptr, x.len, CJ_DL_REASON_MAX_CHARS);
             if (n == SIZE_MAX) return cj_fail(err, CJ_E_INVALID, v.pos, "dl: 'reason' is not valid UTF-8 or holds NUL (offset %zu)", v.pos);
             memcpy(sf->reason, x.ptr, n);
             sf->reason[n] = 0;
@@ -591,7 +543,7 @@ static int check_ref_id(const char *ref_id, struct cj_err *err)
     size_t n = ref_id ? strlen(ref_id) : 0;
     if (!n) return cj_fail(err, CJ_E_INVALID, 0, "dl: empty ref_id");
     if (n > CJ_DL_REF_ID_MAX) return cj_fail(err, CJ_E_LIMIT, 0, "dl: ref_id is %zu bytes, limit %d", n, CJ_DL_REF_ID_MAX);
-    if (utf8_prefix((const uint8_t *)ref_id, n, SIZE_MAX) == SIZE_MAX)
+    if (cj_utf8_prefix((const uint8_t *)ref_id, n, SIZE_MAX) == SIZE_MAX)
         return cj_fail(err, CJ_E_INVALID, 0, "dl: ref_id is not valid UTF-8");
     return 0;
 }
@@ -683,7 +635,7 @@ int cj_dl_encode_source_failure(msgpack_sbuffer *sb, const char *source_fqcn, co
                                 size_t n_ref_ids, const char *reason, struct cj_err *err)
 {
     size_t fl = source_fqcn ? strlen(source_fqcn) : 0;
-    if (!fl || fl > CJ_DL_FQCN_MAX || utf8_prefix((const uint8_t *)source_fqcn, fl, SIZE_MAX) == SIZE_MAX)
+    if (!fl || fl > CJ_DL_FQCN_MAX || cj_utf8_prefix((const uint8_t *)source_fqcn, fl, SIZE_MAX) == SIZE_MAX)
         return cj_fail(err, CJ_E_INVALID, 0, "dl: bad source_fqcn");
     if (n_ref_ids == 0 || n_ref_ids > CJ_DL_MAX_REF_IDS)
         return cj_fail(err, CJ_E_LIMIT, 0, "dl: %zu ref_ids, want 1..%d", n_ref_ids, CJ_DL_MAX_REF_IDS);
@@ -691,7 +643,7 @@ int cj_dl_encode_source_failure(msgpack_sbuffer *sb, const char *source_fqcn, co
     for (size_t i = 0; i < n_ref_ids; i++)
         if ((rc = check_ref_id(ref_ids[i], err))) return rc;
     if (!reason) reason = "";
-    size_t rl = utf8_prefix((const uint8_t *)reason, strlen(reason), CJ_DL_REASON_MAX_CHARS);
+    size_t rl = cj_utf8_prefix((const uint8_t *)reason, strlen(reason), CJ_DL_REASON_MAX_CHARS);
     if (rl == SIZE_MAX) return cj_fail(err, CJ_E_INVALID, 0, "dl: reason is not valid UTF-8");
     struct w w;
     if ((rc = w_begin(&w, sb, 3, err))) return rc;

@@ -1,4 +1,5 @@
 /* bootstrap.c — bootstrap file writer/reader and a small JSON object reader (see bootstrap.h). */
+#include "util/text.h"
 #include "fl/bootstrap.h"
 
 #include <errno.h>
@@ -8,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,26 +60,6 @@ static size_t put_utf8(char *o, uint32_t cp)
     return 4;
 }
 
-/* Length of a valid UTF-8 sequence at p (n bytes left), 0 if invalid. */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-    unsigned char c = p[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    uint32_t cp;
-    if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
-    else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
-    else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3f);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-        return 0;
-    return len;
-}
 
 /* At the opening quote.  Decodes into out (room for the raw length + 1) when
  * out is not NULL. */
@@ -134,7 +114,7 @@ static int parse_string(struct jp *j, char *out, size_t *out_len)
             o += tl;
             continue;
         }
-        size_t l = utf8_seq((const unsigned char *)j->p + j->pos, j->len - j->pos);
+        size_t l = cj_utf8_seq((const unsigned char *)j->p + j->pos, j->len - j->pos);
         if (!l) return jfail(j, CJ_E_INVALID, "invalid UTF-8 in string");
         if (out) memcpy(out + o, j->p + j->pos, l);
         o += l;
@@ -319,26 +299,12 @@ void cj_bootstrap_defaults(struct cj_bootstrap *b)
     t->launch_once = true;
 }
 
-static int fill_random(void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t r = getrandom(p, n, 0);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
 
 int cj_bootstrap_new_token(char out[CJ_BOOTSTRAP_TOKEN_LEN + 1])
 {
     static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     uint8_t r[33];   /* 32 random bytes + one zero byte to round up to 11 groups of 3 */
-    if (fill_random(r, 32)) return -1;
+    if (cj_random_bytes(r, 32)) return -1;
     r[32] = 0;
     size_t o = 0;
     for (size_t i = 0; i < 33; i += 3) {
@@ -409,7 +375,7 @@ static void jstr(struct jbuf *jb, const char *s)
         char esc[8];
         if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; jput(jb, esc, 2); i++; continue; }
         if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); jputs(jb, esc); i++; continue; }
-        size_t l = utf8_seq(p + i, n - i);
+        size_t l = cj_utf8_seq(p + i, n - i);
         if (!l) { jb->bad = true; return; }
         jput(jb, (const char *)p + i, l);
         i += l;
@@ -513,7 +479,7 @@ int cj_bootstrap_write(const char *path, const struct cj_bootstrap *b, struct cj
     int fd = -1;
     for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
         uint32_t r;
-        if (fill_random(&r, sizeof r)) { rc = cj_fail(err, CJ_E_INVALID, 0, "bootstrap: getrandom failed"); goto out; }
+        if (cj_random_bytes(&r, sizeof r)) { rc = cj_fail(err, CJ_E_INVALID, 0, "bootstrap: getrandom failed"); goto out; }
         int n = snprintf(tmp, sizeof tmp, "%s/.%s.tmp-%08x", dir, base, r);
         if (n < 0 || (size_t)n >= sizeof tmp) { rc = cj_fail(err, CJ_E_LIMIT, 0, "bootstrap: path too long"); goto out; }
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -1,4 +1,5 @@
 /* capi.c — Client API bodies (see capi.h). */
+#include "util/text.h"
 #include "fl/capi.h"
 
 #include <errno.h>
@@ -7,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "payload/lobs.h"
 #include "util/mp.h"
@@ -94,43 +94,7 @@ static bool reply_allowed(enum cj_capi_kind request, enum cj_capi_kind reply)
 
 /* ---- UTF-8 ------------------------------------------------------------------------ */
 
-/* Length of the valid UTF-8 sequence at p (1-4), 0 if invalid (overlongs,
- * surrogates and code points above U+10FFFF are invalid, as in Python). */
-static size_t utf8_seq(const uint8_t *p, size_t n)
-{
-    uint8_t c = p[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    uint32_t cp;
-    if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
-    else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
-    else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3f);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-        return 0;
-    return len;
-}
 
-/* Checks UTF-8 without NUL; returns the byte length of the first max_chars
- * characters (n if fewer), or SIZE_MAX if invalid. */
-static size_t utf8_prefix(const uint8_t *p, size_t n, size_t max_chars)
-{
-    size_t i = 0, chars = 0, cut = n;
-    while (i < n) {
-        if (p[i] == 0) return SIZE_MAX;
-        size_t l = utf8_seq(p + i, n - i);
-        if (!l) return SIZE_MAX;
-        if (chars == max_chars && cut == n) cut = i;
-        chars++;
-        i += l;
-    }
-    return cut;
-}
 
 /* ---- reading ------------------------------------------------------------------------ */
 
@@ -183,7 +147,7 @@ static int read_cstr(struct mp_cur *c, char *buf, size_t max, const char *what, 
     int rc = mp_read_str(c, &p, &len, err);
     if (rc) return cj_fail(err, CJ_E_TYPE, at, "capi: '%s' is not a str (offset %zu)", what, at);
     if (len > max) return cj_fail(err, CJ_E_LIMIT, at, "capi: '%s' is %u bytes, limit %zu (offset %zu)", what, len, max, at);
-    if (utf8_prefix(p, len, SIZE_MAX) == SIZE_MAX)
+    if (cj_utf8_prefix(p, len, SIZE_MAX) == SIZE_MAX)
         return cj_fail(err, CJ_E_INVALID, at, "capi: '%s' is not valid UTF-8 or holds NUL (offset %zu)", what, at);
     memcpy(buf, p, len);
     buf[len] = 0;
@@ -197,7 +161,7 @@ static int read_reason(struct mp_cur *c, char *buf, bool *cut, struct cj_err *er
     const uint8_t *p;
     uint32_t len;
     if (mp_read_str(c, &p, &len, err)) return cj_fail(err, CJ_E_TYPE, at, "capi: 'reason' is not a str (offset %zu)", at);
-    size_t n = utf8_prefix(p, len, CJ_CAPI_REASON_MAX_CHARS);
+    size_t n = cj_utf8_prefix(p, len, CJ_CAPI_REASON_MAX_CHARS);
     if (n == SIZE_MAX) return cj_fail(err, CJ_E_INVALID, at, "capi: 'reason' is not valid UTF-8 or holds NUL (offset %zu)", at);
     memcpy(buf, p, n);
     buf[n] = 0;
@@ -371,7 +335,7 @@ static int read_field(struct mp_cur *c, const struct field_def *f, struct cj_cap
 static void add_extra(struct cj_capi_msg *m, const uint8_t *k, uint32_t klen, struct mp_cur *vc)
 {
     struct cj_capi_value v;
-    if (klen > CJ_CAPI_LOG_KEY_MAX || utf8_prefix(k, klen, SIZE_MAX) == SIZE_MAX || read_scalar(vc, &v, "extra", NULL)) {
+    if (klen > CJ_CAPI_LOG_KEY_MAX || cj_utf8_prefix(k, klen, SIZE_MAX) == SIZE_MAX || read_scalar(vc, &v, "extra", NULL)) {
         m->n_dropped++;
         return;
     }
@@ -692,25 +656,11 @@ int cj_capi_check_hello_accepted(const struct cj_capi_msg *m, bool secure_mode, 
     return -1;
 }
 
-static int fill_random(void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t r = getrandom(p, n, 0);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
 
 int cj_capi_new_session_id(char out[CJ_CAPI_SESSION_ID_LEN + 1])
 {
     uint8_t r[CJ_CAPI_SESSION_ID_LEN / 2];
-    if (fill_random(r, sizeof r)) return -1;
+    if (cj_random_bytes(r, sizeof r)) return -1;
     static const char hex[] = "0123456789abcdef";
     for (size_t i = 0; i < sizeof r; i++) {
         out[2 * i] = hex[r[i] >> 4];
@@ -756,7 +706,7 @@ static int check_str(const char *key, const char *s, size_t max, struct cj_err *
     if (!s) return cj_fail(err, CJ_E_INVALID, 0, "capi: no value for '%s'", key);
     size_t n = strlen(s);
     if (n > max) return cj_fail(err, CJ_E_LIMIT, 0, "capi: '%s' is %zu bytes, limit %zu", key, n, max);
-    if (utf8_prefix((const uint8_t *)s, n, SIZE_MAX) == SIZE_MAX)
+    if (cj_utf8_prefix((const uint8_t *)s, n, SIZE_MAX) == SIZE_MAX)
         return cj_fail(err, CJ_E_INVALID, 0, "capi: '%s' is not valid UTF-8", key);
     return 0;
 }
@@ -798,7 +748,7 @@ static int pack_kv(msgpack_packer *pk, msgpack_sbuffer *sb, const struct kv *e)
     case KV_STR: return rc | pack_str(pk, e->s, strlen(e->s));
     case KV_REASON: {
         size_t n = strlen(e->s);
-        return rc | pack_str(pk, e->s, utf8_prefix((const uint8_t *)e->s, n, CJ_CAPI_REASON_MAX_CHARS));
+        return rc | pack_str(pk, e->s, cj_utf8_prefix((const uint8_t *)e->s, n, CJ_CAPI_REASON_MAX_CHARS));
     }
     case KV_DOUBLE: return rc | msgpack_pack_double(pk, e->d);
     case KV_BOOL: return rc | (e->b ? msgpack_pack_true(pk) : msgpack_pack_false(pk));

@@ -1,0 +1,21 @@
+/* text.h — UTF-8 checks and random bytes, shared by the codecs that validate
+ * peer text (Client API, download service, bootstrap and credential files). */
+#ifndef CJ_UTIL_TEXT_H
+#define CJ_UTIL_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Length of the valid UTF-8 sequence at p (1-4; n bytes left), 0 if invalid
+ * (overlong forms, surrogates and code points past U+10FFFF are invalid, as
+ * Python decodes). */
+size_t cj_utf8_seq(const uint8_t *p, size_t n);
+
+/* For valid UTF-8 without NUL: the byte length of the first max_chars characters
+ * (n when shorter); SIZE_MAX when the text is invalid. */
+size_t cj_utf8_prefix(const uint8_t *p, size_t n, size_t max_chars);
+
+/* Fills buf with n bytes from getrandom(2); 0 or -1. */
+int cj_random_bytes(void *buf, size_t n);
+
+#endif
