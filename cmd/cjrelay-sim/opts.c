@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"
 #include "sim.h"
 #include "util/log.h"
 #include "util/parse.h"
@@ -12,20 +13,76 @@
 
 static const char USAGE[] =
     "usage: cjrelay-sim --listen tcp://127.0.0.1:PORT|stcp://HOST:PORT [--tls-dir DIR] --job-id J1\n"
-    "                   [--log-headers FILE] [--window SIZE] [--heartbeat SECS] [--log-level LEVEL]\n"
     "                   [--rounds N] [--model-size SIZE] [--tensors N] [--format safetensors|numpy]\n"
-    "                   [--isolate] [--inline] [--download-log FILE]\n"
-    "  --listen        where the relay connects; port 0 picks a free port. Prints \"SIM READY <port>\"\n"
+    "                   [--isolate] [--inline] [--download-log FILE] [--wait-time SECS]\n"
+    "                   [--task-timeout SECS] [--max-failures N] [--fetch-timeout SECS]\n"
+    "                   [--log-headers FILE] [--window SIZE] [--heartbeat SECS] [--log-level LEVEL]\n"
+    "       cjrelay-sim --drive tcp://HOST:PORT --job-id J1 [--drive-as FQCN] [--drive-fail R]\n"
+    "                   [--drive-corrupt R] [--rounds/--model-size/--tensors as given to the server]\n"
+    "       cjrelay-sim --self-test | --help | --version\n"
+    "\n"
+    "Plays the FL server: the cells `server` and `server.<job>`.  Prints \"SIM READY <port>\" once\n"
+    "listening, then waits for a relay (<site>.<job>) for as long as it takes.\n"
+    "\n"
+    "  --listen        where the relay connects; port 0 picks a free port (printed in SIM READY)\n"
     "  --tls-dir       rootCA.pem, server.crt, server.key; stcp:// requires it and client certificates (mtls)\n"
     "  --job-id        the job: this process is the cells server and server.<job>\n"
-    "  --log-headers   append each received request's first header block as one key=value line\n"
-    "  --window        stream window of the simulator's replies (default 64M)\n"
-    "  --heartbeat     PING a connected client after this many idle seconds (default 0: never)\n"
-    "  --rounds ... --download-log   FL flags: accepted, not implemented yet (issue 5)\n";
+    "\n"
+    "FL server (fl-protocols.md, download.md; values per DESIGN-fl.md \"Conventions\"):\n"
+    "  --rounds N      tasks to serve and verify (default 3); then get_task answers __end_run__\n"
+    "                  and the simulator exits 1 s after that reply went out\n"
+    "  --model-size SIZE  total tensor bytes per task, K/M/G allowed (default 64M), split evenly\n"
+    "                  over the tensors (each rounded down to 4 bytes; at most 3G per tensor)\n"
+    "  --tensors N     tensors per task (default 8): layer<t>.weight, float32, 1-D, item T<t>\n"
+    "  --format F      safetensors (default; torch.Tensor wrappers, DOT 6, one safetensors item\n"
+    "                  per tensor) or numpy (numpy.ndarray wrappers, DOT 3, one npz item per tensor)\n"
+    "  --inline        tensors inside the task payload (\"native\") instead of a download ref\n"
+    "                  (the task then holds the whole model; inline bytes are bin, never DOT-0 datums)\n"
+    "  --isolate       refuse (invalid_request) download requests whose cn__origin is not a relay\n"
+    "                  cell <site>.<job>: workers may not download from the server themselves\n"
+    "  --download-log FILE  append one line per download of a task ref this simulator served:\n"
+    "                  \"<ref_id> <requester FQCN> <bytes> <ok|failed|incomplete> round=<r> task=<id>\"\n"
+    "                  written when the ref finishes, expires, or is dropped (failed task, exit)\n"
+    "  --wait-time SECS  __wait_time__ of tasks and __try_again__ replies (default 0.5)\n"
+    "  --task-timeout SECS  a task whose result has not arrived after this long fails (default 0:\n"
+    "                  never)\n"
+    "  --max-failures N  failed rounds (a failed result, a result download that failed, a task\n"
+    "                  timeout) are re-issued as new tasks; one more than N is SIM FAIL (default 3)\n"
+    "  --fetch-timeout SECS  per-request timeout when downloading results (default 60; 3 retries)\n"
+    "  --self-test     check the item writers against lib/payload/items.c, print SELF-TEST OK|FAIL\n"
+    "\n"
+    "Stand-in site for tests (no cjrelayd or cjrelay-worker needed):\n"
+    "  --drive URL     connect to a simulator as one cell playing relay and worker: sync, poll,\n"
+    "                  download and check each task, serve a +1.0 result, __task_check__,\n"
+    "                  submit_update; prints DRIVE ... lines, \"DRIVE END rounds=N\" (exit 0) on\n"
+    "                  __end_run__, \"DRIVE FAIL <why>\" (exit 1) otherwise\n"
+    "  --drive-as FQCN the cell name (default site-1.<job>; a deeper name is not a relay cell)\n"
+    "  --drive-fail R  answer round R's first task with an EXECUTION_EXCEPTION result\n"
+    "  --drive-corrupt R  change one element of round R's result\n"
+    "\n"
+    "Transport tests (issue 4): direct task/ping, stream test/echo, test/blob \"N\" (N pattern bytes).\n"
+    "  --log-headers FILE  append each received request's first header block as one key=value line\n"
+    "  --window SIZE   stream window of the simulator's replies (default 64M)\n"
+    "  --heartbeat SECS  PING a connected client after this many idle seconds (default 0: never)\n"
+    "  --log-level L   error|warning|info (default)|debug, on stderr\n"
+    "\n"
+    "stdout (one line each, stable for scripts):\n"
+    "  SIM READY <port>\n"
+    "  TASK r task=<id> to=<site FQCN> ref=<ref_id|inline> tensors=N bytes=B\n"
+    "  DOWNLOAD ref=<ref_id> by=<FQCN> bytes=B status=<ok|failed|incomplete> round=r\n"
+    "  REFUSED download from=<FQCN> ref=<ref_id> (--isolate)\n"
+    "  RESULT r task=<id> ref=<ref_id|inline> from=<FQCN> items=N bytes=B secs=T\n"
+    "  ROUND r task=<id> tensors=N bytes=B served_to=<FQCN[,FQCN]|inline|none> result_from=<FQCN>\n"
+    "        verified secs=T MiB/s=X       (T: task sent -> result verified; X: (B + result bytes)/T)\n"
+    "  ROUND r task=<id> FAILED <why>   (re-issued while --max-failures allows)\n"
+    "  SIM OK rounds=N                  (exit 0)\n"
+    "  SIM FAIL <why>                   (exit 1: a value or header mismatch, too many failures,\n"
+    "                                    a signal during the run; exit 2: could not start)\n";
 
 enum {
     O_LISTEN = 1, O_TLS_DIR, O_JOB_ID, O_LOG_HEADERS, O_WINDOW, O_HEARTBEAT, O_LOG_LEVEL, O_ROUNDS, O_MODEL_SIZE,
-    O_TENSORS, O_FORMAT, O_ISOLATE, O_INLINE, O_DOWNLOAD_LOG, O_HELP, O_VERSION,
+    O_TENSORS, O_FORMAT, O_ISOLATE, O_INLINE, O_DOWNLOAD_LOG, O_WAIT_TIME, O_TASK_TIMEOUT, O_MAX_FAILURES,
+    O_FETCH_TIMEOUT, O_SELF_TEST, O_DRIVE, O_DRIVE_AS, O_DRIVE_FAIL, O_DRIVE_CORRUPT, O_HELP, O_VERSION,
 };
 
 static const struct option LONGOPTS[] = {
@@ -43,6 +100,15 @@ static const struct option LONGOPTS[] = {
     {"isolate", no_argument, NULL, O_ISOLATE},
     {"inline", no_argument, NULL, O_INLINE},
     {"download-log", required_argument, NULL, O_DOWNLOAD_LOG},
+    {"wait-time", required_argument, NULL, O_WAIT_TIME},
+    {"task-timeout", required_argument, NULL, O_TASK_TIMEOUT},
+    {"max-failures", required_argument, NULL, O_MAX_FAILURES},
+    {"fetch-timeout", required_argument, NULL, O_FETCH_TIMEOUT},
+    {"self-test", no_argument, NULL, O_SELF_TEST},
+    {"drive", required_argument, NULL, O_DRIVE},
+    {"drive-as", required_argument, NULL, O_DRIVE_AS},
+    {"drive-fail", required_argument, NULL, O_DRIVE_FAIL},
+    {"drive-corrupt", required_argument, NULL, O_DRIVE_CORRUPT},
     {"help", no_argument, NULL, O_HELP},
     {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
@@ -82,6 +148,19 @@ static void defaults(struct sim_opts *o)
     o->tensors = 8;
     o->model_size = (int64_t)64 << 20;
     strcpy(o->format, "safetensors");
+    o->wait_time = 0.5;
+    o->max_failures = 3;
+    o->fetch_timeout = 60;
+}
+
+static int seconds(const char *opt, const char *val, double lo, double hi, double *out)
+{
+    const char *why = NULL;
+    double v;
+    if (cj_parse_duration(val, &v, &why) < 0 || v < lo || v > hi)
+        return usage_error("%s: '%s' is not a number of seconds in range", opt, val);
+    *out = v;
+    return 0;
 }
 
 static int one_option(struct sim_opts *o, int c, const char *arg)
@@ -106,23 +185,38 @@ static int one_option(struct sim_opts *o, int c, const char *arg)
         if ((o->log_level = cj_log_level_from_name(arg)) < 0)
             return usage_error("--log-level: '%s' is not error, warning, info or debug%s", arg, "");
         return 0;
-    case O_ROUNDS: o->fl_flags_given = true; return positive_long("--rounds", arg, &o->rounds);
-    case O_TENSORS: o->fl_flags_given = true; return positive_long("--tensors", arg, &o->tensors);
+    case O_ROUNDS: return positive_long("--rounds", arg, &o->rounds);
+    case O_TENSORS: return positive_long("--tensors", arg, &o->tensors);
     case O_MODEL_SIZE:
-        o->fl_flags_given = true;
         if (cj_parse_size(arg, &o->model_size, &why) < 0 || o->model_size < 1)
             return usage_error("--model-size: '%s' %s", arg, why ? why : "must be positive");
         return 0;
     case O_FORMAT:
-        o->fl_flags_given = true;
         if (strcmp(arg, "safetensors") && strcmp(arg, "numpy"))
             return usage_error("--format: '%s' is not safetensors or numpy%s", arg, "");
         return copy_arg(o->format, sizeof o->format, "--format", arg);
-    case O_ISOLATE: o->fl_flags_given = true; o->isolate = true; return 0;
-    case O_INLINE: o->fl_flags_given = true; o->inline_tensors = true; return 0;
+    case O_ISOLATE: o->isolate = true; return 0;
+    case O_INLINE: o->inline_tensors = true; return 0;
     case O_DOWNLOAD_LOG:
-        o->fl_flags_given = true;
         return copy_arg(o->download_log, sizeof o->download_log, "--download-log", arg);
+    case O_WAIT_TIME: return seconds("--wait-time", arg, 0, 3600, &o->wait_time);
+    case O_TASK_TIMEOUT: return seconds("--task-timeout", arg, 0, 1e6, &o->task_timeout);
+    case O_FETCH_TIMEOUT: return seconds("--fetch-timeout", arg, 0.1, 1e6, &o->fetch_timeout);
+    case O_MAX_FAILURES: {
+        long long v;
+        if (cj_parse_int(arg, &v, &why) < 0 || v < 0 || v > 1000000)
+            return usage_error("--max-failures: '%s' is not a count from 0 to 1000000%s", arg, "");
+        o->max_failures = (long)v;
+        return 0;
+    }
+    case O_SELF_TEST: o->self_test = true; return 0;
+    case O_DRIVE: return copy_arg(o->drive, sizeof o->drive, "--drive", arg);
+    case O_DRIVE_AS:
+        if (!cj_fqcn_valid(arg) || strlen(arg) >= sizeof o->drive_as)
+            return usage_error("--drive-as: '%s' is not a valid FQCN%s", arg, "");
+        return copy_arg(o->drive_as, sizeof o->drive_as, "--drive-as", arg);
+    case O_DRIVE_FAIL: return positive_long("--drive-fail", arg, &o->drive_fail);
+    case O_DRIVE_CORRUPT: return positive_long("--drive-corrupt", arg, &o->drive_corrupt);
     default: return usage_error("unknown option%s%s", "", "");
     }
 }
@@ -146,9 +240,14 @@ int sim_parse_args(int argc, char **argv, struct sim_opts *o)
         if (one_option(o, c, optarg) < 0) return -1;
     }
     if (optind < argc) return usage_error("unexpected argument '%s'%s", argv[optind], "");
-    if (!o->listen[0]) return usage_error("--listen is required%s%s", "", "");
+    if (o->self_test) return 0;
+    if (!o->listen[0] && !o->drive[0]) return usage_error("--listen (or --drive) is required%s%s", "", "");
     if (!o->job_id[0]) return usage_error("--job-id is required%s%s", "", "");
     if (!cj_fqcn_valid(o->job_id) || strchr(o->job_id, '.') || !strcmp(o->job_id, CJ_FQCN_SERVER))
         return usage_error("--job-id: '%s' is not a valid FQCN part%s", o->job_id, "");
+    int64_t per = (o->model_size / o->tensors) & ~(int64_t)3;
+    if (per < 4 || (uint64_t)per > SIM_MAX_TENSOR_BYTES)
+        return usage_error("--model-size / --tensors: %s per tensor is out of range (4 bytes to 3G)",
+                           per < 4 ? "less than 4 bytes" : "more than 3G", "");
     return 0;
 }

@@ -1,6 +1,8 @@
-/* sim.c — cjrelay-sim v1: the cells `server` and `server.<job>` over passive
- * links, with a stream endpoint for the job cell (see sim.h). */
+/* sim.c — cjrelay-sim: the cells `server` and `server.<job>` over passive
+ * links, with a stream endpoint for the job cell, and the transport test
+ * handlers (see sim.h; the FL server is fl.c). */
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 
 #include "cell/msg.h"
 #include "hdrline.h"
+#include "model.h"
 #include "net/addr.h"
 #include "net/link.h"
 #include "net/tls.h"
@@ -26,25 +29,7 @@
 #include "wire/header.h"
 
 #define SIM_ROOT CJ_FQCN_SERVER          /* the name in READY */
-#define SIM_MAX_LINKS 256
 #define SIM_BLOB_REQ_MAX 32              /* bytes of a test/blob request payload ("1073741824") */
-
-struct sim {
-    struct event_base *base;
-    const struct sim_opts *o;
-    char job[CJ_FQCN_MAX + 1];           /* server.<job>: origin of everything the job cell sends */
-    SSL_CTX *tls;
-    struct evconnlistener *lev;
-    unsigned port;
-    struct cj_link_cfg lcfg;
-    struct cj_link *links[SIM_MAX_LINKS]; /* every link, any state */
-    size_t n_links;
-    struct cj_stream_ep *ep;
-    uint8_t *pattern;                    /* SIM_PATTERN_LEN bytes, referenced by every blob reply */
-    FILE *hlog;                          /* --log-headers */
-    struct event *sig_term, *sig_int;
-    uint64_t served;                     /* requests answered */
-};
 
 /* A reply stream in flight (echo or blob): reported when done. */
 struct served {
@@ -220,7 +205,19 @@ static void on_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
             cj_log_info("sim: stream request %s/%s from %s (via %s), %" PRId64 " bytes", h->sm_ch, h->sm_tp,
                         h->origin, cj_link_peer(l), h->sm_sz);
         }
-        cj_stream_input(s->ep, h, m->payload);
+        if (!strcmp(h->topic, CJ_STREAM_TOPIC_DATA) && sim_fl_isolated(s, h->sm_ch, h->sm_tp, h->origin)) {
+            /* --isolate: the same stream, delivered to the refusing handler (sm__tp is
+             * checked on every chunk, so every chunk of it is diverted alike) */
+            struct cj_hdr *dh = malloc(sizeof *dh);
+            if (dh) {
+                *dh = *h;
+                snprintf(dh->sm_tp, sizeof dh->sm_tp, "%s", SIM_FL_ISOLATED_TOPIC);
+                cj_stream_input(s->ep, dh, m->payload);
+                free(dh);
+            }
+        } else {
+            cj_stream_input(s->ep, h, m->payload);
+        }
     } else if (h->msg_type == CJ_MSG_REQ) {
         direct_request(s, m);
     } else {
@@ -414,6 +411,33 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     (void)what;
     struct sim *s = arg;
     cj_log_info("sim: signal %d: stopping", (int)sig);
+    if (sim_fl_in_progress(s)) {
+        long done, rounds;
+        sim_fl_progress(s, &done, &rounds);
+        sim_finish(s, 1, "stopped by signal %d after %ld of %ld rounds", (int)sig, done, rounds);
+        return;
+    }
+    event_base_loopbreak(s->base);
+}
+
+void sim_finish(struct sim *s, int code, const char *fmt, ...)
+{
+    static bool finished;
+    if (finished) return;
+    finished = true;
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (code == 0) {
+        printf("SIM OK %s\n", why);
+        cj_log_info("sim: SIM OK %s", why);
+    } else {
+        printf("SIM FAIL %s\n", why);
+        cj_log_error("sim: SIM FAIL %s", why);
+    }
+    s->exit_code = code;
     event_base_loopbreak(s->base);
 }
 
@@ -435,6 +459,7 @@ static int setup(struct sim *s, struct cj_err *err)
         return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stream endpoint");
     if (cj_stream_on(s->ep, "test", "echo", on_echo, s) < 0 || cj_stream_on(s->ep, "test", "blob", on_blob, s) < 0)
         return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
+    if (sim_fl_setup(s, err) < 0) return -1;
     s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s);
     s->sig_int = evsignal_new(s->base, SIGINT, on_signal, s);
     if (!s->sig_term || !s->sig_int || event_add(s->sig_term, NULL) < 0 || event_add(s->sig_int, NULL) < 0)
@@ -444,7 +469,9 @@ static int setup(struct sim *s, struct cj_err *err)
 
 static void teardown(struct sim *s)
 {
+    sim_fl_stop(s);                      /* before the endpoint: fetches and refs use it */
     cj_stream_free(s->ep);               /* reports replies in flight as failed */
+    sim_fl_free(s);
     while (s->n_links) cj_link_free(s->links[--s->n_links]);
     if (s->lev) evconnlistener_free(s->lev);
     if (s->tls) cj_tls_ctx_free(s->tls);
@@ -455,13 +482,16 @@ static void teardown(struct sim *s)
     free(s->pattern);
 }
 
-static void note_fl_flags(const struct sim_opts *o)
+/* --self-test: the item writers against lib/payload/items.c. */
+static int self_test(void)
 {
-    if (!o->fl_flags_given) return;
-    cj_log_info("sim: note: FL flags accepted but not implemented yet (issue 5): rounds=%ld tensors=%ld "
-                "model_size=%" PRId64 " format=%s%s%s%s%s; serving the transport tests only",
-                o->rounds, o->tensors, o->model_size, o->format, o->isolate ? " isolate" : "",
-                o->inline_tensors ? " inline" : "", o->download_log[0] ? " download_log=" : "", o->download_log);
+    char why[256];
+    if (sim_model_selftest(why, sizeof why) < 0) {
+        printf("SELF-TEST FAIL %s\n", why);
+        return 1;
+    }
+    printf("SELF-TEST OK\n");
+    return 0;
 }
 
 int sim_run(const struct sim_opts *o)
@@ -474,7 +504,7 @@ int sim_run(const struct sim_opts *o)
     cj_log_set_level(o->log_level);
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    note_fl_flags(o);
+    if (o->self_test) return self_test();
     if (setup(&s, &err) < 0) {
         cj_log_error("sim: %s", err.msg);
         printf("SIM FAIL %s\n", err.msg);
@@ -485,5 +515,5 @@ int sim_run(const struct sim_opts *o)
     event_base_dispatch(s.base);
     cj_log_info("sim: stopped after serving %" PRIu64 " requests", s.served);
     teardown(&s);
-    return 0;
+    return s.exit_code;
 }

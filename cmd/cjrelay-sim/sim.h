@@ -1,10 +1,10 @@
 /* sim.h — cjrelay-sim, the upstream FL server simulator (interface.md).
  *
- * Version 1 (issue 4) is the transport half: one process plays the server
- * root cell `server` (it answers the relay's HELLO with READY as "server")
- * and the job cell `server.<job>` (cellnet.md §6 "A simulator ..."), which
- * consumes what is addressed to it:
+ * One process plays the server root cell `server` (it answers the relay's
+ * HELLO with READY as "server") and the job cell `server.<job>` (cellnet.md
+ * §6 "A simulator ..."), which consumes what is addressed to it.
  *
+ * Transport tests (issue 4, sim.c):
  *   direct  task/ping            -> reply ok, payload "pong ..." with counters
  *   direct  cellnet.channel/bye  -> reply ok
  *   stream  test/echo  (request) -> return_only reply with the same blob
@@ -12,20 +12,43 @@
  *                                   blob (pattern.h), built from references to
  *                                   one static buffer, so 1 GiB costs nothing
  *
+ * FL server (issue 5, fl.c; fl-protocols.md §2-§4, download.md):
+ *   aux_communication/__sync_runner__   -> __rc__ OK
+ *   aux_communication/__job_heartbeat__ -> counted (fire-and-forget)
+ *   aux_communication/__task_check__    -> OK for a task awaiting its result, else TASK_UNKNOWN
+ *   server_command/get_task             -> a round's task (DXO, tensors as a download ref
+ *                                          served by this cell), __try_again__ while the
+ *                                          site has a task out, __end_run__ after --rounds
+ *   server_command/submit_update        -> downloads the result's ref from its FQCN,
+ *                                          checks every element == task + 1.0f, replies ok
+ *   download_service__/download_service__download -> the producer (lib/dl/producer.h)
+ * Tensors and items: model.c (DESIGN-fl.md "Conventions").
+ *
  * It talks to links and a stream endpoint directly: the router's policy is
- * the relay's, not a server's.  The FL flags (--rounds ...) are accepted and
- * ignored with a note until issue 5 implements them.
+ * the relay's, not a server's.
  *
  * Files: main.c (entry), opts.c (command line), sim.c (listener, links,
- * dispatch, handlers), pattern.h and hdrline.h (shared with the test peer). */
+ * dispatch, transport handlers), fl.c (the FL server), model.c/.h (tensors,
+ * items, verification), pattern.h and hdrline.h (shared with the test peer). */
 #ifndef CJ_SIM_SIM_H
 #define CJ_SIM_SIM_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "net/link.h"
+#include "net/tls.h"
+#include "stream/stream.h"
+#include "util/err.h"
+#include "wire/fqcn.h"
 
 #define SIM_PATH_MAX 4096
+#define SIM_MAX_LINKS 256
 
 struct sim_opts {
     char listen[512];            /* --listen tcp://HOST:PORT | stcp://HOST:PORT (port 0: any) */
@@ -36,21 +59,81 @@ struct sim_opts {
     double heartbeat;            /* --heartbeat SECS: PING a client after this long idle; 0 = never */
     int log_level;               /* --log-level error|warning|info|debug */
 
-    /* FL flags (issue 5): parsed and checked, not used yet. */
-    long rounds, tensors;
-    int64_t model_size;
-    char format[32];
+    /* FL server */
+    long rounds, tensors;        /* --rounds (3), --tensors (8) */
+    int64_t model_size;          /* --model-size (64M), split evenly over the tensors */
+    char format[32];             /* --format safetensors (DOT 6, default) | numpy (DOT 3) */
     bool isolate, inline_tensors;
     char download_log[SIM_PATH_MAX];
-    bool fl_flags_given;
+    double wait_time;            /* --wait-time: __wait_time__ of tasks and __try_again__ (0.5) */
+    double task_timeout;         /* --task-timeout: a task without a result this long fails (0: never) */
+    long max_failures;           /* --max-failures: failed rounds tolerated (re-issued) before SIM FAIL (3) */
+    double fetch_timeout;        /* --fetch-timeout: per-request timeout of result downloads (60) */
+    bool self_test;              /* --self-test: check the item writers and exit */
+
+    /* --drive URL: be a stand-in site (relay + worker) against a simulator (drive.c) */
+    char drive[512];
+    char drive_as[CJ_FQCN_MAX + 1]; /* --drive-as FQCN (default site-1.<job>) */
+    long drive_fail;             /* --drive-fail R: an EXECUTION_EXCEPTION result for round R's first task */
+    long drive_corrupt;          /* --drive-corrupt R: one wrong element in round R's result */
+};
+
+struct sim_fl;
+
+struct sim {
+    struct event_base *base;
+    const struct sim_opts *o;
+    char job[CJ_FQCN_MAX + 1];           /* server.<job>: origin of everything the job cell sends */
+    SSL_CTX *tls;
+    struct evconnlistener *lev;
+    unsigned port;
+    struct cj_link_cfg lcfg;
+    struct cj_link *links[SIM_MAX_LINKS]; /* every link, any state */
+    size_t n_links;
+    struct cj_stream_ep *ep;
+    uint8_t *pattern;                    /* SIM_PATTERN_LEN bytes, referenced by every blob reply */
+    FILE *hlog;                          /* --log-headers */
+    struct event *sig_term, *sig_int;
+    uint64_t served;                     /* requests answered */
+    struct sim_fl *fl;
+    int exit_code;                       /* what sim_run returns */
 };
 
 /* Parses argv into o (defaults first).  Returns 0 to run, 1 when --help or
  * --version was printed (exit 0), -1 on a usage error (printed; exit 2). */
 int sim_parse_args(int argc, char **argv, struct sim_opts *o);
 
-/* Runs until SIGTERM/SIGINT.  Returns the exit status: 0 after a signal,
- * 2 when the simulator could not start (the reason is logged). */
+/* Runs until the FL run ends (0 "SIM OK", 1 "SIM FAIL") or SIGTERM/SIGINT (0,
+ * or 1 when an FL run was under way).  2 when the simulator could not start. */
 int sim_run(const struct sim_opts *o);
+
+/* --drive: runs the stand-in site until __end_run__ (0), a failure (1) or
+ * cannot start (2). */
+int sim_drive(const struct sim_opts *o);
+
+/* ---- fl.c ---------------------------------------------------------------------------- */
+
+/* Registers the FL handlers and the download producer on s->ep. */
+int sim_fl_setup(struct sim *s, struct cj_err *err);
+/* Teardown in two steps around cj_stream_free: stop (needs the endpoint:
+ * cancels downloads, drops refs, frees the producer; later callbacks do
+ * nothing), then free. */
+void sim_fl_stop(struct sim *s);
+void sim_fl_free(struct sim *s);
+
+/* --isolate: true when a download-service message from origin must be refused
+ * (the origin is not a relay cell <site>.<job>).  sim.c then diverts it to
+ * SIM_FL_ISOLATED_TOPIC, whose handler answers invalid_request. */
+bool sim_fl_isolated(const struct sim *s, const char *channel, const char *topic, const char *origin);
+#define SIM_FL_ISOLATED_TOPIC "download_service__isolated"
+
+/* True between the first task and the end of the run. */
+bool sim_fl_in_progress(const struct sim *s);
+/* "k of N rounds verified" for the signal message. */
+void sim_fl_progress(const struct sim *s, long *verified, long *rounds);
+
+/* Ends the run: prints "SIM OK rounds=N" (code 0) or "SIM FAIL <why>" (1) once and
+ * stops the event loop. */
+void sim_finish(struct sim *s, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -33,6 +33,7 @@ struct cj_flrun {
     struct event *tick;                     /* worker-link progress, stop polling */
     bool started;                           /* upstream loop started (first READY) */
     bool ending;                            /* end of run or drain: stopping workers */
+    bool secure;                            /* workers get the delegated token */
     bool ended;
     char end_why[256];
     char runtime_dir[CJ_CFG_PATH_MAX];
@@ -211,7 +212,15 @@ static int make_upstream(struct cj_flrun *f, struct cj_stream_ep *ep, const stru
 
 static int make_sessions(struct cj_flrun *f, struct cj_stream_ep *ep, const struct cj_config *cfg, struct cj_err *err)
 {
-    bool secure = cfg->upstream.connection_security != CJ_SEC_CLEAR;
+    /* Secure mode (delegating the site token to workers) follows TLS upstream, but
+     * only when there is a token to delegate (fl-protocols.md §6). */
+    bool have_token = strcmp(f->creds.token, "NA") != 0 && f->creds.token[0] &&
+                      strcmp(f->creds.signature, "NA") != 0 && f->creds.signature[0];
+    bool secure = cfg->upstream.connection_security != CJ_SEC_CLEAR && have_token;
+    if (cfg->upstream.connection_security != CJ_SEC_CLEAR && !have_token)
+        cj_log_warning("upstream uses TLS but no token/signature is configured (credentials_file or "
+                       "NVFLARE_JOB_*): workers run in non-secure mode, without delegated credentials");
+    f->secure = secure;
     struct cj_fl_sessions_cfg sc = {
         .site = f->site, .job_id = f->job,
         .heartbeat_interval = cfg->workers.heartbeat_interval,
@@ -240,7 +249,7 @@ static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, struct
     struct cj_launcher_cfg lc = {
         .command = cfg->workers.command, .count = cfg->workers.count, .runtime_dir = f->runtime_dir,
         .connect_url = f->connect_url, .site = f->site, .job_id = f->job,
-        .secure_mode = cfg->upstream.connection_security != CJ_SEC_CLEAR,
+        .secure_mode = f->secure,   /* must match what hello_accepted announces */
         .shutdown_grace = cfg->workers.shutdown_grace,
     };
     struct cj_launcher_cbs cbs = {.ctx = f, .on_spawn = on_spawn, .on_exit = on_exit_cb, .in_barrier = in_barrier};
@@ -301,6 +310,10 @@ void cj_flrun_resume(struct cj_flrun *f) { cj_fl_up_resume(f->up); }
 
 void cj_flrun_drain(struct cj_flrun *f, const char *why)
 {
+    if (f->ended) {   /* the run is already over: nothing to wait for */
+        if (f->cbs.ended) f->cbs.ended(f->cbs.ctx, f->end_why);
+        return;
+    }
     start_ending(f, why);
     /* With no worker session at all there is nothing to settle. */
     if (cj_fl_sessions_busy(f->sessions) == 0) on_drained(f);
