@@ -1,0 +1,103 @@
+#!/bin/sh
+# The whole job end to end (issue 5) with the real binaries:
+#   cjrelay-sim (FL server) <- cjrelayd (site-1.J1) <- cjrelay-worker x N (launched by the relay)
+# (a) several rounds verified by the sim, numpy and safetensors items; every task ref is
+#     downloaded by a worker FQCN and none by the relay; __end_run__ ends the relay, exit 0
+# (b) a 1 GiB model round: the relay's peak RSS stays within 64 MiB of its idle RSS
+# (c) a worker killed mid-download: the task fails upstream with a log line naming it,
+#     the relay restarts the worker and the round is served again
+. "$(dirname "$0")/lib.sh"
+D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim
+W=$(mktemp -d); SIM=; RELAY=
+cleanup() {
+    for p in $RELAY $SIM; do kill -TERM "$p" 2>/dev/null; done
+    sleep 0.3
+    for p in $RELAY $SIM; do kill -KILL "$p" 2>/dev/null; done
+    pkill -KILL -f "cjrelay-worker" -P "$RELAY" 2>/dev/null
+    rm -rf "$W"
+}
+trap cleanup EXIT
+kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null; }
+wait_for() { # wait_for SECS cmd...
+    _t=$1; shift; _i=0
+    while [ $_i -lt $((_t * 10)) ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; _i=$((_i + 1)); done
+    return 1
+}
+
+# run_job NAME COUNT ON_END SIM-ARGS...: sim + relay; sets SIM, RELAY, PORT; files in $W/NAME.*
+run_job() {
+    n=$1; count=$2; onend=$3; shift 3
+    $S --listen tcp://127.0.0.1:0 --job-id J1 --download-log "$W/$n.downloads" "$@" > "$W/$n.sim" 2> "$W/$n.simlog" & SIM=$!
+    wait_for 10 grep -q '^SIM READY' "$W/$n.sim"
+    PORT=$(awk '/^SIM READY/ {print $3}' "$W/$n.sim")
+    cat > "$W/$n.ini" <<EOF
+[relay]
+site = site-1
+job_id = J1
+on_end_run = $onend
+[upstream]
+url = tcp://127.0.0.1:$PORT
+[workers]
+listen = unix:$W/$n.w.sock
+command = $BUILD/cjrelay-worker
+count = $count
+heartbeat_interval = 1
+heartbeat_timeout = 5
+shutdown_grace = 2
+[status]
+socket = $W/$n.status.sock
+EOF
+    $D -c "$W/$n.ini" > "$W/$n.relay" 2>&1 & RELAY=$!
+}
+
+# ---- (a) rounds, numpy, 2 workers; end of run ends the relay -----------------------
+run_job a 2 exit --rounds 3 --model-size 16M --tensors 4 --format numpy
+wait "$SIM"; rc=$?; SIM=
+check "(a) sim verified every round (numpy, 2 workers): $(tail -1 $W/a.sim)" sh -c "[ $rc -eq 0 ] && grep -q '^SIM OK rounds=3' $W/a.sim"
+check "(a) 3 rounds verified" [ "$(grep -c '^ROUND .* verified' "$W/a.sim")" -eq 3 ]
+check "(a) every task ref downloaded by a worker" sh -c "[ \$(grep -c ' site-1\.J1\.client_api_trainer_[0-9]* [0-9]* ok' $W/a.downloads) -eq 3 ]"
+check "(a) no download by the relay cell" sh -c "! grep -q ' site-1\.J1 ' $W/a.downloads"
+check "(a) results downloaded from the workers" sh -c "[ \$(grep -c 'result_from=site-1.J1.client_api_trainer_' $W/a.sim) -eq 3 ]"
+wait_for 20 sh -c "! kill -0 $RELAY"
+wait "$RELAY"; rc=$?; RELAY=
+check "(a) __end_run__ ends the relay with exit 0 (rc $rc)" [ "$rc" -eq 0 ]
+check "(a) relay logged the end of run" grep -q "end of run" "$W/a.relay"
+check "(a) no worker left running" sh -c "! pgrep -f '[c]jrelay-worker' >/dev/null"
+
+# ---- (a') safetensors, 1 worker ------------------------------------------------------
+run_job s 1 exit --rounds 2 --model-size 8M --tensors 3 --format safetensors
+wait "$SIM"; rc=$?; SIM=
+check "(a) sim verified every round (safetensors): $(tail -1 $W/s.sim)" sh -c "[ $rc -eq 0 ] && grep -q '^SIM OK rounds=2' $W/s.sim"
+wait_for 20 sh -c "! kill -0 $RELAY"; wait "$RELAY"; RELAY=
+
+# ---- (b) 1 GiB model: relay memory does not follow the model ------------------------
+run_job b 1 wait --rounds 1 --model-size 1G --tensors 8 --format numpy
+wait_for 15 "$C" -s "$W/b.status.sock" show info
+sleep 1
+IDLE=$(kb "$RELAY" VmRSS)
+wait "$SIM"; rc=$?; SIM=
+PEAK=$(kb "$RELAY" VmHWM)
+check "(b) 1 GiB round verified: $(grep '^ROUND' $W/b.sim | cut -c1-120)" sh -c "[ $rc -eq 0 ] && grep -q '^SIM OK rounds=1' $W/b.sim"
+check "(b) relay peak RSS ${PEAK} KiB within 64 MiB of idle ${IDLE} KiB" [ $((PEAK - IDLE)) -lt 65536 ]
+check "(b) show tasks lists the finished task" sh -c "$C -s $W/b.status.sock show tasks json | jq -e '.tasks | length >= 1' >/dev/null"
+check "(b) show refs lists the task ref and the result ref" sh -c "$C -s $W/b.status.sock show refs json | jq -e '[.refs[].kind] | (index(\"task\") != null) and (index(\"result\") != null)' >/dev/null"
+"$C" -s "$W/b.status.sock" shutdown >/dev/null
+wait_for 20 sh -c "! kill -0 $RELAY"; wait "$RELAY"; rc=$?; RELAY=
+check "(b) shutdown after the run ended exits 0 (rc $rc)" [ "$rc" -eq 0 ]
+
+# ---- (c) a worker killed mid-download --------------------------------------------------
+run_job c 1 exit --rounds 2 --model-size 512M --tensors 8 --format numpy --max-failures 3 --fetch-timeout 20
+wait_for 20 sh -c "$C -s $W/c.status.sock show tasks json | jq -e '[.tasks[].state] | index(\"delivering\") != null' >/dev/null"
+victim=$($C -s "$W/c.status.sock" show workers json | jq -r '.workers[0].pid')
+task=$($C -s "$W/c.status.sock" show tasks json | jq -r '.tasks[0].task_id')
+check "(c) a task is being downloaded by worker pid $victim" [ "${victim:-0}" -gt 0 ]
+kill -KILL "$victim"
+wait_for 60 sh -c "$C -s $W/c.status.sock show metrics json | jq -e '.metrics | length >= 1'"
+check "(c) show metrics has the restarted worker's metric" sh -c "$C -s $W/c.status.sock show metrics json | jq -e '.metrics[0].name == \"loss\"' >/dev/null"
+wait "$SIM"; rc=$?; SIM=
+check "(c) the task failed upstream: the sim saw a failed round" grep -q '^ROUND 1 .*FAILED' "$W/c.sim"
+check "(c) relay log names the failed task $task" grep -q "$task.*fail\|fail.*$task" "$W/c.relay"
+check "(c) worker restarted (a second launch)" grep -q "client_api_trainer_2" "$W/c.relay"
+check "(c) the rounds still all verified: $(tail -1 $W/c.sim)" sh -c "[ $rc -eq 0 ] && grep -q '^SIM OK rounds=2' $W/c.sim"
+wait_for 20 sh -c "! kill -0 $RELAY"; wait "$RELAY"; RELAY=
+finish
