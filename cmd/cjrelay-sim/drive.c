@@ -34,12 +34,10 @@
 #include "util/log.h"
 #include "util/mp.h"
 
-#define cj_span cj_fobs_span
 #include "dl/dlmsg.h"
 #include "payload/dxo.h"
 #include "payload/fobs.h"
 #include "payload/splice.h"
-#undef cj_span
 
 #define MAX_TASK ((size_t)64 << 20)
 

@@ -29,13 +29,9 @@
 #include "util/log.h"
 #include "util/mp.h"
 
-/* wire/header.h (through stream.h) and payload/fobs.h both define a struct
- * cj_span; the fobs one is renamed here (as lib/dl does). */
-#define cj_span cj_fobs_span
 #include "dl/dlmsg.h"
 #include "payload/dxo.h"
 #include "payload/fobs.h"
-#undef cj_span
 
 #define CH_AUX "aux_communication"
 #define CH_CMD "server_command"
@@ -238,7 +234,7 @@ static int read_req(struct evbuffer *data, size_t max, struct req *r, char *why,
 /* The raw value of header key (NULL when absent). */
 static const uint8_t *hdr_raw(const struct req *r, const char *key, size_t *len)
 {
-    struct cj_fobs_span sp;
+    struct cj_range sp;
     if (!r->hdrs || cj_fobs_map_get(r->hdrs, r->hdrs_len, key, &sp, NULL) != 1) return NULL;
     *len = sp.len;
     return r->hdrs + sp.off;
@@ -250,13 +246,13 @@ static int hdr_str(const struct req *r, const char *key, char *out, size_t outsz
     size_t n;
     const uint8_t *v = hdr_raw(r, key, &n);
     if (!v) return 0;
-    return cj_fobs_span_str(v, (struct cj_fobs_span){0, n}, out, outsz, NULL) == 0 ? 1 : -1;
+    return cj_fobs_span_str(v, (struct cj_range){0, n}, out, outsz, NULL) == 0 ? 1 : -1;
 }
 
 /* map[key] as a string from a raw map value: 1 found, 0 absent/other. */
 static int map_str(const uint8_t *map, size_t len, const char *key, char *out, size_t outsz)
 {
-    struct cj_fobs_span sp;
+    struct cj_range sp;
     if (!map || cj_fobs_map_get(map, len, key, &sp, NULL) != 1) return 0;
     return cj_fobs_span_str(map, sp, out, outsz, NULL) == 0;
 }
@@ -264,7 +260,7 @@ static int map_str(const uint8_t *map, size_t len, const char *key, char *out, s
 /* props[key].value of an FLContext wrapper [model, {key: {value, mask}}]. */
 static int ctx_prop(const uint8_t *ctx, size_t len, const char *key, char *out, size_t outsz)
 {
-    struct cj_fobs_span data, prop;
+    struct cj_range data, prop;
     struct mp_cur c;
     uint32_t n;
     if (!ctx || cj_fobs_map_get(ctx, len, CJ_FOBS_DATA_KEY, &data, NULL) != 1) return 0;

@@ -34,11 +34,7 @@
 #include "util/log.h"
 #include "worker.h"
 
-/* wire/header.h (through stream.h) and payload/fobs.h (through dxo.h) both
- * name a struct cj_span: fobs.h's is renamed here, as dl/client.c does. */
-#define cj_span cj_fobs_span
 #include "payload/dxo.h"
-#undef cj_span
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the tensor transform assumes a little-endian host (items are little-endian)"

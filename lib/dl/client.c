@@ -15,12 +15,7 @@
 #include "util/log.h"
 #include "util/stats.h"
 
-/* wire/header.h (through stream.h) and payload/fobs.h (through dlmsg.h) both
- * name a struct cj_span; fobs.h's is renamed in this file (same layout; struct
- * tags do not take part in linkage). */
-#define cj_span cj_fobs_span
 #include "dl/dlmsg.h"
-#undef cj_span
 
 /* Data replies in a row without a single item before the download is called stuck. */
 #define MAX_EMPTY_REPLIES 100

@@ -73,15 +73,15 @@ static int read_nonce(struct mp_cur *c, char out[CJ_DL_NONCE_LEN + 1], struct cj
 }
 
 /* nil -> absent (len 0); map -> its span; anything else CJ_E_TYPE. */
-static int read_state(struct mp_cur *c, struct cj_span *sp, size_t origin, struct cj_err *err)
+static int read_state(struct mp_cur *c, struct cj_range *sp, size_t origin, struct cj_err *err)
 {
     size_t at = c->pos;
     struct mp_val v;
     int rc = mp_next(c, &v, err);
     if (rc) return rc;
-    if (v.kind == MP_NIL) { *sp = (struct cj_span){0, 0}; return 0; }
+    if (v.kind == MP_NIL) { *sp = (struct cj_range){0, 0}; return 0; }
     if (v.kind != MP_MAP) return cj_fail(err, CJ_E_TYPE, at, "dl: 'state' is not a map (offset %zu)", at);
-    *sp = (struct cj_span){at - origin, c->end - at};
+    *sp = (struct cj_range){at - origin, c->end - at};
     c->pos = c->end;
     return 0;
 }
@@ -823,7 +823,7 @@ done:
 
 /* ---- state and grouping -------------------------------------------------------------------- */
 
-int cj_dl_next_start(const uint8_t *buf, struct cj_span state, uint64_t *start, struct cj_err *err)
+int cj_dl_next_start(const uint8_t *buf, struct cj_range state, uint64_t *start, struct cj_err *err)
 {
     *start = 0;
     if (!state.len) return 0;

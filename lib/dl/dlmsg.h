@@ -23,7 +23,7 @@
 
 #include <msgpack.h>
 
-#include "payload/fobs.h"   /* struct cj_span */
+#include "payload/fobs.h"   /* struct cj_range */
 #include "util/err.h"
 
 #define CJ_DL_CHANNEL "download_service__"
@@ -55,7 +55,7 @@ struct cj_dl_request {
     char ref_id[CJ_DL_REF_ID_MAX + 1]; /* "" when missing, empty or unusable (see ref_id_bad) */
     bool ref_id_bad;                   /* present but not a str, too long, not UTF-8 or holding NUL */
     bool confirm_capable;
-    struct cj_span state;              /* the raw state map; len 0 when absent or nil */
+    struct cj_range state;              /* the raw state map; len 0 when absent or nil */
     enum cj_dl_confirm confirm;
     bool has_nonce;
     char confirm_nonce[CJ_DL_NONCE_LEN + 1];
@@ -116,7 +116,7 @@ struct cj_dl_item_ref {
 
 struct cj_dl_reply {
     enum cj_dl_status status;
-    struct cj_span state;      /* raw state map; len 0 when absent or nil */
+    struct cj_range state;      /* raw state map; len 0 when absent or nil */
     bool has_data;
     size_t n_items;            /* items in data, all of them (items[] holds the first min(cap, n)) */
     bool confirm_expected;
@@ -229,7 +229,7 @@ int cj_dl_write_item_state(msgpack_packer *pk, uint64_t start, uint64_t count);
  * decoder reported it): 0 for an absent or empty state, else start + count.
  * start and count must be non-negative ints (CJ_E_MISSING / CJ_E_TYPE /
  * CJ_E_LIMIT on overflow); other keys are ignored. */
-int cj_dl_next_start(const uint8_t *buf, struct cj_span state, uint64_t *start, struct cj_err *err);
+int cj_dl_next_start(const uint8_t *buf, struct cj_range state, uint64_t *start, struct cj_err *err);
 
 #define CJ_DL_SIZE_UNKNOWN UINT64_MAX
 

@@ -11,13 +11,8 @@
 #include "stream/stream.h"
 #include "util/log.h"
 
-/* wire/header.h (through stream.h) and payload/fobs.h (through dlmsg.h) both
- * name a struct cj_span; fobs.h's is renamed in this file (same layout; struct
- * tags do not take part in linkage). */
-#define cj_span cj_fobs_span
 #include "dl/dlmsg.h"
 #include "payload/fobs.h"
-#undef cj_span
 
 /* Pulls, confirms and cancels are a few hundred bytes; anything much larger is not one. */
 #define MAX_REQUEST_BYTES 65536

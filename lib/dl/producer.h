@@ -32,9 +32,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-/* Neither dl/dlmsg.h nor stream/stream.h is included here: wire/header.h and
- * payload/fobs.h both define a struct cj_span, so this header stays usable
- * next to either. */
+/* Kept light: stream/stream.h and dl/dlmsg.h are not included here. */
 struct cj_stream_ep;
 
 #ifndef CJ_DL_REF_ID_MAX

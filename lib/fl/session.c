@@ -23,13 +23,8 @@
 #include "util/mp.h"
 #include "util/stats.h"
 
-/* wire/header.h (through stream.h) and payload/fobs.h both name a struct
- * cj_span; this file needs both, so fobs.h's is renamed here (same layout, C
- * linkage: the functions are the same). */
-#define cj_span cj_fobs_span
 #include "payload/fobs.h"
 #include "payload/splice.h"
-#undef cj_span
 
 #define CH CJ_CAPI_CHANNEL
 #define SHUTDOWN_TIMEOUT_DEFAULT 5.0

@@ -433,7 +433,7 @@ static int open_headers(const uint8_t *payload, size_t len, const uint8_t **hdrs
 }
 
 /* A msgpack int or float as a double; < 0 when it is something else. */
-static double number_at(const uint8_t *buf, struct cj_span sp)
+static double number_at(const uint8_t *buf, struct cj_range sp)
 {
     struct mp_cur c;
     struct mp_val v;
@@ -450,7 +450,7 @@ int cj_task_read_reply(const uint8_t *payload, size_t len, struct cj_task_reply 
     struct cj_task_info info;
     struct cj_err e = { 0 };
     struct cj_fobs_headers h;
-    struct cj_span mg;
+    struct cj_range mg;
     memset(r, 0, sizeof *r);
     r->wait_time = r->min_get_task_timeout = -1;
     if (cj_splice_read_task(payload, len, &info, &e)) {

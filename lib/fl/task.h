@@ -89,10 +89,8 @@ double cj_task_now(void);
 
 /* ---- the payloads of the upstream loop -----------------------------------------
  *
- * Thin wrappers over lib/payload (splice.h, fobs.h) for upstream.c, which also
- * needs stream/stream.h: payload/fobs.h and wire/header.h both define
- * struct cj_span, so no file can include both.  Everything below lives in
- * task.c, which includes only the payload side.  Outputs are appended to an
+ * Thin wrappers over lib/payload (splice.h, fobs.h) that give upstream.c its
+ * payloads in evbuffers, so the loop never handles raw spans.  Outputs are appended to an
  * evbuffer (moved in without a copy where the builder allows); on failure the
  * evbuffer is left as it was and why names the problem (-1 returned). */
 

@@ -208,7 +208,7 @@ static bool key_is(const struct mp_val *k, const char *s)
 }
 
 /* A value's raw span at c (c advanced past it); offsets absolute in c->base. */
-static int value_span(struct mp_cur *c, struct cj_span *sp, struct cj_err *err)
+static int value_span(struct mp_cur *c, struct cj_range *sp, struct cj_err *err)
 {
     size_t at = c->pos;
     int rc = mp_skip(c, err);
@@ -219,7 +219,7 @@ static int value_span(struct mp_cur *c, struct cj_span *sp, struct cj_err *err)
 }
 
 /* A cursor over exactly the span sp of base (sp absolute in base). */
-static void span_cur(struct mp_cur *c, const uint8_t *base, struct cj_span sp)
+static void span_cur(struct mp_cur *c, const uint8_t *base, struct cj_range sp)
 {
     c->base = base;
     c->pos = sp.off;
@@ -239,10 +239,10 @@ static int read_map_at(struct mp_cur *c, uint32_t *n, const char *what, struct c
 
 /* The spans of DXO.kind, .data and .meta (the last occurrence of each). */
 struct dxo_parts {
-    struct cj_span kind, data, meta;
+    struct cj_range kind, data, meta;
 };
 
-static int dxo_parts(const uint8_t *p, struct cj_span dxo, struct dxo_parts *pt, struct cj_err *err)
+static int dxo_parts(const uint8_t *p, struct cj_range dxo, struct dxo_parts *pt, struct cj_err *err)
 {
     struct mp_cur c;
     uint32_t n = 0;
@@ -251,7 +251,7 @@ static int dxo_parts(const uint8_t *p, struct cj_span dxo, struct dxo_parts *pt,
     memset(pt, 0, sizeof *pt);
     for (uint32_t i = 0; !rc && i < n; i++) {
         struct mp_val k;
-        struct cj_span v;
+        struct cj_range v;
         if ((rc = read_key(&c, &k, err)) || (rc = value_span(&c, &v, err))) break;
         if (key_is(&k, "kind")) pt->kind = v;
         else if (key_is(&k, "data")) pt->data = v;
@@ -262,7 +262,7 @@ static int dxo_parts(const uint8_t *p, struct cj_span dxo, struct dxo_parts *pt,
 }
 
 /* kind: the member name of an enum wrapper; anything else leaves "". */
-static void read_kind(const uint8_t *p, struct cj_span sp, char *out)
+static void read_kind(const uint8_t *p, struct cj_range sp, char *out)
 {
     struct mp_cur c, v;
     uint32_t n = 0;
@@ -278,7 +278,7 @@ static void read_kind(const uint8_t *p, struct cj_span sp, char *out)
 }
 
 /* meta.current_round when it is an int. */
-static void read_round(const uint8_t *p, struct cj_span sp, struct cj_dxo_in *d)
+static void read_round(const uint8_t *p, struct cj_range sp, struct cj_dxo_in *d)
 {
     struct mp_cur c, v;
     uint32_t n = 0;
@@ -353,11 +353,11 @@ static int read_tensor(struct mp_cur *c, struct cj_dxo_tensor *t, struct cj_err 
     size_t at = c->pos;
     uint32_t n = 0;
     int rc = read_map_at(c, &n, "tensor wrapper", err);
-    struct cj_span data = {0, 0};
+    struct cj_range data = {0, 0};
     t->kind = 0;
     for (uint32_t i = 0; !rc && i < n; i++) {
         struct mp_val k;
-        struct cj_span v;
+        struct cj_range v;
         if ((rc = read_key(c, &k, err)) || (rc = value_span(c, &v, err))) break;
         if (key_is(&k, CJ_FOBS_DATA_KEY)) data = v;
         if (!key_is(&k, CJ_FOBS_TYPE_KEY)) continue;
@@ -396,7 +396,7 @@ static int account_tensor(struct cj_dxo_in *d, const struct cj_dxo_tensor *t, si
     return 0;
 }
 
-static int read_data(const uint8_t *p, struct cj_span sp, struct cj_dxo_in *d, struct cj_err *err)
+static int read_data(const uint8_t *p, struct cj_range sp, struct cj_dxo_in *d, struct cj_err *err)
 {
     struct mp_cur c;
     uint32_t n = 0;
@@ -469,8 +469,8 @@ int cj_dxo_read(const uint8_t *payload, size_t len, size_t body_off, size_t body
         if (err) err->offset += body_off;
         return rc;
     }
-    if (sh.headers.len) d->headers = (struct cj_span){body_off + sh.headers.off, sh.headers.len};
-    struct cj_span dxo;
+    if (sh.headers.len) d->headers = (struct cj_range){body_off + sh.headers.off, sh.headers.len};
+    struct cj_range dxo;
     size_t map_off = body_off + sh.data_off;
     if ((rc = cj_fobs_map_get(payload + map_off, body_off + sh.data_end - map_off, CJ_DXO_KEY, &dxo, err)) < 0)
         return rc;

@@ -95,8 +95,8 @@ struct cj_dxo_in {
     /* out */
     size_t n_tensors;             /* every tensor in DXO.data (may exceed cap) */
     size_t n_refs, n_native;      /* of them: refs / inline */
-    struct cj_span headers;       /* the Shareable's raw __headers__ map (offsets in payload); len 0 absent */
-    struct cj_span meta;          /* the raw DXO.meta value; len 0 absent */
+    struct cj_range headers;       /* the Shareable's raw __headers__ map (offsets in payload); len 0 absent */
+    struct cj_range meta;          /* the raw DXO.meta value; len 0 absent */
     bool has_round;               /* meta.current_round is an int */
     int64_t current_round;
     char kind[CJ_DXO_KIND_MAX + 1]; /* DataKind member ("" when kind is not an enum wrapper) */

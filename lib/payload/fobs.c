@@ -113,7 +113,7 @@ int cj_fobs_find_shareable(const uint8_t *buf, size_t len, struct cj_fobs_sharea
     return find_headers(&dc, sh, err);
 }
 
-int cj_fobs_map_get(const uint8_t *map, size_t len, const char *key, struct cj_span *val, struct cj_err *err)
+int cj_fobs_map_get(const uint8_t *map, size_t len, const char *key, struct cj_range *val, struct cj_err *err)
 {
     struct mp_cur c;
     mp_cur_init(&c, map, len);
@@ -134,7 +134,7 @@ int cj_fobs_map_get(const uint8_t *map, size_t len, const char *key, struct cj_s
     return found;
 }
 
-int cj_fobs_span_str(const uint8_t *buf, struct cj_span sp, char *out, size_t outsz, struct cj_err *err)
+int cj_fobs_span_str(const uint8_t *buf, struct cj_range sp, char *out, size_t outsz, struct cj_err *err)
 {
     struct mp_cur c = {buf, sp.off, sp.off + sp.len};
     const uint8_t *p;
@@ -177,7 +177,7 @@ int cj_fobs_read_headers(const uint8_t *hdrs, size_t len, struct cj_fobs_headers
         if (k.kind != MP_STR) continue;
         for (size_t j = 0; j < sizeof names / sizeof *names; j++) {
             if (!mp_str_eq(k.ptr, k.len, names[j].key)) continue;
-            struct cj_span *sp = (struct cj_span *)((char *)h + names[j].off);
+            struct cj_range *sp = (struct cj_range *)((char *)h + names[j].off);
             sp->off = vat;
             sp->len = c.pos - vat;
         }
@@ -539,9 +539,9 @@ static enum cj_fobs_wrap_kind wrap_kind(const uint8_t *t, uint32_t n)
 }
 
 /* The str value of key in the map span d (of body); NULL when absent or not a str. */
-static const uint8_t *data_str(const uint8_t *body, struct cj_span d, const char *key, uint32_t *n)
+static const uint8_t *data_str(const uint8_t *body, struct cj_range d, const char *key, uint32_t *n)
 {
-    struct cj_span v;
+    struct cj_range v;
     if (cj_fobs_map_get(body + d.off, d.len, key, &v, NULL) != 1) return NULL;
     struct mp_cur c = {body + d.off, v.off, v.off + v.len};
     const uint8_t *p;
@@ -550,12 +550,12 @@ static const uint8_t *data_str(const uint8_t *body, struct cj_span d, const char
 }
 
 /* Fills w from a recognised wrapper's __fobs_data__ (a sub-span of body). */
-static void describe_wrapper(const uint8_t *body, struct cj_span d, struct cj_fobs_wrapper *w)
+static void describe_wrapper(const uint8_t *body, struct cj_range d, struct cj_fobs_wrapper *w)
 {
     uint32_t n;
     const uint8_t *t;
     if (w->kind == CJ_FOBS_WRAP_DATUMREF) {
-        struct cj_span inner;
+        struct cj_range inner;
         if (cj_fobs_map_get(body + d.off, d.len, "data", &inner, NULL) == 1) {
             inner.off += d.off;
             w->item = data_str(body, inner, "datum_id", &w->item_len);
@@ -569,7 +569,7 @@ static void describe_wrapper(const uint8_t *body, struct cj_span d, struct cj_fo
     if (w->kind == CJ_FOBS_WRAP_NUMPY) w->dot = 3;
     else if (w->kind == CJ_FOBS_WRAP_TORCH) w->dot = 6;
     else {
-        struct cj_span v;
+        struct cj_range v;
         int64_t dot;
         if (cj_fobs_map_get(body + d.off, d.len, "lazy_dot", &v, NULL) == 1) {
             struct mp_cur c = {body + d.off, v.off, v.off + v.len};
@@ -585,7 +585,7 @@ static int end_map(const uint8_t *body, const struct frame *f, cj_fobs_wrapper_c
     struct cj_fobs_wrapper w = {0};
     if (!(w.kind = wrap_kind(f->type, f->type_len))) return 0;
     w.off = f->off;
-    describe_wrapper(body, (struct cj_span){f->data_off, f->data_end - f->data_off}, &w);
+    describe_wrapper(body, (struct cj_range){f->data_off, f->data_end - f->data_off}, &w);
     return cb(ud, &w);
 }
 

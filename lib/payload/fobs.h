@@ -5,7 +5,7 @@
  *
  * Nothing here builds a tree or allocates (the header rewrite writes into a
  * msgpack_sbuffer).  All reading goes through the bounds-checked mp cursor.
- * A struct cj_span's offset is relative to the buffer the function was given.
+ * A struct cj_range's offset is relative to the buffer the function was given.
  *
  * Duplicate keys: Python's dict keeps the last one, so readers here return the
  * last occurrence of a header key, and the header rewrite replaces every
@@ -49,8 +49,9 @@
 /* JSON nesting bound when skipping values of extra keys. */
 #define CJ_FOBS_JSON_MAX_DEPTH 64
 
-/* A raw msgpack value inside a buffer.  len 0 means absent (no value is empty). */
-struct cj_span {
+/* A raw msgpack value inside a buffer, by offset (wire/header.h's struct cj_span
+ * is the pointer form used for header blocks).  len 0 means absent. */
+struct cj_range {
     size_t off;
     size_t len;
 };
@@ -62,7 +63,7 @@ struct cj_fobs_shareable {
     size_t data_hdr_len;   /* size of that header: 1 (fixmap), 3 (de), 5 (df) */
     size_t data_end;       /* one past the map's last entry */
     uint32_t data_n;       /* entries in the __fobs_data__ map */
-    struct cj_span headers; /* the raw __headers__ map; len 0 when absent */
+    struct cj_range headers; /* the raw __headers__ map; len 0 when absent */
     uint32_t headers_n;    /* its entries */
 };
 
@@ -76,23 +77,23 @@ int cj_fobs_find_shareable(const uint8_t *buf, size_t len, struct cj_fobs_sharea
 
 /* [map, map+len) must start with a map.  Finds the last entry whose key is the
  * str `key`; returns 1 with *val set, 0 when absent, <0 on error. */
-int cj_fobs_map_get(const uint8_t *map, size_t len, const char *key, struct cj_span *val, struct cj_err *err);
+int cj_fobs_map_get(const uint8_t *map, size_t len, const char *key, struct cj_range *val, struct cj_err *err);
 
 /* Copies the str value at sp (in buf) into out as a C string.  Fails with
  * CJ_E_TYPE when not a str, CJ_E_LIMIT when it does not fit, CJ_E_INVALID when
  * it holds a NUL byte. */
-int cj_fobs_span_str(const uint8_t *buf, struct cj_span sp, char *out, size_t outsz, struct cj_err *err);
+int cj_fobs_span_str(const uint8_t *buf, struct cj_range sp, char *out, size_t outsz, struct cj_err *err);
 
 /* The headers the relay reads (fl-protocols.md §5); absent ones have len 0. */
 struct cj_fobs_headers {
-    struct cj_span task_name;     /* "task_name" */
-    struct cj_span task_id;       /* "__task_id__" */
-    struct cj_span cookie_jar;    /* "__cookie_jar__" */
-    struct cj_span current_round; /* "current_round" */
-    struct cj_span receiver_ids;  /* "receiver_ids" */
-    struct cj_span wait_time;     /* "__wait_time__" */
-    struct cj_span peer_ctx;      /* "__peer_ctx__" */
-    struct cj_span rc;            /* "__rc__" */
+    struct cj_range task_name;     /* "task_name" */
+    struct cj_range task_id;       /* "__task_id__" */
+    struct cj_range cookie_jar;    /* "__cookie_jar__" */
+    struct cj_range current_round; /* "current_round" */
+    struct cj_range receiver_ids;  /* "receiver_ids" */
+    struct cj_range wait_time;     /* "__wait_time__" */
+    struct cj_range peer_ctx;      /* "__peer_ctx__" */
+    struct cj_range rc;            /* "__rc__" */
 };
 
 /* One pass over a raw __headers__ map ([hdrs, hdrs+len) starts with it). */

@@ -260,7 +260,7 @@ int cj_splice_submit_update(const uint8_t *result, size_t len, const uint8_t *ta
                             const char *site, const char *job_id, msgpack_sbuffer *out, struct cj_err *err)
 {
     struct cj_lobs_section m;
-    struct cj_span v;
+    struct cj_range v;
     size_t start = out->size;
     int rc = open_payload(result, len, &m, NULL, err);
     if (rc) return rc;

@@ -27,7 +27,7 @@
 struct cj_task_info {
     char task_name[CJ_SPLICE_NAME_MAX + 1];  /* header task_name */
     char task_id[CJ_SPLICE_NAME_MAX + 1];    /* header __task_id__ ("" when absent) */
-    struct cj_span headers;   /* the raw __headers__ map, offsets in the input payload:
+    struct cj_range headers;   /* the raw __headers__ map, offsets in the input payload:
                                  keep a copy for cj_splice_submit_update */
     size_t n_datums;          /* datum sections copied */
     size_t main_len;          /* MAIN body length of the output */

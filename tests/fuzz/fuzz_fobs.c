@@ -77,9 +77,9 @@ static const char *const K1 = "job_id", *const K2 = "site_name";
 static const uint8_t V1[] = {0xa5, 'J', '-', 'f', 'z', '1'};
 static const uint8_t V2[] = {0x92, 0xc3, 0xa1, 'S'};   /* any value: [true, "S"] */
 
-static int has_key(const uint8_t *b, struct cj_span h, const char *k)
+static int has_key(const uint8_t *b, struct cj_range h, const char *k)
 {
-    struct cj_span v;
+    struct cj_range v;
     struct cj_err err;
     if (!h.len) return 0;
     int rc = cj_fobs_map_get(b + h.off, h.len, k, &v, &err);
@@ -88,7 +88,7 @@ static int has_key(const uint8_t *b, struct cj_span h, const char *k)
 }
 
 /* Every header of the old map not being set is in the new map with the same bytes. */
-static void check_other_headers(const uint8_t *ob, struct cj_span oh, const uint8_t *nb, struct cj_span nh)
+static void check_other_headers(const uint8_t *ob, struct cj_range oh, const uint8_t *nb, struct cj_range nh)
 {
     if (!oh.len) return;
     struct mp_cur c = {ob + oh.off, 0, oh.len};
@@ -107,7 +107,7 @@ static void check_other_headers(const uint8_t *ob, struct cj_span oh, const uint
         memcpy(key, k.ptr, k.len);
         key[k.len] = 0;
         if (!strcmp(key, K1) || !strcmp(key, K2)) continue;
-        struct cj_span nv, ov;
+        struct cj_range nv, ov;
         CHECK(cj_fobs_map_get(nb + nh.off, nh.len, key, &nv, &err) == 1);
         CHECK(cj_fobs_map_get(ob + oh.off, oh.len, key, &ov, &err) == 1);
         (void)vat;
@@ -133,7 +133,7 @@ static void check_edit(const uint8_t *b, size_t len)
     CHECK(sh2.headers.len > 0);
     CHECK(sh2.headers_n == sh.headers_n + !had1 + !had2);
     CHECK(sh2.data_n == sh.data_n + !sh.headers.len);
-    struct cj_span v;
+    struct cj_range v;
     CHECK(cj_fobs_map_get(o + sh2.headers.off, sh2.headers.len, K1, &v, &err) == 1);
     CHECK(v.len == sizeof V1 && memcmp(o + sh2.headers.off + v.off, V1, sizeof V1) == 0);
     CHECK(cj_fobs_map_get(o + sh2.headers.off, sh2.headers.len, K2, &v, &err) == 1);
@@ -186,7 +186,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_edit(body, len);
     const char *env[2] = {"model", "result"};
     for (int i = 0; i < 2; i++) {
-        struct cj_span v;
+        struct cj_range v;
         if (cj_fobs_map_get(body, len, env[i], &v, &err) == 1) check_edit(body + v.off, v.len);
     }
     return 0;

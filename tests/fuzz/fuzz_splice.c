@@ -52,7 +52,7 @@ static void check_datums(const uint8_t *in, size_t in_len, const uint8_t *out, s
 
 static void check_str(const uint8_t *map, size_t len, const char *key, const char *want)
 {
-    struct cj_span v;
+    struct cj_range v;
     struct cj_err err;
     char buf[CJ_SPLICE_NAME_MAX + 1];
     CHECK(cj_fobs_map_get(map, len, key, &v, &err) == 1);
@@ -80,7 +80,7 @@ static int task_ready(const uint8_t *data, size_t size, struct cj_task_info *inf
     CHECK(om.value_len == info->main_len);
     check_str(om.value, om.value_len, "session_id", "sess");
     check_str(om.value, om.value_len, "task_name", info->task_name);
-    struct cj_span model;
+    struct cj_range model;
     struct cj_fobs_shareable sh;
     CHECK(cj_fobs_map_get(om.value, om.value_len, "model", &model, &err) == 1);
     CHECK(cj_fobs_find_shareable(om.value + model.off, model.len, &sh, &err) == 0);
@@ -116,7 +116,7 @@ static int submit(const uint8_t *result, size_t len, const uint8_t *th, size_t t
     check_datums(result, len, (uint8_t *)out.data, out.size, &om);
     struct cj_fobs_shareable sh;
     struct cj_fobs_headers h;
-    struct cj_span v;
+    struct cj_range v;
     CHECK(cj_fobs_find_shareable(om.value, om.value_len, &sh, &err) == 0);
     const uint8_t *hb = om.value + sh.headers.off;
     CHECK(cj_fobs_read_headers(hb, sh.headers.len, &h, &err) == 0);

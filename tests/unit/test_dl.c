@@ -17,10 +17,7 @@
 #include "stream/stream.h"
 #include "wire/header.h"
 
-/* wire/header.h and payload/fobs.h both name a struct cj_span (see producer.c). */
-#define cj_span cj_fobs_span
 #include "dl/dlmsg.h"
-#undef cj_span
 
 #define KiB 1024u
 #define MiB (1024u * 1024u)

@@ -656,10 +656,10 @@ static void test_hostile_requests(void **state)
 
     /* next_start on hostile states */
     uint64_t s;
-    struct cj_span sp;
+    struct cj_range sp;
 #define STATE(expect_rc)                                    \
     do {                                                    \
-        sp = (struct cj_span){0, b.sb.size};                \
+        sp = (struct cj_range){0, b.sb.size};                \
         assert_int_equal(cj_dl_next_start((uint8_t *)b.sb.data, sp, &s, &e), expect_rc); \
         msgpack_sbuffer_destroy(&b.sb);                     \
     } while (0)

@@ -148,7 +148,7 @@ static void read_v04_model(void **state)
     size_t len, off, blen;
     uint8_t *p = tu_read_vector(V04, &len);
     main_body(p, len, &off, &blen);
-    struct cj_span model;
+    struct cj_range model;
     struct cj_err e = {0};
     assert_int_equal(cj_fobs_map_get(p + off, blen, "model", &model, &e), 1);
     struct cj_dxo_tensor t[2];

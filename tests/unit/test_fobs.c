@@ -37,14 +37,14 @@ static void load(struct vec *v, const char *name)
 /* The Shareable inside an envelope body (key "model" / "result"), as a sub-buffer. */
 static const uint8_t *envelope_value(const struct vec *v, const char *key, size_t *len)
 {
-    struct cj_span sp;
+    struct cj_range sp;
     struct cj_err e = {0};
     assert_int_equal(cj_fobs_map_get(v->body, v->body_len, key, &sp, &e), 1);
     *len = sp.len;
     return v->body + sp.off;
 }
 
-static void assert_span_str(const uint8_t *buf, struct cj_span sp, const char *want)
+static void assert_span_str(const uint8_t *buf, struct cj_range sp, const char *want)
 {
     char out[256];
     struct cj_err e = {0};
@@ -53,7 +53,7 @@ static void assert_span_str(const uint8_t *buf, struct cj_span sp, const char *w
     assert_string_equal(out, want);
 }
 
-static void assert_span_hex(const uint8_t *buf, struct cj_span sp, const char *hex)
+static void assert_span_hex(const uint8_t *buf, struct cj_range sp, const char *hex)
 {
     size_t n;
     uint8_t *want = tu_hex(hex, &n);
@@ -133,7 +133,7 @@ static void test_v01(void **state)
     size_t n = 9;
     list_refs(&v, NULL, 0, &n);
     assert_int_equal(n, 0);
-    struct cj_span sp;
+    struct cj_range sp;
     assert_int_equal(cj_fobs_map_get(v.body, v.body_len, "f", &sp, &e), 1);
     assert_span_hex(v.body, sp, "cb 3f f8 00 00 00 00 00 00");
     assert_int_equal(cj_fobs_map_get(v.body, v.body_len, "b", &sp, &e), 1);
@@ -177,7 +177,7 @@ static void check_02_headers(const uint8_t *b, size_t len, uint32_t want_n)
     assert_int_equal(h.receiver_ids.len, 0);
     assert_int_equal(h.wait_time.len, 0);
     assert_true(h.peer_ctx.len > 100);
-    struct cj_span sp;
+    struct cj_range sp;
     assert_int_equal(cj_fobs_map_get(hb, sh.headers.len, "__content_type__", &sp, &e), 1);
     assert_span_str(hb, sp, "DXO");
 }
@@ -268,7 +268,7 @@ static void test_v04_lazy(void **state)
     struct cj_fobs_headers h;
     struct cj_err e = {0};
     assert_int_equal(cj_fobs_find_shareable(model, mlen, &sh, &e), 0);
-    struct cj_span sp;
+    struct cj_range sp;
     assert_int_equal(cj_fobs_map_get(model + sh.headers.off, sh.headers.len, "job_id", &sp, &e), 1);
     assert_span_str(model + sh.headers.off, sp, "job-7f3a");
     assert_int_equal(cj_fobs_map_get(model + sh.headers.off, sh.headers.len, "site_name", &sp, &e), 1);
@@ -736,7 +736,7 @@ static void check_two_keys(const msgpack_sbuffer *out, uint32_t want_hn, uint32_
     assert_int_equal(sh.headers_n, want_hn);
     assert_int_equal(sh.data_n, want_dn);
     const uint8_t *hb = (uint8_t *)out->data + sh.headers.off;
-    struct cj_span sp;
+    struct cj_range sp;
     assert_int_equal(cj_fobs_map_get(hb, sh.headers.len, "job_id", &sp, &e), 1);
     assert_span_str(hb, sp, "J");
     assert_int_equal(cj_fobs_map_get(hb, sh.headers.len, "site_name", &sp, &e), 1);

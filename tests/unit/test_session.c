@@ -17,10 +17,7 @@
 #include "util/mp.h"
 #include "wire/header.h"
 
-/* payload/fobs.h and wire/header.h both define struct cj_span (see session.c). */
-#define cj_span cj_fobs_span
 #include "payload/splice.h"
-#undef cj_span
 
 #define RELAY "site-1.job-7f3a"
 #define SITE "site-1"

@@ -110,7 +110,7 @@ static void test_task_ready_v12(void **state)
     assert_int_equal(nd, 1);
     assert_same_refs(p, len, o, out.size);
     assert_same_datums(p, len, o, out.size);
-    struct cj_span sp;
+    struct cj_range sp;
     assert_int_equal(cj_fobs_map_get(m.value, m.value_len, "model", &sp, &e), 1);
     const uint8_t *model = m.value + sp.off;
     struct cj_fobs_shareable sh;
@@ -353,7 +353,7 @@ static void test_submit_update_order(void **state)
     struct cj_lobs_section m;
     struct cj_fobs_shareable sh;
     struct cj_fobs_headers h;
-    struct cj_span sp;
+    struct cj_range sp;
     assert_int_equal(cj_lobs_validate(out.data, out.size, &m, NULL, 0, NULL, &e), 0);
     assert_int_equal(cj_fobs_find_shareable(m.value, m.value_len, &sh, &e), 0);
     const uint8_t *hb = m.value + sh.headers.off;
