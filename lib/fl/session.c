@@ -37,6 +37,15 @@ struct metric {
     uint64_t seq;                       /* last update, to replace the oldest when full */
 };
 
+/* Metrics of workers that are gone, so `show metrics` still has the last values
+ * after a run's workers stopped (bounded: the last RETIRED_MAX workers). */
+#define RETIRED_MAX 8
+struct retired {
+    char fqcn[CJ_CAPI_ID_MAX + 1];
+    struct metric *metrics;
+    size_t n;
+};
+
 struct worker {
     struct cj_fl_sessions *s;
     char fqcn[CJ_CAPI_ID_MAX + 1];       /* "" while an any-FQCN record is unbound */
@@ -91,6 +100,8 @@ struct cj_fl_sessions {
     size_t n_workers;
     struct cj_capi_msg *m;               /* scratch for handlers (~25 KB, off the stack) */
     struct cj_fl_sessions_stats st;
+    struct retired retired[RETIRED_MAX];   /* ring, oldest replaced */
+    size_t retired_next;
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -292,6 +303,17 @@ static void cancel_requests(struct worker *w)
     }
 }
 
+static void retire_metrics(struct cj_fl_sessions *s, struct worker *w)
+{
+    if (!w->n_metrics || !w->fqcn[0]) { free(w->metrics); return; }
+    struct retired *r = &s->retired[s->retired_next++ % RETIRED_MAX];
+    free(r->metrics);
+    snprintf(r->fqcn, sizeof r->fqcn, "%s", w->fqcn);
+    r->metrics = w->metrics;     /* ownership moves */
+    r->n = w->n_metrics;
+    w->metrics = NULL;
+}
+
 static void remove_worker(struct cj_fl_sessions *s, struct worker *w)
 {
     for (struct worker **pp = &s->workers; *pp; pp = &(*pp)->next)
@@ -301,7 +323,7 @@ static void remove_worker(struct cj_fl_sessions *s, struct worker *w)
         }
     s->n_workers--;
     cancel_requests(w);
-    free(w->metrics);
+    retire_metrics(s, w);
     wipe(w, sizeof *w);
     free(w);
 }
@@ -1266,6 +1288,7 @@ void cj_fl_sessions_free(struct cj_fl_sessions *s)
     }
     if (s->tick) event_free(s->tick);
     if (s->drain_ev) event_free(s->drain_ev);
+    for (size_t i = 0; i < RETIRED_MAX; i++) free(s->retired[i].metrics);
     free(s->m);
     wipe(s, sizeof *s);
     free(s);
@@ -1464,6 +1487,12 @@ size_t cj_fl_sessions_metrics(const struct cj_fl_sessions *s, cj_fl_metric_fn fn
     for (const struct worker *w = s->workers; w; w = w->next)
         for (size_t i = 0; i < w->n_metrics; i++, k++)
             if (fn) fn(arg, w->fqcn, w->metrics[i].name, w->metrics[i].value);
+    for (size_t j = 0; j < RETIRED_MAX; j++) {   /* workers that are gone, oldest first */
+        const struct retired *r = &s->retired[(s->retired_next + j) % RETIRED_MAX];
+        if (!r->metrics || find_worker(s, r->fqcn)) continue;
+        for (size_t i = 0; i < r->n; i++, k++)
+            if (fn) fn(arg, r->fqcn, r->metrics[i].name, r->metrics[i].value);
+    }
     return k;
 }
 

@@ -81,6 +81,7 @@ check "(b) 1 GiB round verified: $(grep '^ROUND' $W/b.sim | cut -c1-120)" sh -c 
 check "(b) relay peak RSS ${PEAK} KiB within 64 MiB of idle ${IDLE} KiB" [ $((PEAK - IDLE)) -lt 65536 ]
 check "(b) show tasks lists the finished task" sh -c "$C -s $W/b.status.sock show tasks json | jq -e '.tasks | length >= 1' >/dev/null"
 check "(b) show refs lists the task ref and the result ref" sh -c "$C -s $W/b.status.sock show refs json | jq -e '[.refs[].kind] | (index(\"task\") != null) and (index(\"result\") != null)' >/dev/null"
+check "(b) show metrics keeps the worker's metric after the run ended" sh -c "$C -s $W/b.status.sock show metrics json | jq -e '.metrics[0].name == \"loss\"' >/dev/null"
 "$C" -s "$W/b.status.sock" shutdown >/dev/null
 wait_for 20 sh -c "! kill -0 $RELAY"; wait "$RELAY"; rc=$?; RELAY=
 check "(b) shutdown after the run ended exits 0 (rc $rc)" [ "$rc" -eq 0 ]
