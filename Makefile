@@ -5,6 +5,7 @@
 #   make check      deps, build, unit tests, unit tests again under ASan+UBSan
 #   make fuzz       build the libFuzzer targets and run each for FUZZ_SECONDS
 #   make demo       deps, build, run the end-to-end demo
+#   make bench      deps, build -O2, run the benchmarks (numbers, not pass/fail)
 #   make install    PREFIX=/usr/local DESTDIR=
 #
 # Sources are found by wildcard: a new lib/<layer>/<file>.c, tests/unit/test_<name>.c
@@ -43,7 +44,7 @@ FUZZ_SECONDS ?= 60
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 
-.PHONY: all deps check unit unit-san fuzz fuzz-build demo install clean
+.PHONY: all deps check unit unit-san fuzz fuzz-build demo bench install clean
 .DEFAULT_GOAL := all
 
 all: $(B)/libcjrelay.a $(BIN_OUT)
@@ -116,6 +117,10 @@ fuzz: deps
 demo: deps
 	$(MAKE) all
 	@sh tests/demo.sh
+
+bench: deps
+	$(MAKE) all OPT="-O2 -g"
+	@sh bench/run.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/cjrelay \
