@@ -125,8 +125,8 @@ static void stop_now(struct cj_daemon *d, const char *why)
     event_base_loopexit(d->base, NULL);
 }
 
-/* Nothing is in flight yet (the data path plugs in here), so a drain ends at once;
- * the check runs from a timer so the status answer that asked for it is sent first. */
+/* The end of a drain (or of the run) stops the loop from a timer, so that the
+ * status answer that asked for it is sent first. */
 static void on_drain_check(evutil_socket_t fd, short what, void *arg)
 {
     struct cj_daemon *d = arg;
@@ -139,9 +139,7 @@ static void start_drain(struct cj_daemon *d, const char *why)
     cj_log_info("draining (%s): no new tasks; in-flight work finishes, then exit", why);
     d->state = RUN_DRAINING;
     cj_notify_stopping();
-    if (d->fl) { cj_flrun_drain(d->fl, why); return; }   /* ends through on_fl_ended */
-    struct timeval soon = {0, 50 * 1000};
-    evtimer_add(d->drain_timer, &soon);
+    cj_flrun_drain(d->fl, why);   /* ends through on_fl_ended */
 }
 
 /* The run is over and the workers have stopped. */
@@ -248,52 +246,16 @@ static void show_config(struct cj_daemon *d, struct cj_out *o)
     cj_out_table_end(o);
 }
 
-/* Tables whose rows come from later layers; empty until those land. */
-static void show_empty_table(struct cj_out *o, const char *name, const struct cj_col *cols, int n)
-{
-    cj_out_table_begin(o, name, cols, n);
-    cj_out_table_end(o);
-}
-
-static void show_workers(struct cj_daemon *d, struct cj_out *o, const struct cj_col *cols, int n)
-{
-    struct cj_link *links[256];
-    size_t k = d->router ? cj_router_children(d->router, links, 256) : 0;
-    cj_out_table_begin(o, "workers", cols, n);
-    for (size_t i = 0; i < k && i < 256; i++) {
-        const struct cj_link_counters *c = cj_link_counters(links[i]);
-        cj_out_row_begin(o);
-        cj_out_cell_str(o, cj_link_peer(links[i]));
-        cj_out_cell_str(o, "");      /* pid: known once the launcher (issue 5) owns the process */
-        cj_out_cell_str(o, cj_link_state_name(cj_link_get_state(links[i])));
-        cj_out_cell_dbl(o, cj_link_rx_idle(links[i]));
-        cj_out_cell_str(o, "");
-        cj_out_cell_u64(o, c->bytes_in + c->bytes_out);
-        cj_out_row_end(o);
-    }
-    cj_out_table_end(o);
-}
-
 static bool on_show(void *ctx, const char *what, struct cj_out *o)
 {
     struct cj_daemon *d = ctx;
-    static const struct cj_col workers[] = {{"fqcn", 40}, {"pid", 8}, {"state", 10}, {"heartbeat_age", 14},
-                                            {"task", 34}, {"bytes", 0}};
-    static const struct cj_col tasks[] = {{"task_id", 34}, {"name", 16}, {"worker", 40}, {"state", 12}, {"age", 0}};
-    static const struct cj_col refs[] = {{"source", 40}, {"ref_id", 38}, {"dot", 4}, {"items", 6}, {"state", 10},
-                                         {"age", 0}};
-    static const struct cj_col metrics[] = {{"worker", 40}, {"name", 30}, {"value", 0}};
     if (!strcmp(what, "info")) show_info(d, o);
     else if (!strcmp(what, "stats")) show_stats(d, o);
     else if (!strcmp(what, "config")) show_config(d, o);
-    else if (!strcmp(what, "workers") && d->fl) cj_flrun_show_workers(d->fl, o);
-    else if (!strcmp(what, "workers")) show_workers(d, o, workers, 6);
-    else if (!strcmp(what, "tasks") && d->fl) cj_flrun_show_tasks(d->fl, o);
-    else if (!strcmp(what, "tasks")) show_empty_table(o, "tasks", tasks, 5);
-    else if (!strcmp(what, "refs") && d->fl) cj_flrun_show_refs(d->fl, o);
-    else if (!strcmp(what, "refs")) show_empty_table(o, "refs", refs, 6);
-    else if (!strcmp(what, "metrics") && d->fl) cj_flrun_show_metrics(d->fl, o);
-    else if (!strcmp(what, "metrics")) show_empty_table(o, "metrics", metrics, 3);
+    else if (!strcmp(what, "workers")) cj_flrun_show_workers(d->fl, o);
+    else if (!strcmp(what, "tasks")) cj_flrun_show_tasks(d->fl, o);
+    else if (!strcmp(what, "refs")) cj_flrun_show_refs(d->fl, o);
+    else if (!strcmp(what, "metrics")) cj_flrun_show_metrics(d->fl, o);
     else return false;
     return true;
 }
