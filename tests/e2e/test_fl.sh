@@ -63,6 +63,7 @@ wait "$RELAY"; rc=$?; RELAY=
 check "(a) __end_run__ ends the relay with exit 0 (rc $rc)" [ "$rc" -eq 0 ]
 check "(a) relay logged the end of run" grep -q "end of run" "$W/a.relay"
 check "(a) no worker left running" sh -c "! pgrep -f '[c]jrelay-worker' >/dev/null"
+check "(a) bootstrap files removed when their workers ended" sh -c "! ls $W/*bootstrap* >/dev/null 2>&1"
 
 # ---- (a') safetensors, 1 worker ------------------------------------------------------
 run_job s 1 exit --rounds 2 --model-size 8M --tensors 3 --format safetensors
@@ -92,6 +93,11 @@ wait_for 20 sh -c "$C -s $W/c.status.sock show tasks json | jq -e '[.tasks[].sta
 victim=$($C -s "$W/c.status.sock" show workers json | jq -r '.workers[0].pid')
 task=$($C -s "$W/c.status.sock" show tasks json | jq -r '.tasks[0].task_id')
 check "(c) a task is being downloaded by worker pid $victim" [ "${victim:-0}" -gt 0 ]
+bs=$(ls "$W"/*bootstrap*.json 2>/dev/null | head -1)
+check "(c) the running worker's bootstrap file is mode 0600 ($bs)" sh -c "[ -n '$bs' ] && [ \$(stat -c %a '$bs') = 600 ]"
+tok=$(jq -r .launch_token "$bs" 2>/dev/null)
+check "(c) the launch token (${#tok} chars) is not on the worker's argv" sh -c "[ ${#tok} -eq 43 ] && ! tr '\\0' ' ' < /proc/$victim/cmdline | grep -qF -- '$tok'"
+check "(c) ... nor in the relay's log or show output" sh -c "! grep -qF -- '$tok' $W/c.relay && ! $C -s $W/c.status.sock show workers json | grep -qF -- '$tok'"
 kill -KILL "$victim"
 wait_for 60 sh -c "$C -s $W/c.status.sock show metrics json | jq -e '.metrics | length >= 1'"
 check "(c) show metrics has the restarted worker's metric" sh -c "$C -s $W/c.status.sock show metrics json | jq -e '.metrics[0].name == \"loss\"' >/dev/null"
