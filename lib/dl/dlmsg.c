@@ -14,18 +14,7 @@
 
 
 
-int cj_dl_new_nonce(char out[CJ_DL_NONCE_LEN + 1])
-{
-    static const char hex[] = "0123456789abcdef";
-    uint8_t r[CJ_DL_NONCE_LEN / 2];
-    if (cj_random_bytes(r, sizeof r)) return -1;
-    for (size_t i = 0; i < sizeof r; i++) {
-        out[2 * i] = hex[r[i] >> 4];
-        out[2 * i + 1] = hex[r[i] & 15];
-    }
-    out[CJ_DL_NONCE_LEN] = 0;
-    return 0;
-}
+int cj_dl_new_nonce(char out[CJ_DL_NONCE_LEN + 1]) { return cj_random_hex(out, CJ_DL_NONCE_LEN); }
 
 bool cj_dl_nonce_valid(const char *s, size_t len)
 {
@@ -98,17 +87,6 @@ static int read_bool_or_nil(struct mp_cur *c, bool *out, const char *what, struc
     return 0;
 }
 
-/* Positions c over the MAIN body of a validated payload. */
-static int open_body(const uint8_t *payload, size_t len, struct mp_cur *c, struct cj_err *err)
-{
-    struct cj_lobs_section main;
-    int rc = cj_lobs_validate(payload, len, &main, NULL, 0, NULL, err);
-    if (rc) return rc;
-    c->base = payload;
-    c->pos = main.offset + CJ_LOBS_HDR_LEN;
-    c->end = c->pos + main.value_len;
-    return 0;
-}
 
 /* Iterates the entries of the map at c: for each str key, key and klen and a
  * cursor exactly over the value.  Non-str keys come back with klen = (uint32_t)-1. */
@@ -157,7 +135,7 @@ int cj_dl_decode_request(const uint8_t *payload, size_t len, struct cj_dl_reques
 {
     memset(r, 0, sizeof *r);
     struct mp_cur c;
-    int rc = open_body(payload, len, &c, err);
+    int rc = cj_lobs_open_main(payload, len, &c, err);
     if (rc) return rc;
     struct map_iter it;
     if ((rc = map_begin(&it, &c, "download request body", err))) return rc;
@@ -403,7 +381,7 @@ int cj_dl_decode_reply(const uint8_t *payload, size_t len, struct cj_dl_reply *r
                        size_t cap, struct cj_err *err)
 {
     struct mp_cur c;
-    int rc = open_body(payload, len, &c, err);
+    int rc = cj_lobs_open_main(payload, len, &c, err);
     if (rc) return rc;
     if ((rc = decode_reply_at(&c, 0, r, items, cap, err))) return rc;
     size_t n = r->n_items < cap ? r->n_items : cap;
@@ -468,7 +446,7 @@ int cj_dl_decode_source_failure(const uint8_t *payload, size_t len, struct cj_dl
     sf->reason[0] = 0;
     sf->reason_cut = false;
     struct mp_cur c;
-    int rc = open_body(payload, len, &c, err);
+    int rc = cj_lobs_open_main(payload, len, &c, err);
     if (rc) return rc;
     size_t at = c.pos;
     struct map_iter it;

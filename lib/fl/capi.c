@@ -371,17 +371,6 @@ static void reset_msg(struct cj_capi_msg *m, enum cj_capi_kind kind)
     m->n_dropped = 0;
 }
 
-/* Positions c (over the whole payload) on the MAIN body. */
-static int open_body(const uint8_t *payload, size_t len, struct mp_cur *c, struct cj_err *err)
-{
-    struct cj_lobs_section main;
-    int rc = cj_lobs_validate(payload, len, &main, NULL, 0, NULL, err);
-    if (rc) return rc;
-    c->base = payload;
-    c->pos = main.offset + CJ_LOBS_HDR_LEN;
-    c->end = c->pos + main.value_len;
-    return 0;
-}
 
 /* One pass over the body map at c, reading the keys of m->kind. */
 static int decode_fields(struct mp_cur *c, struct cj_capi_msg *m, struct cj_err *err)
@@ -441,7 +430,7 @@ int cj_capi_decode_request(enum cj_capi_kind kind, const uint8_t *payload, size_
     if (!is_request(kind)) return cj_fail(err, CJ_E_INVALID, 0, "capi: %d is not a request kind", (int)kind);
     reset_msg(m, kind);
     struct mp_cur c;
-    int rc = open_body(payload, len, &c, err);
+    int rc = cj_lobs_open_main(payload, len, &c, err);
     return rc ? rc : decode_fields(&c, m, err);
 }
 
@@ -502,7 +491,7 @@ int cj_capi_decode_reply(enum cj_capi_kind request, const uint8_t *payload, size
     if (!is_request(request) || request == CJ_CAPI_LOG || request == CJ_CAPI_ABORT)
         return cj_fail(err, CJ_E_INVALID, 0, "capi: %s gets no reply", cj_capi_kind_name(request));
     struct mp_cur c;
-    int rc = open_body(payload, len, &c, err);
+    int rc = cj_lobs_open_main(payload, len, &c, err);
     if (rc) return rc;
     enum cj_capi_kind kind = CJ_CAPI_NONE;
     if ((rc = find_reply_kind(&c, request, &kind, err))) return rc;
@@ -659,15 +648,7 @@ int cj_capi_check_hello_accepted(const struct cj_capi_msg *m, bool secure_mode, 
 
 int cj_capi_new_session_id(char out[CJ_CAPI_SESSION_ID_LEN + 1])
 {
-    uint8_t r[CJ_CAPI_SESSION_ID_LEN / 2];
-    if (cj_random_bytes(r, sizeof r)) return -1;
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < sizeof r; i++) {
-        out[2 * i] = hex[r[i] >> 4];
-        out[2 * i + 1] = hex[r[i] & 15];
-    }
-    out[CJ_CAPI_SESSION_ID_LEN] = 0;
-    return 0;
+    return cj_random_hex(out, CJ_CAPI_SESSION_ID_LEN);
 }
 
 /* ---- writing ---------------------------------------------------------------------------- */

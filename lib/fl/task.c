@@ -3,14 +3,13 @@
  *
  * A task keeps only its ids, a copy of its small __headers__ map and its refs;
  * the task payload itself is read during cj_task_add and never kept. */
+#include "util/text.h"
 #include "fl/task.h"
 
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,38 +61,18 @@ double cj_task_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int random_bytes(uint8_t *p, size_t n)
-{
-    if (getrandom(p, n, 0) == (ssize_t)n) return 0;
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t r = read(fd, p, n);
-    close(fd);
-    return r == (ssize_t)n ? 0 : -1;
-}
 
 int cj_task_uuid4(char out[37])
 {
     uint8_t b[16];
-    if (random_bytes(b, sizeof b)) return -1;
+    if (cj_random_bytes(b, sizeof b)) return -1;
     b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);   /* version 4 */
     b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);   /* RFC 4122 variant */
     cj_fobs_uuid_str(b, out);
     return 0;
 }
 
-static int local_id(char out[CJ_TASK_ID_LEN + 1])
-{
-    static const char hex[] = "0123456789abcdef";
-    uint8_t b[CJ_TASK_ID_LEN / 2];
-    if (random_bytes(b, sizeof b)) return -1;
-    for (size_t i = 0; i < sizeof b; i++) {
-        out[2 * i] = hex[b[i] >> 4];
-        out[2 * i + 1] = hex[b[i] & 15];
-    }
-    out[CJ_TASK_ID_LEN] = '\0';
-    return 0;
-}
+static int local_id(char out[CJ_TASK_ID_LEN + 1]) { return cj_random_hex(out, CJ_TASK_ID_LEN); }
 
 const char *cj_task_state_name(enum cj_task_state s)
 {

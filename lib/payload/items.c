@@ -1,4 +1,5 @@
 /* items.c — safetensors and npz download items (see items.h, download.md §4). */
+#include "util/text.h"
 #include "payload/items.h"
 
 #include <stdarg.h>
@@ -86,26 +87,6 @@ static int shape_size(struct item_tensor *t, uint64_t *bytes, size_t at, struct 
     return 0;
 }
 
-/* Decodes one UTF-8 sequence; its length, or 0 if invalid. */
-static size_t utf8_len(const uint8_t *p, size_t n, uint32_t *cp)
-{
-    uint8_t c = p[0];
-    size_t len;
-    uint32_t v, min;
-    if (c < 0x80) { *cp = c; return 1; }
-    if ((c & 0xe0) == 0xc0) { len = 2; v = c & 0x1f; min = 0x80; }
-    else if ((c & 0xf0) == 0xe0) { len = 3; v = c & 0x0f; min = 0x800; }
-    else if ((c & 0xf8) == 0xf0) { len = 4; v = c & 0x07; min = 0x10000; }
-    else return 0;
-    if (len > n) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        v = v << 6 | (p[i] & 0x3f);
-    }
-    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
-    *cp = v;
-    return len;
-}
 
 static size_t utf8_put(uint32_t cp, uint8_t *o)
 {
@@ -220,7 +201,7 @@ static int js_string(struct js *j, char *out, size_t cap)
             k = utf8_put(cp, tmp);
         } else {
             uint32_t cp;
-            k = utf8_len(j->p + j->pos, j->end - j->pos, &cp);
+            k = cj_utf8_decode(j->p + j->pos, j->end - j->pos, &cp);
             if (k == 0) return js_bad(j, "invalid UTF-8 in string");
             memcpy(tmp, j->p + j->pos, k);
             j->pos += k;

@@ -218,3 +218,14 @@ int cj_lobs_write_datum(msgpack_sbuffer *sb, uint8_t marker, uint8_t dot, const 
     int rc = put(sb, h, sizeof h, err);
     return rc ? rc : put(sb, value, value_len, err);
 }
+
+int cj_lobs_open_main(const uint8_t *payload, size_t len, struct mp_cur *c, struct cj_err *err)
+{
+    struct cj_lobs_section main;
+    int rc = cj_lobs_validate(payload, len, &main, NULL, 0, NULL, err);
+    if (rc) return rc;
+    c->base = payload;
+    c->pos = main.offset + CJ_LOBS_HDR_LEN;
+    c->end = c->pos + main.value_len;
+    return 0;
+}

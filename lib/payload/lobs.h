@@ -93,4 +93,9 @@ int cj_lobs_write_section(msgpack_sbuffer *sb, const struct cj_lobs_section *s, 
 int cj_lobs_write_datum(msgpack_sbuffer *sb, uint8_t marker, uint8_t dot, const uint8_t id[CJ_LOBS_ID_LEN],
                         const void *value, size_t value_len, struct cj_err *err);
 
+/* Validates the container and positions c (over the whole payload) on the MAIN
+ * body, for decoders that read a message body with the msgpack cursor. */
+struct mp_cur;
+int cj_lobs_open_main(const uint8_t *payload, size_t len, struct mp_cur *c, struct cj_err *err);
+
 #endif

@@ -8,14 +8,13 @@
  * request fully sent; reply chunk received).  A failed request stream, an
  * error notice naming the request (from the target, or a forwarder naming
  * the target in sm__fd) or a failed reply stream give comm_error. */
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
+#include "util/text.h"
 #include "stream/internal.h"
 #include "util/log.h"
 #include "util/stats.h"
@@ -41,20 +40,11 @@ struct sm_req {
 
 /* ---- uuid4 ------------------------------------------------------------------------------- */
 
-static int random_bytes(uint8_t *p, size_t n)
-{
-    if (getrandom(p, n, 0) == (ssize_t)n) return 0;
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t r = read(fd, p, n);
-    close(fd);
-    return r == (ssize_t)n ? 0 : -1;
-}
 
 static int uuid4(char out[CJ_STREAM_RI_LEN + 1])
 {
     uint8_t b[16];
-    if (random_bytes(b, sizeof b)) return -1;
+    if (cj_random_bytes(b, sizeof b)) return -1;
     b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);   /* version 4 */
     b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);   /* RFC 4122 variant */
     snprintf(out, CJ_STREAM_RI_LEN + 1,

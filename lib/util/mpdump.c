@@ -1,4 +1,5 @@
 /* mpdump.c — structural text dump of LOBS containers (see mpdump.h). */
+#include "util/text.h"
 #include "util/mpdump.h"
 
 #include <math.h>
@@ -79,27 +80,6 @@ static void repr_bytes(struct rbuf *b, const uint8_t *p, size_t n)
     rb_putc(b, q);
 }
 
-/* Decodes one UTF-8 code point; returns its length, or 0 if the bytes are not
- * valid UTF-8 (overlong, surrogate, out of range, truncated). */
-static size_t utf8_next(const uint8_t *p, size_t n, uint32_t *cp)
-{
-    uint8_t c = p[0];
-    size_t len;
-    uint32_t v, min;
-    if (c < 0x80) { *cp = c; return 1; }
-    if ((c & 0xe0) == 0xc0) { len = 2; v = c & 0x1f; min = 0x80; }
-    else if ((c & 0xf0) == 0xe0) { len = 3; v = c & 0x0f; min = 0x800; }
-    else if ((c & 0xf8) == 0xf0) { len = 4; v = c & 0x07; min = 0x10000; }
-    else return 0;
-    if (len > n) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        v = v << 6 | (p[i] & 0x3f);
-    }
-    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
-    *cp = v;
-    return len;
-}
 
 /* str.isprintable() for one code point.  Exact for ASCII and Latin-1; above
  * that it knows the separators, format characters and private-use ranges but
@@ -127,7 +107,7 @@ static void repr_str(struct rbuf *b, const uint8_t *p, size_t n, size_t *cps)
     rb_putc(b, q);
     for (size_t i = 0; i < n; count++) {
         uint32_t cp;
-        size_t k = utf8_next(p + i, n - i, &cp);
+        size_t k = cj_utf8_decode(p + i, n - i, &cp);
         if (b->over) { i += k ? k : 1; continue; }   /* only counting now */
         if (k == 0) { rb_escape(b, "\\x%02x", p[i]); i++; continue; }
         if (!rb_common_escape(b, cp, q)) {
@@ -325,7 +305,7 @@ static void dump_datum(FILE *out, int marker, const uint8_t *v, size_t len)
         fputs("    text: ", out);
         for (size_t i = 0; i < len;) {
             uint32_t cp;
-            size_t k = utf8_next(v + i, len - i, &cp);
+            size_t k = cj_utf8_decode(v + i, len - i, &cp);
             if (k == 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f)) {
                 fprintf(out, "\\x%02x", v[i]);
                 i++;

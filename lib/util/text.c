@@ -6,8 +6,14 @@
 
 size_t cj_utf8_seq(const uint8_t *p, size_t n)
 {
+    uint32_t cp;
+    return cj_utf8_decode(p, n, &cp);
+}
+
+size_t cj_utf8_decode(const uint8_t *p, size_t n, uint32_t *cp_out)
+{
     uint8_t c = p[0];
-    if (c < 0x80) return 1;
+    if (c < 0x80) { *cp_out = c; return 1; }
     size_t len;
     uint32_t cp;
     if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
@@ -21,6 +27,7 @@ size_t cj_utf8_seq(const uint8_t *p, size_t n)
     }
     if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
         return 0;
+    *cp_out = cp;
     return len;
 }
 
@@ -50,5 +57,18 @@ int cj_random_bytes(void *buf, size_t n)
         p += r;
         n -= (size_t)r;
     }
+    return 0;
+}
+
+int cj_random_hex(char *out, size_t nchars)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint8_t r[64];
+    if (nchars % 2 || nchars / 2 > sizeof r || cj_random_bytes(r, nchars / 2)) return -1;
+    for (size_t i = 0; i < nchars / 2; i++) {
+        out[2 * i] = hex[r[i] >> 4];
+        out[2 * i + 1] = hex[r[i] & 15];
+    }
+    out[nchars] = '\0';
     return 0;
 }

@@ -11,11 +11,17 @@
  * Python decodes). */
 size_t cj_utf8_seq(const uint8_t *p, size_t n);
 
+/* The same, also giving the code point in *cp. */
+size_t cj_utf8_decode(const uint8_t *p, size_t n, uint32_t *cp);
+
 /* For valid UTF-8 without NUL: the byte length of the first max_chars characters
  * (n when shorter); SIZE_MAX when the text is invalid. */
 size_t cj_utf8_prefix(const uint8_t *p, size_t n, size_t max_chars);
 
 /* Fills buf with n bytes from getrandom(2); 0 or -1. */
 int cj_random_bytes(void *buf, size_t n);
+
+/* Writes nchars (even) random lower-case hex digits and a NUL into out; 0 or -1. */
+int cj_random_hex(char *out, size_t nchars);
 
 #endif
