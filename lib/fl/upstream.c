@@ -455,21 +455,29 @@ static void on_sync_reply(void *arg, struct cj_stream_reply *r)
     synced(up);
 }
 
-static void sync_send(struct cj_fl_up *up)
+/* Sends an aux request (fl-protocols.md §4) to server.<job>; NULL, or why it failed. */
+static const char *send_aux(struct cj_fl_up *up, const char *topic, const char *task_id, double timeout,
+                            cj_stream_reply_fn fn, void *arg, uint64_t *handle)
 {
     char why[WHY_MAX];
+    struct evbuffer *b = evbuffer_new();
+    if (!b || cj_task_aux_request(b, topic, task_id, up->site, up->job, why, sizeof why)) {
+        if (b) evbuffer_free(b);
+        return "cannot build the request";
+    }
+    struct cj_stream_msg m = {.encoding = "fobs"};
+    if (cj_stream_request(up->ep, up->server, CJ_FL_AUX_CHANNEL, topic, &m, b, timeout, fn, arg, handle, NULL))
+        return "request could not be sent";
+    return NULL;
+}
+
+static void sync_send(struct cj_fl_up *up)
+{
     if (up->state != CJ_FL_UP_SYNCING) return;
     up->sync_tries++;
-    struct evbuffer *b = evbuffer_new();
-    if (!b || cj_task_aux_request(b, TOPIC_SYNC, NULL, up->site, up->job, why, sizeof why)) {
-        if (b) evbuffer_free(b);
-        sync_retry(up, "cannot build the request");
-        return;
-    }
-    struct cj_stream_msg m = { .encoding = "fobs" };
-    if (cj_stream_request(up->ep, up->server, CJ_FL_AUX_CHANNEL, TOPIC_SYNC, &m, b, up->cfg.sync_timeout,
-                          on_sync_reply, up, &up->sync_req, NULL)) {
-        sync_retry(up, "request could not be sent");
+    const char *fail = send_aux(up, TOPIC_SYNC, NULL, up->cfg.sync_timeout, on_sync_reply, up, &up->sync_req);
+    if (fail) {
+        sync_retry(up, fail);
         return;
     }
     up->sync_inflight = true;
@@ -671,20 +679,13 @@ static void on_check_reply(void *arg, struct cj_stream_reply *r)
 static void check_send(struct up_sub *s)
 {
     struct cj_fl_up *up = s->up;
-    char why[WHY_MAX];
     if (s->result) cj_task_set_state(s->t, CJ_TASK_CHECKING);
     s->stage = SUB_CHECK;
     s->checks++;
-    struct evbuffer *b = evbuffer_new();
-    if (!b || cj_task_aux_request(b, TOPIC_TASK_CHECK, s->t->server_id, up->site, up->job, why, sizeof why)) {
-        if (b) evbuffer_free(b);
-        check_retry(s, "cannot build the request");
-        return;
-    }
-    struct cj_stream_msg m = { .encoding = "fobs" };
-    if (cj_stream_request(up->ep, up->server, CJ_FL_AUX_CHANNEL, TOPIC_TASK_CHECK, &m, b, up->cfg.task_check_timeout,
-                          on_check_reply, s, &s->req, NULL)) {
-        check_retry(s, "request could not be sent");
+    const char *fail = send_aux(up, TOPIC_TASK_CHECK, s->t->server_id, up->cfg.task_check_timeout, on_check_reply, s,
+                                &s->req);
+    if (fail) {
+        check_retry(s, fail);
         return;
     }
     s->in_req = true;
