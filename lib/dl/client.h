@@ -75,4 +75,43 @@ struct cj_dl_fetch_progress {
 
 void cj_dl_fetch_get_progress(const struct cj_dl_fetch *f, struct cj_dl_fetch_progress *p);
 
+/* ---- streaming to a sink (spool mode) ------------------------------------------------
+ *
+ * For items too big to hold: the reply is received piece by piece
+ * (cj_stream_request_sink with hold_acks), its MAIN section (small: inline
+ * items are < 10 MiB, refs and state) is buffered and decoded, and every
+ * item's bytes — inline bin or BLOB datum section — go to the sink in order as
+ * they arrive, never assembled.  The consumer tells the client what it has
+ * consumed (written) with cj_dl_fetch_release; only released bytes are ACKed
+ * upstream, so the source's window bounds the bytes in memory.
+ *
+ * At EOF the client does not confirm by itself: it calls sink->eof and waits
+ * for cj_dl_fetch_finish(f, ok, why), which sends the confirm (success only
+ * when ok: every item safely on disk) and then calls done. */
+struct cj_dl_sink {
+    /* Item `index` starts; size = its byte count.  -1 aborts (why in the reason). */
+    int (*item_begin)(void *ctx, uint64_t index, uint64_t size);
+    /* Bytes of the current item, in order (contents taken).  -1 aborts. */
+    int (*item_data)(void *ctx, uint64_t index, struct evbuffer *piece);
+    /* The current item's last byte was handed over.  -1 aborts. */
+    int (*item_end)(void *ctx, uint64_t index);
+    /* The producer said eof: answer with cj_dl_fetch_finish. */
+    void (*eof)(void *ctx);
+};
+
+/* As cj_dl_fetch, items going to sink (copied) instead of an item callback. */
+struct cj_dl_fetch *cj_dl_fetch_sink(struct event_base *base, struct cj_stream_ep *ep, const char *source_fqcn,
+                                     const char *ref_id, const struct cj_dl_fetch_cfg *cfg,
+                                     const struct cj_dl_sink *sink, cj_dl_fetch_done_fn done, void *ctx);
+
+/* The consumer is done with `bytes` more item bytes (cumulative over the whole
+ * download, in the order handed to item_data): they may be ACKed. */
+void cj_dl_fetch_release(struct cj_dl_fetch *f, uint64_t bytes);
+
+/* After sink->eof: ok sends confirm "success" (when the producer asked for a
+ * confirm) and calls done(ctx, true, ""); !ok sends confirm "failed" (or a
+ * cancel), logs [DOWNLOAD_FAILED] with why and calls done(ctx, false, why).
+ * The handle is freed after done returns. */
+void cj_dl_fetch_finish(struct cj_dl_fetch *f, bool ok, const char *why);
+
 #endif

@@ -89,11 +89,24 @@ typedef int (*cj_dl_item_fn)(void *ctx, size_t index, struct evbuffer *out);
 typedef void (*cj_dl_ref_done_fn)(void *ctx, const char *ref_id, enum cj_dl_outcome outcome,
                                   const struct cj_dl_receiver_info *rcv, size_t n_rcv);
 
+/* Asynchronous item source (spool mode: bytes come from disk through the I/O
+ * thread).  Asks for bytes [off, off+len) of item `index` (len <= 1 MiB); the
+ * owner answers once, now or later, with got(token, err, data) — data's
+ * contents taken, exactly len bytes, or err != 0 (the receiver then gets
+ * {"status":"error"} for that pull if nothing was sent yet, else the reply
+ * stream is cancelled).  The producer never asks for more than one range of
+ * one reply at a time, and streams each reply with cj_stream_reply_source, so
+ * at most a couple of MiB of item bytes per reply are in memory. */
+typedef void (*cj_dl_got_fn)(void *token, int err, struct evbuffer *data);
+typedef void (*cj_dl_item_read_fn)(void *ctx, size_t index, uint64_t off, size_t len, cj_dl_got_fn got,
+                                   void *token);
+
 struct cj_dl_ref_cfg {
     const char *ref_id;               /* NULL: a fresh uuid4 string */
     size_t n_items;
     const uint64_t *sizes;            /* n_items sizes (copied) */
-    cj_dl_item_fn item_fn;
+    cj_dl_item_fn item_fn;            /* one of item_fn and item_read */
+    cj_dl_item_read_fn item_read;
     /* Receivers: identity mode when n_receiver_ids > 0 (FQCNs copied), else count
      * mode with num_receivers (0: the ref can never complete; it expires). */
     uint32_t num_receivers;

@@ -226,6 +226,61 @@ int cj_stream_request_cancel(struct cj_stream_ep *ep, uint64_t handle);
 int cj_stream_reply(struct cj_stream_ep *ep, const struct cj_stream_reqctx *rq, const char *rc,
                     const struct cj_stream_msg *m, struct evbuffer *blob, cj_stream_done_fn done, void *arg);
 
+/* ---- progressive blobs (spool mode: replies bigger than memory should hold) ---- */
+
+/* A reply received piece by piece instead of assembled.  begin is called once,
+ * when the reply's chunk 0 is in (its headers: cn__return_code etc.; size =
+ * sm__sz); data then gets the reply's bytes in order as soon as they are
+ * contiguous (contents taken; offset = the piece's first byte in the blob).
+ * Either returning -1 fails the request (comm_error, a receiver error notice
+ * to the sender, fn called with the reason).  When the last byte has been
+ * handed to data, fn is called as for an assembled reply but with data NULL.
+ *
+ * hold_acks: the receiver ACKs no byte the owner has not released with
+ * cj_stream_request_release, so the sender's window (not this process's
+ * memory) bounds what is in flight while the owner writes to a slow disk.
+ * The final ACK also waits for the release of the last byte. */
+struct cj_stream_sink {
+    int (*begin)(void *arg, const struct cj_hdr *hdr, uint64_t size);
+    int (*data)(void *arg, uint64_t offset, struct evbuffer *piece);
+    void *arg;
+    bool hold_acks;
+};
+
+/* cj_stream_request with a sink (NULL sink: exactly cj_stream_request). */
+int cj_stream_request_sink(struct cj_stream_ep *ep, const char *destination, const char *channel, const char *topic,
+                           const struct cj_stream_msg *m, struct evbuffer *blob, double timeout,
+                           const struct cj_stream_sink *sink, cj_stream_reply_fn fn, void *arg, uint64_t *handle_out,
+                           char *ri_out);
+
+/* hold_acks: bytes [0, upto) of the reply are consumed; ACKs may cover them.
+ * 0, or -1 for an unknown handle (finished requests included: harmless). */
+int cj_stream_request_release(struct cj_stream_ep *ep, uint64_t handle, uint64_t upto);
+
+/* A blob sent piece by piece: the sender knows its size up front (sm__sz) and
+ * asks the owner for bytes as the window lets it send.  want is called from
+ * the loop (never from inside cj_stream_reply_source or cj_stream_feed) when
+ * the bytes held but not yet sent fall under two chunks and fewer than size
+ * bytes have been fed; it is not called again until the next feed, so at most
+ * one want is outstanding.  The owner answers, now or later, with
+ * cj_stream_feed; or stops with cj_stream_cancel (done not called). */
+struct cj_stream_source {
+    uint64_t size;
+    void (*want)(void *arg, uint64_t fed);
+    void *arg;
+};
+
+/* cj_stream_reply for a source instead of a whole blob.  done as for
+ * cj_stream_reply (also on failure: window stalled, endpoint closed).
+ * *id_out gets the stream id for feed/cancel. */
+int cj_stream_reply_source(struct cj_stream_ep *ep, const struct cj_stream_reqctx *rq, const char *rc,
+                           const struct cj_stream_msg *m, const struct cj_stream_source *src, cj_stream_done_fn done,
+                           void *arg, uint64_t *id_out);
+
+/* Appends more bytes (contents taken) to a source stream.  -1 when id is not
+ * a live source stream or the bytes would go beyond its size. */
+int cj_stream_feed(struct cj_stream_ep *ep, uint64_t id, struct evbuffer *more);
+
 void cj_stream_get_stats(const struct cj_stream_ep *ep, struct cj_stream_stats *st);
 const char *cj_stream_me(const struct cj_stream_ep *ep);
 
