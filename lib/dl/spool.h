@@ -86,10 +86,13 @@ void cj_spool_set_max_bytes(struct cj_spool *sp, uint64_t max_bytes);
 struct cj_spool_ref *cj_spool_fetch(struct cj_spool *sp, const char *tag, int dot, const char *source,
                                     const char *ref_id, cj_spool_fetched_fn fn, void *ctx);
 
-/* Serves a SPOOLED ref from the relay's producer: identity mode when n_ids > 0,
+/* Serves a spooled ref from the relay's producer: identity mode when n_ids > 0,
  * else count mode with num_receivers.  new_ref_id (CJ_DL_REF_ID_MAX + 1 bytes)
- * gets the ref id to put in the rewritten datum.  0, or -1 (not SPOOLED,
- * producer refused). */
+ * gets the ref id to put in the rewritten datum.  Allowed in SPOOLED, SERVING
+ * and SERVED: serving again (a task redelivered to another worker after the
+ * first one died) registers a fresh ref id from the same files; a previous
+ * live producer ref is removed first (its fn not called).  The files stay
+ * until cj_spool_drop.  0, or -1 (FETCHING/FAILED, producer refused). */
 int cj_spool_serve(struct cj_spool *sp, struct cj_spool_ref *r, uint32_t num_receivers, const char *const *ids,
                    size_t n_ids, cj_spool_served_fn fn, void *ctx, char *new_ref_id);
 
