@@ -20,7 +20,10 @@
  *
  * Callbacks run on the loop thread, never from inside the queuing call.
  * cj_sio_forget(ctx) stops every later callback to ctx (its jobs still run; a
- * file descriptor opened for a forgotten ctx is closed by the thread). */
+ * file descriptor opened for a forgotten ctx is closed by the thread, a buffer
+ * read for it is freed).  Jobs queued after the forget, even with the same ctx
+ * pointer, are called normally.  A NULL callback is allowed for every job: its
+ * results are cleaned up as for a forgotten ctx. */
 #ifndef CJ_DL_SPOOLIO_H
 #define CJ_DL_SPOOLIO_H
 
@@ -49,8 +52,11 @@ struct cj_sio_stats {
 struct cj_sio *cj_sio_new(struct event_base *base);
 
 /* Waits for the job in progress, drops the rest (their callbacks are not
- * called; write buffers freed; no fd is closed that the owner holds), joins
- * the thread. */
+ * called; write buffers freed; no fd is closed that the owner holds: the fds
+ * of dropped writes and reads stay open, while an fd handed to a dropped close
+ * or finish job, or opened by a create/open whose callback did not run yet, is
+ * closed), joins the thread.  May be called from one of s's callbacks (s is
+ * released when that callback returns). */
 void cj_sio_free(struct cj_sio *s);
 
 /* Every job returns 0 when queued, -1 on no memory (callback never called). */
@@ -67,7 +73,8 @@ int cj_sio_open_read(struct cj_sio *s, const char *path, cj_sio_fd_fn fn, void *
 /* Writes all of data (its contents are taken now) at fd's current offset. */
 int cj_sio_write(struct cj_sio *s, int fd, struct evbuffer *data, cj_sio_done_fn done, void *ctx);
 
-/* Reads exactly len bytes at off (pread). */
+/* Reads exactly len bytes at off (pread) into a new evbuffer of one chain;
+ * len above 256 MiB is EINVAL. */
 int cj_sio_read(struct cj_sio *s, int fd, uint64_t off, size_t len, cj_sio_read_fn fn, void *ctx);
 
 /* fsync (when sync), close fd, then rename tmp to final (when both are given). */

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "dl/spoolio.h"
 #include "ops/out.h"
 #include "util/log.h"
 
@@ -839,11 +840,23 @@ static void rule_security(struct vctx *v)
         rule_fail(v, cs, "upstream.key_file", "connection_security = mtls needs key_file");
 }
 
+/* mode = spool needs a spool_dir on a disk: tmpfs/ramfs would hold the tensors
+ * in memory (and in swap), which is what spooling is meant to avoid, unless
+ * spool_allow_tmpfs says so.  Only a statfs (of spool_dir or, before it
+ * exists, its nearest existing ancestor); when even that fails it is not a
+ * config problem here: creating the spool at start-up reports it with the path. */
 static void rule_spool(struct vctx *v)
 {
     const struct cj_config *c = v->cfg;
-    if (c->relay.mode == CJ_MODE_SPOOL && !c->relay.spool_dir[0] && !is_bad(v, "relay.spool_dir"))
+    if (c->relay.mode != CJ_MODE_SPOOL || is_bad(v, "relay.spool_dir")) return;
+    if (!c->relay.spool_dir[0]) {
         rule_fail(v, "relay.mode", "relay.spool_dir", "mode = spool needs spool_dir");
+        return;
+    }
+    if (is_bad(v, "relay.spool_allow_tmpfs")) return;
+    char why[CJ_PROBLEM_LEN];
+    if (cj_spool_fs_check(c->relay.spool_dir, c->relay.spool_allow_tmpfs, why, sizeof why) == 1)
+        rule_fail(v, "relay.spool_dir", "relay.mode", "%s", why);
 }
 
 static void rule_stream(struct vctx *v)

@@ -2,6 +2,7 @@
  * problems, cross-key rules, reload diff/apply, show config. */
 #include "testutil.h"
 
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "ops/config.h"
@@ -374,6 +375,25 @@ static void test_contradictions(void **state)
     expect_problem(1, 3, "[relay] job_id is required");
 }
 
+/* mode = spool refuses a spool_dir on tmpfs (here /dev/shm, a directory that
+ * does not exist yet) unless spool_allow_tmpfs = true. */
+static void test_spool_tmpfs(void **state)
+{
+    (void)state;
+    struct statfs sf;
+    if (statfs("/dev/shm", &sf) != 0 || (uint32_t)sf.f_type != 0x01021994u) skip();
+    expect_one(BASE "mode = spool\nspool_dir = /dev/shm/cjrelay-test-config/spool\n", 5,
+               "would be on tmpfs (/dev/shm is)");
+    expect_problem(0, 5, "set spool_allow_tmpfs = true");
+    struct cj_config cfg;
+    load_ok(BASE "mode = spool\nspool_dir = /dev/shm/cjrelay-test-config/spool\nspool_allow_tmpfs = true\n", &cfg);
+    assert_int_equal(cfg.relay.mode, CJ_MODE_SPOOL);
+    assert_true(cfg.relay.spool_allow_tmpfs);
+    if (statfs("/tmp", &sf) == 0 && (uint32_t)sf.f_type != 0x01021994u)
+        load_ok(BASE "mode = spool\nspool_dir = /tmp/cjrelay-test-config/spool\n", &cfg);
+    load_ok(BASE "spool_dir = /dev/shm/cjrelay-test-config/spool\n", &cfg);   /* pass_through: not used */
+}
+
 static void test_bad_value_does_not_cascade(void **state)
 {
     (void)state;
@@ -542,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_out_of_range),
         cmocka_unit_test(test_contradictions),
+        cmocka_unit_test(test_spool_tmpfs),
         cmocka_unit_test(test_bad_value_does_not_cascade),
         cmocka_unit_test(test_every_problem_reported),
         cmocka_unit_test(test_missing_file),
