@@ -59,6 +59,7 @@ struct cj_stream_ep {
     uint32_t n_rx;                    /* every state in the table */
     uint32_t n_rx_finished;           /* of which finished/failed (also on `finished`) */
     struct rx_fifo finished;          /* oldest first: evicted when the table is full */
+    struct rx_fifo draining;          /* sink replies fully delivered, final ACK waiting for release */
     uint64_t rx_buffered, rx_reserved;
 
     struct tx_list tx;
@@ -101,7 +102,14 @@ struct sm_handler *sm_handler_find(struct cj_stream_ep *ep, const char *channel,
 
 void rx_input_data(struct cj_stream_ep *ep, const struct cj_hdr *h, struct evbuffer *payload);
 void rx_free_all(struct cj_stream_ep *ep);
+/* The request is gone: a plain reply stream goes on unclaimed; a sink stream
+ * fails (error notice), since nobody takes its bytes any more. */
 void rx_unbind_req(struct rx_stream *s);
+/* hold_acks: the owner consumed bytes [0, upto) of the sink stream. */
+void rx_release_upto(struct rx_stream *s, uint64_t upto);
+/* The same for a sink stream whose request already finished (fully delivered,
+ * final ACK waiting): 0, or -1 when no such stream has that request handle. */
+int rx_release_handle(struct cj_stream_ep *ep, uint64_t handle, uint64_t upto);
 
 /* Receiver error notice (§6): on sm__ERROR and again on sm__ACK to origin. */
 void rx_send_error(struct cj_stream_ep *ep, const char *origin, uint64_t id, bool id_neg, const char *ch,
@@ -109,14 +117,17 @@ void rx_send_error(struct cj_stream_ep *ep, const char *origin, uint64_t id, boo
 
 /* ---- tx.c ------------------------------------------------------------------------- */
 
-/* Starts a stream; is_reply adds cn__return_code rc and cn__req_id "". */
+/* Starts a stream; is_reply adds cn__return_code rc and cn__req_id "".  The
+ * bytes are blob (taken), or come from src (blob NULL) piece by piece. */
 struct tx_stream *tx_start(struct cj_stream_ep *ep, const char *destination, const char *channel,
                            const char *topic, const struct cj_stream_msg *m, const char *ri, bool is_reply,
-                           const char *rc, struct evbuffer *blob, cj_stream_done_fn done, void *arg);
+                           const char *rc, struct evbuffer *blob, const struct cj_stream_source *src,
+                           cj_stream_done_fn done, void *arg);
 void tx_input_ack(struct cj_stream_ep *ep, const struct cj_hdr *h);
 /* An sm__ERROR naming one of our streams (origin or sm__fd = its destination). */
 void tx_input_error(struct cj_stream_ep *ep, const struct cj_hdr *h);
 void tx_set_req(struct tx_stream *t, struct sm_req *r);
+uint64_t tx_id(const struct tx_stream *t);
 /* Stops t (sender error notice if it had started); no callback. */
 void tx_abort(struct tx_stream *t, const char *why);
 void tx_free_all(struct cj_stream_ep *ep);
@@ -126,8 +137,12 @@ void tx_free_all(struct cj_stream_ep *ep);
 /* A return_only stream opened: the pending request it answers, or NULL. */
 struct sm_req *req_match_reply(struct cj_stream_ep *ep, const char *origin, const char *ri);
 void req_bind_rx(struct sm_req *r, struct rx_stream *s);
+/* The request's sink (NULL: the reply is assembled) and its handle. */
+const struct cj_stream_sink *req_sink(const struct sm_req *r);
+uint64_t req_handle(const struct sm_req *r);
 void req_on_rx_progress(struct sm_req *r);
-/* The reply is complete: hblk (chunk 0 block) and data are handed over. */
+/* The reply is complete: hblk (chunk 0 block) and data are handed over
+ * (data NULL for a sink reply: its bytes went to sink->data). */
 void req_on_reply(struct sm_req *r, const struct cj_hdr *h, struct evbuffer *data);
 void req_on_rx_failed(struct sm_req *r, const char *why);
 void req_on_tx_progress(struct sm_req *r);

@@ -7,7 +7,12 @@
  * by every sign of progress in the current stage (request chunk sent or ACKed;
  * request fully sent; reply chunk received).  A failed request stream, an
  * error notice naming the request (from the target, or a forwarder naming
- * the target in sm__fd) or a failed reply stream give comm_error. */
+ * the target in sm__fd) or a failed reply stream give comm_error.
+ *
+ * A request with a sink gets its reply piece by piece (rx.c hands the bytes
+ * to the sink); with hold_acks the owner's releases are progress too and are
+ * passed to the reply stream, even after the request finished (the final
+ * ACK may still wait for them). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +41,8 @@ struct sm_req {
     struct event *timer;
     cj_stream_reply_fn fn;
     void *arg;
+    bool has_sink;
+    struct cj_stream_sink sink;
 };
 
 /* ---- uuid4 ------------------------------------------------------------------------------- */
@@ -113,8 +120,17 @@ int cj_stream_request(struct cj_stream_ep *ep, const char *destination, const ch
                       const struct cj_stream_msg *m, struct evbuffer *blob, double timeout, cj_stream_reply_fn fn,
                       void *arg, uint64_t *handle_out, char *ri_out)
 {
+    return cj_stream_request_sink(ep, destination, channel, topic, m, blob, timeout, NULL, fn, arg, handle_out,
+                                  ri_out);
+}
+
+int cj_stream_request_sink(struct cj_stream_ep *ep, const char *destination, const char *channel, const char *topic,
+                           const struct cj_stream_msg *m, struct evbuffer *blob, double timeout,
+                           const struct cj_stream_sink *sink, cj_stream_reply_fn fn, void *arg, uint64_t *handle_out,
+                           char *ri_out)
+{
     struct sm_req *r = NULL;
-    if (!fn || !(timeout > 0) || ep->closing || !sm_name_ok(destination)) goto fail;
+    if (!fn || !(timeout > 0) || ep->closing || !sm_name_ok(destination) || (sink && !sink->data)) goto fail;
     if (!(r = calloc(1, sizeof *r)) || uuid4(r->ri) || !(r->timer = evtimer_new(ep->base, req_timer_cb, r)))
         goto fail;
     r->ep = ep;
@@ -124,7 +140,8 @@ int cj_stream_request(struct cj_stream_ep *ep, const char *destination, const ch
     r->stage = RQ_SENDING;
     r->fn = fn;
     r->arg = arg;
-    r->tx = tx_start(ep, destination, channel, topic, m, r->ri, false, NULL, blob, NULL, NULL);
+    if ((r->has_sink = sink != NULL)) r->sink = *sink;
+    r->tx = tx_start(ep, destination, channel, topic, m, r->ri, false, NULL, blob, NULL, NULL, NULL);
     blob = NULL;   /* taken by tx_start, even on failure */
     if (!r->tx) goto fail;
     tx_set_req(r->tx, r);
@@ -151,6 +168,17 @@ int cj_stream_request_cancel(struct cj_stream_ep *ep, uint64_t handle)
             return 0;
         }
     return -1;
+}
+
+int cj_stream_request_release(struct cj_stream_ep *ep, uint64_t handle, uint64_t upto)
+{
+    struct sm_req *r;
+    TAILQ_FOREACH(r, &ep->reqs, link)
+        if (r->handle == handle) {
+            if (r->rx) rx_release_upto(r->rx, upto);   /* no reply stream yet: nothing to release */
+            return 0;
+        }
+    return rx_release_handle(ep, handle, upto);
 }
 
 void req_free_all(struct cj_stream_ep *ep)
@@ -194,6 +222,16 @@ struct sm_req *req_match_reply(struct cj_stream_ep *ep, const char *origin, cons
             return NULL;
         }
     return NULL;
+}
+
+const struct cj_stream_sink *req_sink(const struct sm_req *r)
+{
+    return r->has_sink ? &r->sink : NULL;
+}
+
+uint64_t req_handle(const struct sm_req *r)
+{
+    return r->handle;
 }
 
 void req_bind_rx(struct sm_req *r, struct rx_stream *s)
@@ -248,16 +286,35 @@ bool req_input_error(struct cj_stream_ep *ep, const struct cj_hdr *h)
 
 /* ---- replying ------------------------------------------------------------------------------ */
 
-int cj_stream_reply(struct cj_stream_ep *ep, const struct cj_stream_reqctx *rq, const char *rc,
-                    const struct cj_stream_msg *m, struct evbuffer *blob, cj_stream_done_fn done, void *arg)
+static struct tx_stream *reply_start(struct cj_stream_ep *ep, const struct cj_stream_reqctx *rq, const char *rc,
+                                     const struct cj_stream_msg *m, struct evbuffer *blob,
+                                     const struct cj_stream_source *src, cj_stream_done_fn done, void *arg)
 {
     char topic[2 * CJ_HDR_STR_MAX + 2];
     if (!rq || !rq->has_ri || snprintf(topic, sizeof topic, "%s:%s", rq->channel, rq->topic) > CJ_HDR_STR_MAX) {
         if (blob) evbuffer_free(blob);
-        return -1;
+        return NULL;
     }
     struct cj_stream_msg rm = { 0 };
     if (m) rm = *m;
     rm.optional = true;   /* NVFlare sends replies optional (sm__op, cn__optional true) */
-    return tx_start(ep, rq->origin, CJ_STREAM_RETURN_ONLY, topic, &rm, rq->ri, true, rc, blob, done, arg) ? 0 : -1;
+    return tx_start(ep, rq->origin, CJ_STREAM_RETURN_ONLY, topic, &rm, rq->ri, true, rc, blob, src, done, arg);
+}
+
+int cj_stream_reply(struct cj_stream_ep *ep, const struct cj_stream_reqctx *rq, const char *rc,
+                    const struct cj_stream_msg *m, struct evbuffer *blob, cj_stream_done_fn done, void *arg)
+{
+    if (!blob) return -1;
+    return reply_start(ep, rq, rc, m, blob, NULL, done, arg) ? 0 : -1;
+}
+
+int cj_stream_reply_source(struct cj_stream_ep *ep, const struct cj_stream_reqctx *rq, const char *rc,
+                           const struct cj_stream_msg *m, const struct cj_stream_source *src, cj_stream_done_fn done,
+                           void *arg, uint64_t *id_out)
+{
+    if (!src) return -1;
+    struct tx_stream *t = reply_start(ep, rq, rc, m, NULL, src, done, arg);
+    if (!t) return -1;
+    if (id_out) *id_out = tx_id(t);
+    return 0;
 }

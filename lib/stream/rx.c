@@ -10,7 +10,16 @@
  * A finished stream (completed or failed) keeps a small state: a reliable
  * sender's retransmissions get re-ACKed (for sm__rt + sm__rw), late chunks of
  * other streams are ignored instead of opening a new stream (for linger).
- * These states are evicted oldest first when the table is full. */
+ * These states are evicted oldest first when the table is full.
+ *
+ * Sink replies (cj_stream_request_sink): the contiguous bytes go to the
+ * owner's sink->data as they arrive instead of into the blob evbuffer, so the
+ * stream reserves only what can wait ahead of a gap (the sender's window plus
+ * two chunks), not sm__sz.  With hold_acks the ACKed offset is capped at what
+ * the owner released; a fully delivered stream whose last bytes are not yet
+ * released waits on ep->draining (state RX_DRAIN) for the final ACK.  Sink
+ * callbacks may call back into the endpoint (release, cancel the request), so
+ * after each one the stream's state is checked again. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +28,7 @@
 #include "stream/internal.h"
 #include "util/log.h"
 
-enum rx_state { RX_ACTIVE, RX_DONE, RX_FAILED };
+enum rx_state { RX_ACTIVE, RX_DONE, RX_FAILED, RX_DRAIN };
 
 struct ooo_chunk {
     uint64_t sq, os;
@@ -52,6 +61,13 @@ struct rx_stream {
     uint64_t buffered, reserved;         /* accounted in ep->rx_buffered / rx_reserved */
     struct event *timer;                 /* idle timeout, then expiry of the finished state */
     struct sm_req *req;                  /* the request a return_only stream answers */
+    /* sink replies */
+    bool sinking;                        /* bytes go to sink.data, not blob */
+    bool sink_live;                      /* sink callbacks may still be called */
+    bool hold;                           /* hold_acks */
+    struct cj_stream_sink sink;
+    uint64_t released;                   /* hold_acks: bytes the owner released */
+    uint64_t handle;                     /* the request's handle (release after it finished) */
 };
 
 /* ---- table --------------------------------------------------------------------------- */
@@ -79,7 +95,9 @@ static void rx_unlink(struct rx_stream *s)
     while (*pp && *pp != s) pp = &(*pp)->hnext;
     if (*pp) *pp = s->hnext;
     ep->n_rx--;
-    if (s->state != RX_ACTIVE) {
+    if (s->state == RX_DRAIN) {
+        TAILQ_REMOVE(&ep->draining, s, fin);
+    } else if (s->state != RX_ACTIVE) {
         TAILQ_REMOVE(&ep->finished, s, fin);
         ep->n_rx_finished--;
     }
@@ -110,9 +128,15 @@ static void rx_destroy(struct rx_stream *s)
     free(s);
 }
 
+static void rx_fail(struct rx_stream *s, bool notify, const char *et, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 void rx_unbind_req(struct rx_stream *s)
 {
     s->req = NULL;
+    if (!s->sinking) return;
+    s->sink_live = false;
+    if (s->state == RX_ACTIVE && !s->ep->closing) rx_fail(s, true, "StreamError", "request ended");
 }
 
 void rx_free_all(struct cj_stream_ep *ep)
@@ -132,6 +156,8 @@ static void rx_arm(struct rx_stream *s, double seconds)
 static void rx_retire(struct rx_stream *s, enum rx_state st, double keep)
 {
     struct cj_stream_ep *ep = s->ep;
+    if (s->state == RX_DRAIN) TAILQ_REMOVE(&ep->draining, s, fin);
+    s->sink_live = false;
     rx_release(s);
     s->state = st;
     TAILQ_INSERT_TAIL(&ep->finished, s, fin);
@@ -163,11 +189,19 @@ static void rx_ack(struct rx_stream *s, uint64_t os, uint64_t sq)
     s->last_ack_os = os;
 }
 
+/* What an ACK may cover: the bytes consumed, with hold_acks only those the
+ * owner released.  sm__sq still says what was received (§5), so a reliable
+ * sender does not retransmit bytes that are merely waiting for the disk. */
+static uint64_t rx_ack_upto(const struct rx_stream *s)
+{
+    return s->hold && s->released < s->consumed ? s->released : s->consumed;
+}
+
 /* The current state, for duplicates on a reliable stream (nothing if no chunk 0 yet). */
 static void rx_reack(struct rx_stream *s)
 {
     if (s->state == RX_DONE) rx_ack(s, s->sz, s->final_sq);
-    else if (s->next_sq > 0) rx_ack(s, s->consumed, s->next_sq - 1);
+    else if (s->next_sq > 0) rx_ack(s, rx_ack_upto(s), s->next_sq - 1);
 }
 
 static void send_one_error(struct cj_stream_ep *ep, const char *topic, const char *origin, uint64_t id,
@@ -199,9 +233,6 @@ void rx_send_error(struct cj_stream_ep *ep, const char *origin, uint64_t id, boo
 /* ---- failure, completion ------------------------------------------------------------- */
 
 static void rx_fail(struct rx_stream *s, bool notify, const char *et, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void rx_fail(struct rx_stream *s, bool notify, const char *et, const char *fmt, ...)
 {
     struct cj_stream_ep *ep = s->ep;
     if (s->state != RX_ACTIVE) return;
@@ -223,11 +254,18 @@ static void rx_fail(struct rx_stream *s, bool notify, const char *et, const char
 static void rx_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct rx_stream *s = arg;
-    if (s->state == RX_ACTIVE)
+    if (s->state == RX_ACTIVE) {
         rx_fail(s, true, "StreamError", "no data for %g s (received %" PRIu64 " of %" PRIu64 " bytes)",
                 s->ep->lim.rx_idle, s->consumed, s->sz);
-    else
+    } else if (s->state == RX_DRAIN) {
+        cj_log_warning("stream: reply stream %s%" PRIu64 " from %s (%s/%s): owner released %" PRIu64 " of %" PRIu64
+                       " bytes in %g s; final ACK not sent",
+                       s->id_neg ? "-" : "", s->id, s->origin, s->ch, s->tp, s->released, s->sz,
+                       s->ep->lim.rx_idle);
+        rx_retire(s, RX_FAILED, s->ep->lim.linger);
+    } else {
         rx_destroy(s);
+    }
 }
 
 /* Hands the blob to its handler, or to the request it answers. */
@@ -237,7 +275,7 @@ static void rx_deliver(struct cj_stream_ep *ep, const struct rx_stream *s, uint8
     struct cj_hdr h;
     struct cj_err err = { 0 };
     if (cj_hdr_decode(&h, hblk, hlen, &err)) {   /* cannot happen: it decoded when it arrived */
-        evbuffer_free(blob);
+        if (blob) evbuffer_free(blob);
         if (r) req_on_rx_failed(r, err.msg);
         return;
     }
@@ -245,13 +283,13 @@ static void rx_deliver(struct cj_stream_ep *ep, const struct rx_stream *s, uint8
         if (r) req_on_reply(r, &h, blob);
         else {
             cj_log_debug("stream: reply %s/%s from %s matches no request; discarded", s->ch, s->tp, s->origin);
-            evbuffer_free(blob);
+            if (blob) evbuffer_free(blob);
         }
         return;
     }
     struct sm_handler *hd = sm_handler_find(ep, s->ch, s->tp);
-    if (!hd) {
-        evbuffer_free(blob);
+    if (!hd || !blob) {
+        if (blob) evbuffer_free(blob);
         rx_send_error(ep, s->origin, s->id, s->id_neg, s->ch, s->tp, s->has_ri ? s->ri : NULL, "StreamError",
                       "no handler");
         return;
@@ -279,17 +317,26 @@ static void rx_complete(struct rx_stream *s)
         rx_fail(s, true, "BlobSizeError", "reassembled %" PRIu64 " bytes, sm__sz %" PRIu64, s->consumed, s->sz);
         return;
     }
-    /* Final ACK at once, without waiting for the consumer (§5). */
-    rx_ack(s, s->sz, s->final_sq);
     ep->st.blobs_in++;
-    struct evbuffer *blob = s->blob;
+    struct evbuffer *blob = s->sinking ? NULL : s->blob;   /* a sink's bytes went to sink->data */
     uint8_t *hblk = s->hblk0;
     size_t hlen = s->hlen0;
     struct sm_req *r = s->req;
-    s->blob = NULL;
+    if (!s->sinking) s->blob = NULL;
     s->hblk0 = NULL;
     s->req = NULL;
-    rx_retire(s, RX_DONE, s->reliable ? s->keep : ep->lim.linger);
+    if (s->hold && s->released < s->sz) {
+        /* The final ACK waits for the owner's release (rx_release_upto). */
+        rx_release(s);
+        s->sink_live = false;
+        s->state = RX_DRAIN;
+        TAILQ_INSERT_TAIL(&ep->draining, s, fin);
+        rx_arm(s, ep->lim.rx_idle);
+    } else {
+        /* Final ACK at once, without waiting for the consumer (§5). */
+        rx_ack(s, s->sz, s->final_sq);
+        rx_retire(s, RX_DONE, s->reliable ? s->keep : ep->lim.linger);
+    }
     rx_deliver(ep, s, hblk, hlen, blob, r);
     free(hblk);
 }
@@ -367,6 +414,19 @@ static size_t ooo_limit(const struct cj_hdr *h)
     return n < SM_OOO_MIN ? SM_OOO_MIN : (size_t)n;
 }
 
+/* A sink stream holds only chunks waiting ahead of a gap: a sender keeps at
+ * most its window (+ the chunk that crossed it) beyond the ACKed offset, and
+ * that offset never passes what was consumed.  Room for one more chunk. */
+static uint64_t sink_reserve(const struct cj_hdr *h, uint64_t sz)
+{
+    uint64_t ws = cj_hdr_has(h, CJ_HK_SM_WS) && h->sm_ws > 0 ? (uint64_t)h->sm_ws : SM_DEFAULT_WINDOW;
+    uint64_t cs = cj_hdr_has(h, CJ_HK_SM_CS) && h->sm_cs > 0 ? (uint64_t)h->sm_cs : SM_DEFAULT_CHUNK;
+    if (ws > CJ_STREAM_MAX_BLOB) ws = CJ_STREAM_MAX_BLOB;
+    if (cs > CJ_STREAM_MAX_BLOB) cs = CJ_STREAM_MAX_BLOB;
+    uint64_t need = ws + 2 * cs;
+    return need < sz ? need : sz;
+}
+
 /* ---- opening a stream ---------------------------------------------------------------- */
 
 /* Room in the table: evicts the oldest finished state if needed. */
@@ -431,8 +491,16 @@ static struct rx_stream *rx_open(struct cj_stream_ep *ep, const struct cj_hdr *h
     rx_arm(s, ep->lim.rx_idle);
     uint64_t sz = (uint64_t)h->sm_sz;
     bool reply = strcmp(h->sm_ch, CJ_STREAM_RETURN_ONLY) == 0;
-    if (reply && ri && (s->req = req_match_reply(ep, h->origin, ri)))
+    if (reply && ri && (s->req = req_match_reply(ep, h->origin, ri))) {
         req_bind_rx(s->req, s);   /* bound first: a refused reply fails its request */
+        const struct cj_stream_sink *sk = req_sink(s->req);
+        if (sk) {
+            s->sinking = s->sink_live = true;
+            s->sink = *sk;
+            s->hold = sk->hold_acks;
+            s->handle = req_handle(s->req);
+        }
+    }
     /* sm__sz is checked before anything is allocated for the data (§4.6). */
     if (sz > ep->lim.max_blob) {
         rx_fail(s, true, "BlobSizeError", "blob size %" PRIu64 " exceeds limit %" PRIu64, sz, ep->lim.max_blob);
@@ -442,13 +510,14 @@ static struct rx_stream *rx_open(struct cj_stream_ep *ep, const struct cj_hdr *h
         rx_fail(s, true, "StreamError", "no handler for %s:%s", h->sm_ch, h->sm_tp);
         return NULL;
     }
-    if (ep->rx_reserved + sz > ep->lim.max_buffered) {
+    uint64_t need = s->sinking ? sink_reserve(h, sz) : sz;
+    if (ep->rx_reserved + need > ep->lim.max_buffered) {
         rx_fail(s, true, "StreamError", "receiver buffer limit reached (%" PRIu64 " bytes reserved)",
                 ep->rx_reserved);
         return NULL;
     }
-    s->reserved = sz;
-    ep->rx_reserved += sz;
+    s->reserved = need;
+    ep->rx_reserved += need;
     return s;
 }
 
@@ -511,33 +580,58 @@ static void ooo_trim(struct rx_stream *s)
     }
 }
 
-/* Appends the chunk that is next in sequence (its offset already checked). */
-static void rx_append(struct rx_stream *s, struct evbuffer *data)
+/* Appends the chunk that is next in sequence (its offset already checked),
+ * or hands it to the sink.  -1: the stream failed (sink refused it, or the
+ * owner ended the request from inside the callback). */
+static int rx_append(struct rx_stream *s, struct evbuffer *data)
 {
-    s->consumed += evbuffer_get_length(data);
-    evbuffer_add_buffer(s->blob, data);   /* moves the chains: no copy */
+    struct cj_stream_ep *ep = s->ep;
+    size_t len = evbuffer_get_length(data);
+    uint64_t off = s->consumed;
+    s->consumed += len;
     s->next_sq++;
+    if (!s->sinking) {
+        evbuffer_add_buffer(s->blob, data);   /* moves the chains: no copy */
+        return 0;
+    }
+    s->buffered -= len;   /* the owner holds these bytes now, not us */
+    ep->rx_buffered -= len;
+    int rc = 0;
+    if (len && s->sink_live) rc = s->sink.data(s->sink.arg, off, data);
+    size_t left = evbuffer_get_length(data);
+    if (left) evbuffer_drain(data, left);
+    if (s->state != RX_ACTIVE) return -1;
+    if (rc < 0) {
+        rx_fail(s, true, "StreamError", "sink refused %zu bytes at offset %" PRIu64, len, off);
+        return -1;
+    }
+    return 0;
 }
 
-/* Appends the chunk, then every buffered one that is now in sequence.
- * -1: stream failed (a chunk's sm__os is not where the blob ends). */
+/* Appends the chunk, then every buffered one that is now in sequence.  Each
+ * buffered chunk leaves the array before it is handed on, so a sink callback
+ * failing the stream finds the array consistent.  -1: stream failed (a
+ * chunk's sm__os is not where the blob ends, or rx_append failed). */
 static int rx_consume(struct rx_stream *s, uint64_t sq, uint64_t os, struct evbuffer *payload)
 {
-    bool bad = os != s->consumed;
-    if (!bad) rx_append(s, payload);
-    size_t k = 0;
-    while (!bad && k < s->n_ooo && s->ooo[k].sq == s->next_sq) {
-        sq = s->ooo[k].sq;
-        os = s->ooo[k].os;
-        if ((bad = os != s->consumed)) break;
-        rx_append(s, s->ooo[k].data);
-        evbuffer_free(s->ooo[k++].data);
+    if (os != s->consumed) goto bad;
+    if (rx_append(s, payload)) return -1;
+    while (s->n_ooo && s->ooo[0].sq == s->next_sq) {
+        struct ooo_chunk c = s->ooo[0];
+        memmove(s->ooo, s->ooo + 1, (s->n_ooo - 1) * sizeof *s->ooo);
+        s->n_ooo--;
+        sq = c.sq;
+        os = c.os;
+        if (os != s->consumed) {   /* its bytes stay counted in buffered until rx_fail releases all */
+            evbuffer_free(c.data);
+            goto bad;
+        }
+        int rc = rx_append(s, c.data);
+        evbuffer_free(c.data);
+        if (rc) return -1;
     }
-    if (k) {   /* the array stays consistent for rx_fail below */
-        memmove(s->ooo, s->ooo + k, (s->n_ooo - k) * sizeof *s->ooo);
-        s->n_ooo -= k;
-    }
-    if (!bad) return 0;
+    return 0;
+bad:
     rx_fail(s, true, "StreamError", "chunk %" PRIu64 " at offset %" PRIu64 ", expected %" PRIu64, sq, os,
             s->consumed);
     return -1;
@@ -594,7 +688,23 @@ static void rx_chunk(struct rx_stream *s, const struct cj_hdr *h, struct evbuffe
         return;
     }
     if (rx_check_chunk(s, h, len)) return;
-    if (sq == 0 && !s->have_chunk0 && rx_keep_chunk0(s, h)) return;
+    if (s->sinking && sq != s->next_sq && s->buffered + len > s->reserved) {
+        rx_fail(s, true, "StreamError",
+                "chunk %" PRIu64 ": %" PRIu64 " bytes would wait ahead of chunk %" PRIu64 ", more than the window",
+                sq, s->buffered + len, s->next_sq);
+        return;
+    }
+    if (sq == 0 && !s->have_chunk0) {
+        if (rx_keep_chunk0(s, h)) return;
+        if (s->sink_live && s->sink.begin) {
+            int rc = s->sink.begin(s->sink.arg, h, s->sz);
+            if (s->state != RX_ACTIVE) return;
+            if (rc < 0) {
+                rx_fail(s, true, "StreamError", "sink refused the reply (%" PRIu64 " bytes)", s->sz);
+                return;
+            }
+        }
+    }
     s->data_bytes += len;
     s->buffered += len;
     ep->rx_buffered += len;
@@ -603,7 +713,7 @@ static void rx_chunk(struct rx_stream *s, const struct cj_hdr *h, struct evbuffe
     rx_arm(s, ep->lim.rx_idle);
     if (s->req) req_on_rx_progress(s->req);
     if (s->final_seen && s->next_sq > s->final_sq) rx_complete(s);
-    else if (s->consumed - s->last_ack_os >= rx_ack_interval(s)) rx_ack(s, s->consumed, s->next_sq - 1);
+    else if (rx_ack_upto(s) - s->last_ack_os >= rx_ack_interval(s)) rx_ack(s, rx_ack_upto(s), s->next_sq - 1);
 }
 
 /* sm__dt 6 on sm__DATA: the sender gave up (§6 "sender error"). */
@@ -638,7 +748,39 @@ void rx_input_data(struct cj_stream_ep *ep, const struct cj_hdr *h, struct evbuf
         rx_chunk(s, h, payload);
         return;
     }
-    /* A finished stream: a reliable sender's retransmission gets the final state again. */
+    /* A finished stream: a reliable sender's retransmission gets the final state again
+     * (a draining one: what the owner released so far). */
     ep->st.dup_chunks++;
-    if (s->state == RX_DONE && s->reliable) rx_reack(s);
+    if ((s->state == RX_DONE || s->state == RX_DRAIN) && s->reliable) rx_reack(s);
+}
+
+/* ---- hold_acks releases ----------------------------------------------------------------- */
+
+void rx_release_upto(struct rx_stream *s, uint64_t upto)
+{
+    struct cj_stream_ep *ep = s->ep;
+    if (!s->hold || (s->state != RX_ACTIVE && s->state != RX_DRAIN)) return;
+    if (upto > s->consumed) upto = s->consumed;   /* only bytes already handed to the sink */
+    if (upto <= s->released) return;
+    s->released = upto;
+    if (s->state == RX_DRAIN) {
+        if (s->released < s->sz) return;
+        rx_ack(s, s->sz, s->final_sq);
+        rx_retire(s, RX_DONE, s->reliable ? s->keep : ep->lim.linger);
+        return;
+    }
+    rx_arm(s, ep->lim.rx_idle);   /* a release is progress: the sender may go on */
+    if (s->req) req_on_rx_progress(s->req);
+    if (rx_ack_upto(s) - s->last_ack_os >= rx_ack_interval(s)) rx_ack(s, rx_ack_upto(s), s->next_sq - 1);
+}
+
+int rx_release_handle(struct cj_stream_ep *ep, uint64_t handle, uint64_t upto)
+{
+    struct rx_stream *s;
+    TAILQ_FOREACH(s, &ep->draining, fin)
+        if (s->handle == handle) {
+            rx_release_upto(s, upto);
+            return 0;
+        }
+    return -1;
 }

@@ -280,6 +280,7 @@ struct cj_stream_ep *cj_stream_new(struct event_base *base, const char *me, cons
     ep->scratch = evbuffer_new();
     if (!ep->buckets || !ep->scratch) goto fail;
     TAILQ_INIT(&ep->finished);
+    TAILQ_INIT(&ep->draining);
     TAILQ_INIT(&ep->tx);
     TAILQ_INIT(&ep->reqs);
     /* NVFlare: µs wall clock at process start + random 0..10^6, then a counter. */

@@ -228,18 +228,31 @@ int cj_stream_reply(struct cj_stream_ep *ep, const struct cj_stream_reqctx *rq, 
 
 /* ---- progressive blobs (spool mode: replies bigger than memory should hold) ---- */
 
-/* A reply received piece by piece instead of assembled.  begin is called once,
- * when the reply's chunk 0 is in (its headers: cn__return_code etc.; size =
- * sm__sz); data then gets the reply's bytes in order as soon as they are
- * contiguous (contents taken; offset = the piece's first byte in the blob).
+/* A reply received piece by piece instead of assembled.  begin (may be NULL)
+ * is called once, when the reply's chunk 0 is in (its headers:
+ * cn__return_code etc.; size = sm__sz), before any data; data (required) then
+ * gets the reply's bytes in order as soon as they are contiguous (contents
+ * taken; offset = the piece's first byte in the blob; never empty pieces).
  * Either returning -1 fails the request (comm_error, a receiver error notice
  * to the sender, fn called with the reason).  When the last byte has been
- * handed to data, fn is called as for an assembled reply but with data NULL.
+ * handed to data, fn is called as for an assembled reply but with data NULL
+ * (hdr = chunk 0's headers).  Both are called from inside cj_stream_input;
+ * they may call cj_stream_request_release and cj_stream_request_cancel (the
+ * reply stream then fails with an error notice to the sender, fn not called).
+ * The request's timeout still applies: arriving bytes (and, with hold_acks,
+ * releases) are progress.  A request that ends early (timeout, cancel) fails
+ * its reply stream too.  Chunks waiting ahead of a gap are held by the layer
+ * (at most the sender's window + 2 chunks, reserved from max_buffered instead
+ * of sm__sz).
  *
  * hold_acks: the receiver ACKs no byte the owner has not released with
  * cj_stream_request_release, so the sender's window (not this process's
  * memory) bounds what is in flight while the owner writes to a slow disk.
- * The final ACK also waits for the release of the last byte. */
+ * Only sm__os is held: an ACK's sm__sq still names the last chunk received
+ * contiguously (§5), so a reliable sender does not retransmit what merely
+ * waits for the disk.  ACKs keep the normal interval (sm__ai) over the
+ * released offset.  The final ACK also waits for the release of the last
+ * byte, even when fn has already been called. */
 struct cj_stream_sink {
     int (*begin)(void *arg, const struct cj_hdr *hdr, uint64_t size);
     int (*data)(void *arg, uint64_t offset, struct evbuffer *piece);
@@ -253,8 +266,11 @@ int cj_stream_request_sink(struct cj_stream_ep *ep, const char *destination, con
                            const struct cj_stream_sink *sink, cj_stream_reply_fn fn, void *arg, uint64_t *handle_out,
                            char *ri_out);
 
-/* hold_acks: bytes [0, upto) of the reply are consumed; ACKs may cover them.
- * 0, or -1 for an unknown handle (finished requests included: harmless). */
+/* hold_acks: bytes [0, upto) of the reply are consumed; ACKs may cover them
+ * (upto is capped at the bytes handed to data; releases never go back).
+ * Works before the reply starts (nothing to do), while it arrives, and after
+ * fn while the final ACK still waits for it.  0, or -1 for an unknown handle
+ * (finished requests whose reply needs no more releases included: harmless). */
 int cj_stream_request_release(struct cj_stream_ep *ep, uint64_t handle, uint64_t upto);
 
 /* A blob sent piece by piece: the sender knows its size up front (sm__sz) and
@@ -263,7 +279,9 @@ int cj_stream_request_release(struct cj_stream_ep *ep, uint64_t handle, uint64_t
  * the bytes held but not yet sent fall under two chunks and fewer than size
  * bytes have been fed; it is not called again until the next feed, so at most
  * one want is outstanding.  The owner answers, now or later, with
- * cj_stream_feed; or stops with cj_stream_cancel (done not called). */
+ * cj_stream_feed; or stops with cj_stream_cancel (done not called).  The
+ * chunks are the ones a whole blob of the same bytes would give (a chunk
+ * leaves once all its bytes were fed).  want may be NULL only when size is 0. */
 struct cj_stream_source {
     uint64_t size;
     void (*want)(void *arg, uint64_t fed);
@@ -271,14 +289,18 @@ struct cj_stream_source {
 };
 
 /* cj_stream_reply for a source instead of a whole blob.  done as for
- * cj_stream_reply (also on failure: window stalled, endpoint closed).
- * *id_out gets the stream id for feed/cancel. */
+ * cj_stream_reply (also on failure: window stalled, endpoint closed, and "the
+ * owner fed no bytes for <tx_no_progress> s" when the stream could send but
+ * had no bytes that long).  *id_out gets the stream id for feed/cancel.  -1
+ * (done never called) on the arguments cj_stream_reply refuses, src NULL,
+ * size over max_blob, or no want for a non-empty source. */
 int cj_stream_reply_source(struct cj_stream_ep *ep, const struct cj_stream_reqctx *rq, const char *rc,
                            const struct cj_stream_msg *m, const struct cj_stream_source *src, cj_stream_done_fn done,
                            void *arg, uint64_t *id_out);
 
-/* Appends more bytes (contents taken) to a source stream.  -1 when id is not
- * a live source stream or the bytes would go beyond its size. */
+/* Appends more bytes (contents taken) to a source stream; may send chunks at
+ * once (never calls want or done from inside).  -1, nothing taken, when id is
+ * not a live source stream or the bytes would go beyond its size. */
 int cj_stream_feed(struct cj_stream_ep *ep, uint64_t id, struct evbuffer *more);
 
 void cj_stream_get_stats(const struct cj_stream_ep *ep, struct cj_stream_stats *st);

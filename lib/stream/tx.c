@@ -10,7 +10,15 @@
  * Completion is always reported from the event loop (the stream's timer
  * event is activated), never from inside the call that caused it, and a
  * stream is freed only there; so io->send or an ACK arriving during a pump
- * cannot free a stream under our feet. */
+ * cannot free a stream under our feet.
+ *
+ * A source stream (cj_stream_reply_source) knows its size up front and holds
+ * only the bytes the owner fed and that were not sent yet: the chunks are cut
+ * exactly as from a whole blob (a chunk leaves only once all its bytes are
+ * held).  When fewer than two chunks are held the owner is asked for more
+ * (want, from the loop, one at a time).  Waiting for the owner is not a
+ * window stall: it has its own timer (tx_no_progress), and an owner that
+ * feeds nothing for that long fails the stream. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,11 +51,22 @@ struct tx_stream {
     cj_stream_done_fn done;
     void *arg;
     struct sm_req *req;
+    /* source streams */
+    bool is_source, want_out, starved;
+    struct cj_stream_source src;
+    uint64_t fed;
+    struct event *want_ev;     /* activated to call src.want from the loop */
+    struct event *feed_ev;     /* the owner fed nothing while we could send */
 };
 
 void tx_set_req(struct tx_stream *t, struct sm_req *r)
 {
     t->req = r;
+}
+
+uint64_t tx_id(const struct tx_stream *t)
+{
+    return t->id;
 }
 
 static struct tx_stream *tx_find(struct cj_stream_ep *ep, uint64_t id)
@@ -65,6 +84,8 @@ static void tx_destroy(struct tx_stream *t)
     sm_hlist_clear(&t->hdrs);
     if (t->blob) evbuffer_free(t->blob);
     if (t->ev) event_free(t->ev);
+    if (t->want_ev) event_free(t->want_ev);
+    if (t->feed_ev) event_free(t->feed_ev);
     free(t);
 }
 
@@ -155,6 +176,8 @@ static void tx_fail(struct tx_stream *t, const char *fmt, ...)
     va_end(ap);
     t->state = TX_FAILED;
     t->ep->st.tx_failed++;
+    if (t->want_ev) event_del(t->want_ev);
+    if (t->feed_ev) event_del(t->feed_ev);
     cj_log_warning("stream: sending stream %" PRIu64 " to %s (%s/%s) failed: %s", t->id, t->dest, t->ch, t->tp,
                    t->why);
     tx_send_abort(t);
@@ -187,6 +210,32 @@ static void tx_ev_cb(evutil_socket_t fd, short what, void *arg)
         event_del(t->ev);
         tx_finalize(t);
     }
+}
+
+/* ---- the owner of a source stream ------------------------------------------------------- */
+
+/* Asks for more (from the loop) when under two chunks are held and bytes are missing. */
+static void tx_want_check(struct tx_stream *t)
+{
+    if (!t->is_source || t->state != TX_SENDING || t->want_out || t->fed >= t->sz) return;
+    if (evbuffer_get_length(t->blob) >= 2 * (uint64_t)t->ep->lim.chunk_size) return;
+    t->want_out = true;
+    event_active(t->want_ev, EV_TIMEOUT, 1);
+}
+
+static void tx_want_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct tx_stream *t = arg;
+    if (t->state != TX_SENDING || !t->want_out) return;
+    t->src.want(t->src.arg, t->fed);   /* may feed or cancel at once; t stays valid */
+}
+
+static void tx_feed_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct tx_stream *t = arg;
+    if (t->state != TX_SENDING) return;
+    tx_fail(t, "the owner fed no bytes for %g s (fed %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64 " sent)",
+            t->ep->lim.tx_no_progress, t->fed, t->sz, t->sent);
 }
 
 /* ---- sending ----------------------------------------------------------------------------- */
@@ -238,6 +287,20 @@ static void tx_pump(struct tx_stream *t)
                 break;
             }
             t->blocked = false;
+            if (t->is_source) {   /* the next chunk leaves whole, as from a blob */
+                uint64_t left = t->sz - t->sent;
+                uint64_t len = left < t->ep->lim.chunk_size ? left : t->ep->lim.chunk_size;
+                if (evbuffer_get_length(t->blob) < len) {
+                    if (!t->starved || !evtimer_pending(t->feed_ev, NULL)) {
+                        struct timeval tv;
+                        sm_tv(t->ep->lim.tx_no_progress, &tv);
+                        evtimer_add(t->feed_ev, &tv);
+                    }
+                    t->starved = true;
+                    break;
+                }
+                t->starved = false;
+            }
             if (tx_send_chunk(t)) break;
         }
     } while (t->repump && t->state == TX_SENDING);
@@ -245,18 +308,25 @@ static void tx_pump(struct tx_stream *t)
     if (t->state == TX_SENDING && t->final_sent) {
         t->state = TX_DONE;
         t->ep->st.blobs_out++;
+        if (t->feed_ev) event_del(t->feed_ev);
         tx_schedule_finish(t);
     }
+    tx_want_check(t);
 }
 
 struct tx_stream *tx_start(struct cj_stream_ep *ep, const char *destination, const char *channel,
                            const char *topic, const struct cj_stream_msg *m, const char *ri, bool is_reply,
-                           const char *rc, struct evbuffer *blob, cj_stream_done_fn done, void *arg)
+                           const char *rc, struct evbuffer *blob, const struct cj_stream_source *src,
+                           cj_stream_done_fn done, void *arg)
 {
     static const struct cj_stream_msg none = { 0 };
     if (!m) m = &none;
     const char *pe = m->encoding ? m->encoding : "bytes";
     struct tx_stream *t = NULL;
+    if (src) {   /* the held bytes of a source stream live where a blob would */
+        if (blob || src->size > ep->lim.max_blob || (src->size && !src->want)) goto fail;
+        if (!(blob = evbuffer_new())) goto fail;
+    }
     if (!blob || ep->closing || !sm_name_ok(destination) || !sm_name_ok(channel) || !sm_name_ok(topic) ||
         (ri && !sm_name_ok(ri)) || (rc && !sm_name_ok(rc)) || strlen(pe) >= sizeof t->pe ||
         evbuffer_get_length(blob) > ep->lim.max_blob)
@@ -272,10 +342,17 @@ struct tx_stream *tx_start(struct cj_stream_ep *ep, const char *destination, con
     if ((t->is_reply = is_reply)) strcpy(t->rc, rc ? rc : "ok");
     t->optional = m->optional;
     t->acked_sq = -1;
-    t->sz = evbuffer_get_length(blob);
+    t->sz = src ? src->size : evbuffer_get_length(blob);
     t->done = done;
     t->arg = arg;
     if (sm_hlist_set_raw(&t->hdrs, m->hdrs, m->n_hdrs) || !(t->ev = evtimer_new(ep->base, tx_ev_cb, t))) goto fail;
+    if (src) {
+        t->is_source = true;
+        t->src = *src;
+        if (!(t->want_ev = evtimer_new(ep->base, tx_want_cb, t)) ||
+            !(t->feed_ev = evtimer_new(ep->base, tx_feed_timeout_cb, t)))
+            goto fail;
+    }
 
     /* Build chunk 0's block once now, so a bad header fails the call, not the stream. */
     msgpack_sbuffer out;
@@ -298,14 +375,17 @@ struct tx_stream *tx_start(struct cj_stream_ep *ep, const char *destination, con
     /* The first chunks go out from the loop: the caller gets its id (and a
      * request its binding) before anything can happen to the stream. */
     event_active(t->ev, EV_TIMEOUT, 1);
+    tx_want_check(t);   /* activates want_ev: the owner is asked from the loop */
     return t;
 fail:
     if (t) {
         sm_hlist_clear(&t->hdrs);
         if (t->ev) event_free(t->ev);
+        if (t->want_ev) event_free(t->want_ev);
+        if (t->feed_ev) event_free(t->feed_ev);
         free(t);
     }
-    evbuffer_free(blob);
+    if (blob) evbuffer_free(blob);
     return NULL;
 }
 
@@ -317,7 +397,7 @@ int cj_stream_send(struct cj_stream_ep *ep, const char *destination, const char 
         if (blob) evbuffer_free(blob);
         return -1;
     }
-    struct tx_stream *t = tx_start(ep, destination, channel, topic, m, ri, false, NULL, blob, done, arg);
+    struct tx_stream *t = tx_start(ep, destination, channel, topic, m, ri, false, NULL, blob, NULL, done, arg);
     if (!t) return -1;
     if (id_out) *id_out = t->id;
     return 0;
@@ -333,6 +413,26 @@ int cj_stream_cancel(struct cj_stream_ep *ep, uint64_t id)
         return 0;
     }
     tx_abort(t, "cancelled");
+    return 0;
+}
+
+int cj_stream_feed(struct cj_stream_ep *ep, uint64_t id, struct evbuffer *more)
+{
+    struct tx_stream *t = tx_find(ep, id);
+    if (!t || !t->is_source || t->state != TX_SENDING || !more) return -1;
+    size_t n = evbuffer_get_length(more);
+    if (n > t->sz - t->fed) {
+        cj_log_warning("stream: source stream %" PRIu64 " to %s: feed of %zu bytes goes past its size %" PRIu64
+                       " (%" PRIu64 " fed); refused",
+                       t->id, t->dest, n, t->sz, t->fed);
+        return -1;
+    }
+    evbuffer_add_buffer(t->blob, more);
+    t->fed += n;
+    t->want_out = false;
+    event_del(t->feed_ev);
+    if (t->started) tx_pump(t);   /* may send at once; callbacks only from the loop */
+    else tx_want_check(t);
     return 0;
 }
 

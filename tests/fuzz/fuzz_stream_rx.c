@@ -13,6 +13,13 @@
  *   tick         one non-blocking loop turn (deferred sends; the receiver's
  *                timers, which are set to expire at once)
  *   send         another fire-and-forget stream or request
+ *   progressive  (sink mode only, instead of some sends) a release of the
+ *                sink reply's bytes, or a feed to one of the source replies
+ *
+ * Sink mode (first input byte >= 0xc0, the byte still counts as an op): the
+ * request waits for its reply through a sink (hold_acks when bit 0x20, the
+ * sink releasing from inside data when bit 0x10), and requests on app/blob
+ * that want a reply get source replies (cj_stream_reply_source) fed by ops.
  *
  * Invariants checked:
  *   - every message the endpoint sends decodes, comes from it, goes where
@@ -22,6 +29,11 @@
  *     (sm__sq 0); a reply handed to the requester has its sm__sz bytes;
  *   - memory: bytes buffered <= bytes reserved <= max_buffered, and stream
  *     states <= max_streams, after every message;
+ *   - sink: begin once, before any data; data offsets contiguous from 0 and
+ *     within sm__sz; a sink reply reported ok got exactly sm__sz bytes; with
+ *     hold_acks no ACK for the sink's stream passes the latest release;
+ *   - source: want never from inside reply_source / feed, one at a time,
+ *     with the bytes fed so far; a feed past the size is refused;
  *   - everything is freed by cj_stream_free (LeakSanitizer). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -53,6 +65,19 @@ static struct cj_stream_ep *g_ep;
 static uint64_t g_tx_id;
 static char g_ri[CJ_STREAM_RI_LEN + 1];
 static int g_sends;
+
+/* sink mode */
+static bool g_sink_mode, g_hold, g_release_inline, g_in_call;
+static uint64_t g_handle;
+static struct {
+    bool begun, have_id, id_neg;
+    uint64_t size, off, released, id;
+} g_sink;
+struct src_slot {
+    bool used, live, want_out;
+    uint64_t id, size, fed;
+};
+static struct src_slot g_src[4];
 
 struct in {
     const uint8_t *p;
@@ -100,6 +125,9 @@ static int io_send(void *ctx, const char *dest, const uint8_t *hblk, size_t hlen
         if (h.payload_len != (int64_t)plen || control) abort();
         if ((uint64_t)h.sm_os + plen > (uint64_t)h.sm_sz) abort();
     }
+    if (g_hold && g_sink.have_id && strcmp(h.topic, "sm__ACK") == 0 && h.sm_dt == 3 && strcmp(dest, "peer0") == 0 &&
+        h.sm_id == g_sink.id && h.sm_id_neg == g_sink.id_neg && (uint64_t)h.sm_os > g_sink.released)
+        abort();   /* hold_acks: never ACK what the owner did not release */
     bool to_server = strncmp(dest, "server", 6) == 0 && (dest[6] == 0 || dest[6] == '.');
     if (has_key(&h, "__token__") != to_server) abort();
     if (plen) evbuffer_drain(pl, plen);
@@ -118,11 +146,108 @@ static struct evbuffer *blob_of(size_t n)
     return b;
 }
 
+static void src_want(void *arg, uint64_t fed)
+{
+    struct src_slot *s = arg;
+    if (g_in_call || s->want_out || !s->live || fed != s->fed || fed >= s->size) abort();
+    s->want_out = true;
+}
+
+static void src_done(void *arg, int status, const char *why)
+{
+    struct src_slot *s = arg;
+    if (status && !why) abort();
+    if (!status && s->fed != s->size) abort();
+    s->live = false;
+}
+
+/* A source reply in a free slot; false when there is none. */
+static bool reply_source(const struct cj_stream_blob *b)
+{
+    for (int i = 0; i < 4; i++) {
+        struct src_slot *s = &g_src[i];
+        if (s->used) continue;
+        *s = (struct src_slot){ .used = true, .live = true, .size = b->size % 5000 };
+        struct cj_stream_source src = { .size = s->size, .want = src_want, .arg = s };
+        g_in_call = true;
+        int rc = cj_stream_reply_source(g_ep, &b->req, "ok", NULL, &src, src_done, s, &s->id);
+        g_in_call = false;
+        if (rc) s->live = false;
+        return true;
+    }
+    return false;
+}
+
+static void src_feed(struct in *f)
+{
+    uint8_t b1 = take(f), b2 = take(f);
+    struct src_slot *s = &g_src[b1 & 3];
+    if (!s->used) return;
+    size_t n = (b1 & 4) ? (size_t)b2 * 37 : (size_t)b2;
+    struct evbuffer *e = blob_of(n);
+    g_in_call = true;
+    int rc = cj_stream_feed(g_ep, s->id, e);
+    g_in_call = false;
+    if (rc == 0) {
+        if (!s->live || s->fed + n > s->size || evbuffer_get_length(e)) abort();
+        s->fed += n;
+        s->want_out = false;
+    } else if (s->live && s->fed + n <= s->size) {
+        abort();   /* a live source accepts bytes within its size */
+    }
+    evbuffer_free(e);
+}
+
+static void sink_release(struct in *f)
+{
+    uint16_t k = take16(f);
+    uint64_t upto = (k & 1) ? g_sink.off : (uint64_t)k * 4;   /* what it has, or anything */
+    if (upto > g_sink.released) g_sink.released = upto;
+    cj_stream_request_release(g_ep, g_handle, upto);
+}
+
+static int sink_begin(void *arg, const struct cj_hdr *h, uint64_t size)
+{
+    if (g_sink.begun || g_sink.off || h->sm_sq != 0 || (int64_t)size != h->sm_sz) abort();
+    if (strcmp(h->sm_ch, "return_only") != 0 || strcmp(h->origin, "peer0") != 0) abort();
+    g_sink.begun = true;
+    g_sink.size = size;
+    g_sink.have_id = true;
+    g_sink.id = h->sm_id;
+    g_sink.id_neg = h->sm_id_neg;
+    return size % 11 == 5 ? -1 : 0;
+}
+
+static int sink_data(void *arg, uint64_t off, struct evbuffer *piece)
+{
+    size_t n = evbuffer_get_length(piece);
+    if (!g_sink.begun || off != g_sink.off || !n || n > g_sink.size - off) abort();
+    g_sink.off += n;
+    evbuffer_drain(piece, n / 2);   /* the rest is drained by the layer */
+    if (g_release_inline && (g_sink.off & 1)) {
+        if (g_sink.off > g_sink.released) g_sink.released = g_sink.off;
+        if (cj_stream_request_release(g_ep, g_handle, g_sink.off)) abort();   /* still pending */
+    }
+    return off % 13 == 7 ? -1 : 0;
+}
+
+static void on_sink_reply(void *arg, struct cj_stream_reply *r)
+{
+    if (!r->return_code || !r->error || !r->encoding) abort();
+    if (r->data) abort();   /* the bytes went to the sink */
+    if (r->hdr && (!g_sink.begun || g_sink.off != (uint64_t)r->hdr->sm_sz)) abort();
+    /* The sink's stream is over (or only waits for releases, which cannot pass
+     * the check): a later stream may reuse its (origin, sm__id) once forgotten. */
+    g_sink.have_id = false;
+}
+
 static int handler(void *arg, struct cj_stream_blob *b)
 {
     if (evbuffer_get_length(b->data) != b->size || (int64_t)b->size != b->hdr->sm_sz) abort();
     if (b->hdr->sm_sq != 0 || strcmp(b->hdr->sm_ch, "app") != 0) abort();
-    if (b->req.has_ri && (b->size & 1))
+    if (g_sink_mode && b->req.has_ri && (b->size & 1) && (b->size & 4) && reply_source(b)) {
+        /* answered by a source reply */
+    } else if (b->req.has_ri && (b->size & 1))
         cj_stream_reply(g_ep, &b->req, (b->size & 2) ? "ok" : "process_exception", NULL, blob_of(b->size % 3000),
                         NULL, NULL);
     if (b->size % 5 == 1) {   /* the handler keeps the blob */
@@ -277,6 +402,11 @@ static void notice(struct in *f)
 
 static void another_send(struct in *f)
 {
+    if (g_sink_mode && f->n && (f->p[0] & 8)) {   /* progressive ops instead */
+        if (f->p[0] & 16) src_feed(f);
+        else sink_release(f);
+        return;
+    }
     uint8_t b1 = take(f), b2 = take(f);
     if (g_sends >= 4) return;
     g_sends++;
@@ -325,9 +455,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     };
     if (cj_stream_set_auth(g_ep, auth, 4) || cj_stream_on(g_ep, "app", "blob", handler, NULL)) abort();
     g_sends = 0;
-    uint64_t handle;
+    memset(&g_sink, 0, sizeof g_sink);
+    memset(g_src, 0, sizeof g_src);
+    g_sink_mode = size && data[0] >= 0xc0;
+    g_hold = g_sink_mode && (data[0] & 0x20);
+    g_release_inline = g_sink_mode && (data[0] & 0x10);
+    struct cj_stream_sink sink = { .begin = sink_begin, .data = sink_data, .hold_acks = g_hold };
     struct cj_stream_msg m = { .encoding = "fobs" };
-    if (cj_stream_request(g_ep, "peer0", "app", "blob", &m, blob_of(3000), 5.0, on_reply, NULL, &handle, g_ri))
+    if (cj_stream_request_sink(g_ep, "peer0", "app", "blob", &m, blob_of(3000), 5.0, g_sink_mode ? &sink : NULL,
+                               g_sink_mode ? on_sink_reply : on_reply, NULL, &g_handle, g_ri))
         abort();
     g_tx_id = cj_stream_next_id(g_ep) - 1;      /* ids are sequential: the request's stream */
     event_base_loop(g_base, EVLOOP_NONBLOCK);   /* the request's first chunks go out */
