@@ -16,6 +16,7 @@
 #include "util/stats.h"
 
 #include "dl/dlmsg.h"
+#include "dl/replyparse.h"
 
 /* Data replies in a row without a single item before the download is called stuck. */
 #define MAX_EMPTY_REPLIES 100
@@ -40,6 +41,23 @@ struct cj_dl_fetch {
     unsigned empty_streak;
     uint64_t items, bytes, requests, retries;
     double t0, last;
+    /* sink mode (spool): the reply is read piece by piece */
+    bool sink_mode;
+    struct cj_dl_sink sink;
+    struct cj_dl_rp rp;           /* the current reply's reader */
+    bool rp_live;                 /* rp initialised (kept after the reply for its last releases) */
+    bool rp_ignore;               /* a non-ok reply: its bytes are dropped */
+    bool pull_delivered;          /* an item of this pull reached the sink: it cannot be retried */
+    bool wait_release;            /* the next pull waits until every item byte is released */
+    bool at_eof;                  /* sink->eof called: waiting for cj_dl_fetch_finish */
+    bool confirm_expected;
+    char nonce[CJ_DL_NONCE_LEN + 1];
+    uint64_t reply_base;          /* item bytes delivered before the current reply */
+    uint64_t released;            /* item bytes the consumer released (cumulative) */
+    uint64_t acked_upto;          /* last release offset given for the current reply */
+    bool fin_req, fin_ok;         /* cj_dl_fetch_finish called from inside a callback */
+    char fin_why[640];
+    char sink_why[640];           /* why the reader or the sink failed the current reply */
 };
 
 enum act { A_NEXT, A_EOF, A_PRODUCER_ERROR, A_FAIL, A_ABORT };
@@ -65,6 +83,7 @@ void cj_dl_fetch_cfg_default(struct cj_dl_fetch_cfg *c)
 
 static void fetch_free(struct cj_dl_fetch *f)
 {
+    if (f->rp_live) cj_dl_rp_clear(&f->rp);
     if (f->timer) event_free(f->timer);
     free(f->state);
     free(f);
@@ -152,6 +171,8 @@ void cj_dl_fetch_cancel(struct cj_dl_fetch *f)
 /* ---- pulls ------------------------------------------------------------------------------------- */
 
 static void on_reply(void *arg, struct cj_stream_reply *r);
+static int sink_begin(void *arg, const struct cj_hdr *hdr, uint64_t size);
+static int sink_data(void *arg, uint64_t offset, struct evbuffer *piece);
 
 static int send_pull(struct cj_dl_fetch *f)
 {
@@ -170,9 +191,18 @@ static int send_pull(struct cj_dl_fetch *f)
         return -1;
     }
     struct cj_stream_msg m = { .encoding = "fobs" };
-    if (cj_stream_request(f->ep, f->source, CJ_DL_CHANNEL, CJ_DL_TOPIC, &m, b, f->cfg.request_timeout, on_reply, f,
-                          &f->handle, NULL))
+    if (f->sink_mode) {
+        if (f->rp_live) cj_dl_rp_clear(&f->rp);
+        f->rp_live = f->rp_ignore = f->pull_delivered = false;
+        f->sink_why[0] = 0;
+        struct cj_stream_sink sk = { .begin = sink_begin, .data = sink_data, .arg = f, .hold_acks = true };
+        if (cj_stream_request_sink(f->ep, f->source, CJ_DL_CHANNEL, CJ_DL_TOPIC, &m, b, f->cfg.request_timeout, &sk,
+                                   on_reply, f, &f->handle, NULL))
+            return -1;
+    } else if (cj_stream_request(f->ep, f->source, CJ_DL_CHANNEL, CJ_DL_TOPIC, &m, b, f->cfg.request_timeout, on_reply,
+                                 f, &f->handle, NULL)) {
         return -1;
+    }
     f->in_flight = true;
     f->requests++;
     return 0;
@@ -356,7 +386,46 @@ static enum act deliver(struct cj_dl_fetch *f, struct evbuffer *buf, struct pars
     return A_NEXT;
 }
 
-/* One good reply: terminal, or items then the next pull. */
+/* What a decoded reply means (both modes): terminal or data; takes the state.
+ * In sink mode an eof is not confirmed here: cj_dl_fetch_finish does it. */
+static enum act judge_reply(struct cj_dl_fetch *f, const struct cj_dl_reply *r, uint8_t **state, size_t state_len,
+                            char *why, size_t wn)
+{
+    if (r->status == CJ_DL_STATUS_EOF || r->status == CJ_DL_STATUS_ERROR) {
+        bool eof = r->status == CJ_DL_STATUS_EOF;
+        bool confirm = r->confirm_expected && !f->cfg.no_confirm;
+        if (eof && f->sink_mode) {
+            f->confirm_expected = confirm;
+            memcpy(f->nonce, r->confirm_nonce, sizeof f->nonce);
+        } else if (confirm) {
+            send_confirm(f, eof, r->confirm_nonce);
+        }
+        if (!eof) snprintf(why, wn, "producer error after %.1f secs", elapsed(f));
+        return eof ? A_EOF : A_PRODUCER_ERROR;
+    }
+    f->cancel_capable |= r->cancel_capable;
+    if (!*state) {
+        snprintf(why, wn, "exception when consuming data: data reply from %s without a state", f->source);
+        return A_FAIL;
+    }
+    free(f->state);
+    f->state = *state;
+    f->state_len = state_len;
+    *state = NULL;
+    f->empty_streak = r->n_items ? 0 : f->empty_streak + 1;
+    return A_NEXT;
+}
+
+static enum act check_streak(struct cj_dl_fetch *f, enum act a, char *why, size_t wn)
+{
+    if (a == A_NEXT && f->empty_streak > MAX_EMPTY_REPLIES) {
+        snprintf(why, wn, "exception when consuming data: %u data replies in a row without items", f->empty_streak);
+        return A_FAIL;
+    }
+    return a;
+}
+
+/* One good reply (whole-reply mode): terminal, or items then the next pull. */
 static enum act handle_data(struct cj_dl_fetch *f, struct evbuffer *buf, char *why, size_t wn)
 {
     struct parsed p;
@@ -367,34 +436,158 @@ static enum act handle_data(struct cj_dl_fetch *f, struct evbuffer *buf, char *w
         snprintf(why, wn, "exception when consuming data: bad reply from %s: %s", f->source, perr);
         return A_FAIL;
     }
-    enum act a;
-    if (p.r.status == CJ_DL_STATUS_EOF || p.r.status == CJ_DL_STATUS_ERROR) {
-        bool eof = p.r.status == CJ_DL_STATUS_EOF;
-        if (p.r.confirm_expected && !f->cfg.no_confirm) send_confirm(f, eof, p.r.confirm_nonce);
-        if (!eof) snprintf(why, wn, "producer error after %.1f secs", elapsed(f));
-        parsed_free(&p);
-        return eof ? A_EOF : A_PRODUCER_ERROR;
+    enum act a = judge_reply(f, &p.r, &p.state, p.state_len, why, wn);
+    if (a == A_NEXT) {
+        cj_log_debug("dl: ref %s from %s: %zu items in a %zu-byte reply", f->ref_id, f->source, p.r.n_items,
+                     evbuffer_get_length(buf));
+        a = deliver(f, buf, &p, why, wn);
     }
-    f->cancel_capable |= p.r.cancel_capable;
-    if (!p.state) {
-        parsed_free(&p);
-        snprintf(why, wn, "exception when consuming data: data reply from %s without a state", f->source);
+    parsed_free(&p);
+    return check_streak(f, a, why, wn);
+}
+
+/* One good reply (sink mode): it was read as it came; check it ended well. */
+static enum act handle_streamed(struct cj_dl_fetch *f, char *why, size_t wn)
+{
+    if (!f->rp_live) {
+        snprintf(why, wn, "exception when consuming data: empty reply from %s", f->source);
         return A_FAIL;
     }
-    free(f->state);
-    f->state = p.state;
-    f->state_len = p.state_len;
-    p.state = NULL;
-    cj_log_debug("dl: ref %s from %s: %zu items in a %zu-byte reply", f->ref_id, f->source, p.r.n_items,
-                 evbuffer_get_length(buf));
-    f->empty_streak = p.r.n_items ? 0 : f->empty_streak + 1;
-    a = deliver(f, buf, &p, why, wn);
-    parsed_free(&p);
-    if (a == A_NEXT && f->empty_streak > MAX_EMPTY_REPLIES) {
-        snprintf(why, wn, "exception when consuming data: %u data replies in a row without items", f->empty_streak);
-        a = A_FAIL;
+    if (cj_dl_rp_finish(&f->rp)) {
+        snprintf(why, wn, "exception when consuming data: bad reply from %s: %s", f->source, f->rp.why);
+        return A_FAIL;
     }
-    return a;
+    enum act a = judge_reply(f, &f->rp.r, &f->rp.state, f->rp.state_len, why, wn);
+    if (a == A_NEXT)
+        cj_log_debug("dl: ref %s from %s: %zu items in a %" PRIu64 "-byte reply (streamed)", f->ref_id, f->source,
+                     f->rp.n_items, f->rp.total);
+    return check_streak(f, a, why, wn);
+}
+
+/* ---- sink mode: the reader's callbacks, the stream sink, releases ---------------------------- */
+
+/* After a consumer callback: -1 when it asked to stop (cancel or finish). */
+static int after_cb(struct cj_dl_fetch *f, int rc, uint64_t index)
+{
+    f->in_cb = false;
+    if (f->cancelled) return -1;
+    if (f->fin_req) {
+        if (!f->sink_why[0])
+            snprintf(f->sink_why, sizeof f->sink_why, "%s", f->fin_ok ? "download aborted" : f->fin_why);
+        return -1;
+    }
+    if (rc) {
+        if (!f->sink_why[0])
+            snprintf(f->sink_why, sizeof f->sink_why, "exception when consuming data: item %" PRIu64 " refused by the consumer",
+                     index);
+        return -1;
+    }
+    return 0;
+}
+
+static int rp_item_begin(void *arg, size_t i, uint64_t size)
+{
+    struct cj_dl_fetch *f = arg;
+    f->pull_delivered = true;
+    f->in_cb = true;
+    return after_cb(f, f->sink.item_begin(f->ctx, f->items, size), f->items);
+}
+
+static int rp_item_data(void *arg, size_t i, struct evbuffer *piece)
+{
+    struct cj_dl_fetch *f = arg;
+    f->bytes += evbuffer_get_length(piece);
+    f->in_cb = true;
+    return after_cb(f, f->sink.item_data(f->ctx, f->items, piece), f->items);
+}
+
+static int rp_item_end(void *arg, size_t i)
+{
+    struct cj_dl_fetch *f = arg;
+    uint64_t index = f->items++;
+    f->in_cb = true;
+    return after_cb(f, f->sink.item_end(f->ctx, index), index);
+}
+
+static const struct cj_dl_rp_cb rp_cbs = { rp_item_begin, rp_item_data, rp_item_end };
+
+/* Lets the ACKs of the current reply go as far as the consumer allows. */
+static void update_release(struct cj_dl_fetch *f)
+{
+    if (!f->rp_live) return;
+    uint64_t rel = f->released > f->reply_base ? f->released - f->reply_base : 0;
+    uint64_t upto = cj_dl_rp_release_upto(&f->rp, rel);
+    if (upto > f->acked_upto) {
+        f->acked_upto = upto;
+        cj_stream_request_release(f->ep, f->handle, upto);   /* -1 once the request is over: harmless */
+    }
+}
+
+static int sink_begin(void *arg, const struct cj_hdr *hdr, uint64_t size)
+{
+    struct cj_dl_fetch *f = arg;
+    if (hdr && hdr->return_code[0] && strcmp(hdr->return_code, "ok")) {
+        f->rp_ignore = true;   /* an error reply: on_reply reports its return code */
+        return 0;
+    }
+    if (f->rp_live) cj_dl_rp_clear(&f->rp);
+    cj_dl_rp_init(&f->rp, size, &rp_cbs, f);
+    f->rp_live = true;
+    f->reply_base = f->bytes;
+    f->acked_upto = 0;
+    return 0;
+}
+
+static int sink_data(void *arg, uint64_t offset, struct evbuffer *piece)
+{
+    struct cj_dl_fetch *f = arg;
+    if (f->rp_ignore) {
+        size_t n = evbuffer_get_length(piece);
+        evbuffer_drain(piece, n);
+        cj_stream_request_release(f->ep, f->handle, offset + n);
+        return 0;
+    }
+    if (!f->rp_live) {
+        snprintf(f->sink_why, sizeof f->sink_why, "exception when consuming data: reply bytes before its start");
+        return -1;
+    }
+    if (cj_dl_rp_feed(&f->rp, piece)) {
+        if (!f->sink_why[0])
+            snprintf(f->sink_why, sizeof f->sink_why, "exception when consuming data: bad reply from %s: %s", f->source,
+                     f->rp.why);
+        return -1;
+    }
+    update_release(f);
+    return 0;
+}
+
+/* ---- the end of a reply ------------------------------------------------------------------------- */
+
+static void do_finish(struct cj_dl_fetch *f, bool ok, const char *why);
+
+static void next_pull(struct cj_dl_fetch *f)
+{
+    if (f->sink_mode && f->released < f->bytes) {
+        f->wait_release = true;   /* one reply's bytes between the network and the disk at a time */
+        return;
+    }
+    if (send_pull(f)) fail(f, true, "the next pull could not be sent");
+}
+
+static void reached_eof(struct cj_dl_fetch *f)
+{
+    cj_log_info("dl: ref %s from %s downloaded: %" PRIu64 " items, %" PRIu64 " bytes, %" PRIu64 " requests in %.1f s",
+                f->ref_id, f->source, f->items, f->bytes, f->requests, elapsed(f));
+    if (!f->sink_mode) {
+        finish(f, true, "");
+        return;
+    }
+    f->at_eof = true;
+    f->in_cb = true;
+    f->sink.eof(f->ctx);
+    f->in_cb = false;
+    if (f->cancelled) abort_now(f);
+    else if (f->fin_req) do_finish(f, f->fin_ok, f->fin_why);
 }
 
 static void on_reply(void *arg, struct cj_stream_reply *r)
@@ -402,9 +595,17 @@ static void on_reply(void *arg, struct cj_stream_reply *r)
     struct cj_dl_fetch *f = arg;
     char why[640];
     f->in_flight = false;
+    if (f->cancelled) {   /* cancelled from inside a sink callback */
+        abort_now(f);
+        return;
+    }
+    if (f->fin_req) {     /* finished (failed) from inside a sink callback */
+        fail(f, true, f->fin_ok ? "download aborted" : f->fin_why);
+        return;
+    }
     if (strcmp(r->return_code, "ok")) {
         bool timeout = !strcmp(r->return_code, "timeout");
-        if (timeout && f->attempt < f->cfg.max_retries) {
+        if (timeout && f->attempt < f->cfg.max_retries && !f->pull_delivered) {
             f->attempt++;
             f->retries++;
             cj_stats.retries++;
@@ -416,8 +617,16 @@ static void on_reply(void *arg, struct cj_stream_reply *r)
             evtimer_add(f->timer, &tv);
             return;
         }
-        snprintf(why, sizeof why, "error requesting data from %s after %.1f secs: %s%s%s", f->source, elapsed(f),
-                 r->return_code, r->error[0] ? ": " : "", r->error);
+        if (f->sink_why[0])
+            snprintf(why, sizeof why, "%s", f->sink_why);
+        else if (timeout && f->pull_delivered)   /* the sink has written part of this reply: no restart */
+            snprintf(why, sizeof why,
+                     "error requesting data from %s after %.1f secs: timeout in the middle of a reply (%" PRIu64
+                     " item bytes of it already written; a pull cannot be restarted mid-reply)",
+                     f->source, elapsed(f), f->bytes - f->reply_base);
+        else
+            snprintf(why, sizeof why, "error requesting data from %s after %.1f secs: %s%s%s", f->source, elapsed(f),
+                     r->return_code, r->error[0] ? ": " : "", r->error);
         fail(f, true, why);
         return;
     }
@@ -426,20 +635,22 @@ static void on_reply(void *arg, struct cj_stream_reply *r)
                     f->attempt + 1, elapsed(f));
     f->attempt = 0;
     f->last = now_mono();
-    struct evbuffer *buf = r->data;
-    r->data = NULL;
     enum act a = A_FAIL;
-    if (!buf) snprintf(why, sizeof why, "exception when consuming data: empty reply from %s", f->source);
-    else a = handle_data(f, buf, why, sizeof why);
-    if (buf) evbuffer_free(buf);
+    if (f->sink_mode) {
+        a = handle_streamed(f, why, sizeof why);
+    } else {
+        struct evbuffer *buf = r->data;
+        r->data = NULL;
+        if (!buf) snprintf(why, sizeof why, "exception when consuming data: empty reply from %s", f->source);
+        else a = handle_data(f, buf, why, sizeof why);
+        if (buf) evbuffer_free(buf);
+    }
     switch (a) {
     case A_NEXT:
-        if (send_pull(f)) fail(f, true, "the next pull could not be sent");
+        next_pull(f);
         return;
     case A_EOF:
-        cj_log_info("dl: ref %s from %s downloaded: %" PRIu64 " items, %" PRIu64 " bytes, %" PRIu64 " requests in %.1f s",
-                    f->ref_id, f->source, f->items, f->bytes, f->requests, elapsed(f));
-        finish(f, true, "");
+        reached_eof(f);
         return;
     case A_PRODUCER_ERROR:
         fail(f, false, why);
@@ -453,15 +664,65 @@ static void on_reply(void *arg, struct cj_stream_reply *r)
     }
 }
 
+/* ---- sink mode: the consumer's side -------------------------------------------------------------- */
+
+void cj_dl_fetch_release(struct cj_dl_fetch *f, uint64_t bytes)
+{
+    if (!f) return;
+    f->released += bytes;
+    if (f->released > f->bytes) f->released = f->bytes;
+    update_release(f);
+    if (f->wait_release && f->released >= f->bytes && !f->in_cb) {
+        f->wait_release = false;
+        if (send_pull(f)) fail(f, true, "the next pull could not be sent");
+    }
+}
+
+static void do_finish(struct cj_dl_fetch *f, bool ok, const char *why)
+{
+    f->fin_req = false;
+    if (!why || !why[0]) why = ok ? "" : "download aborted";
+    if (f->at_eof && ok) {
+        if (f->confirm_expected) send_confirm(f, true, f->nonce);
+        finish(f, true, "");
+        return;
+    }
+    if (f->at_eof) {
+        if (f->confirm_expected) send_confirm(f, false, f->nonce);
+        fail(f, !f->confirm_expected, why);
+        return;
+    }
+    /* before the end: a failure with the consumer's reason */
+    if (f->in_flight) cj_stream_request_cancel(f->ep, f->handle);
+    f->in_flight = false;
+    evtimer_del(f->timer);
+    fail(f, true, ok ? "download aborted before its end" : why);
+}
+
+void cj_dl_fetch_finish(struct cj_dl_fetch *f, bool ok, const char *why)
+{
+    if (!f) return;
+    if (f->in_cb) {   /* from inside a callback: acted on when it returns */
+        if (!f->fin_req) {
+            f->fin_req = true;
+            f->fin_ok = ok;
+            snprintf(f->fin_why, sizeof f->fin_why, "%s", why && why[0] ? why : "download aborted");
+        }
+        return;
+    }
+    do_finish(f, ok, why);
+}
+
 /* ---- the public side --------------------------------------------------------------------------- */
 
-struct cj_dl_fetch *cj_dl_fetch(struct event_base *base, struct cj_stream_ep *ep, const char *source_fqcn,
-                                const char *ref_id, const struct cj_dl_fetch_cfg *cfg, cj_dl_fetch_item_fn item,
-                                cj_dl_fetch_done_fn done, void *ctx)
+static struct cj_dl_fetch *fetch_start(struct event_base *base, struct cj_stream_ep *ep, const char *source_fqcn,
+                                       const char *ref_id, const struct cj_dl_fetch_cfg *cfg, cj_dl_fetch_item_fn item,
+                                       const struct cj_dl_sink *sink, cj_dl_fetch_done_fn done, void *ctx)
 {
-    if (!base || !ep || !source_fqcn || !ref_id || !item || !source_fqcn[0] || !ref_id[0] ||
+    if (!base || !ep || !source_fqcn || !ref_id || (!item && !sink) || !source_fqcn[0] || !ref_id[0] ||
         strlen(source_fqcn) > CJ_DL_FQCN_MAX || strlen(ref_id) > CJ_DL_REF_ID_MAX)
         return NULL;
+    if (sink && (!sink->item_begin || !sink->item_data || !sink->item_end || !sink->eof)) return NULL;
     struct cj_dl_fetch *f = calloc(1, sizeof *f);
     if (!f) return NULL;
     f->base = base;
@@ -475,6 +736,10 @@ struct cj_dl_fetch *cj_dl_fetch(struct event_base *base, struct cj_stream_ep *ep
     if (!(f->cfg.backoff_base >= 0)) f->cfg.backoff_base = 2.0;
     if (!(f->cfg.backoff_cap >= 0)) f->cfg.backoff_cap = 60.0;
     f->item = item;
+    if (sink) {
+        f->sink_mode = true;
+        f->sink = *sink;
+    }
     f->done = done;
     f->ctx = ctx;
     f->t0 = f->last = now_mono();
@@ -482,8 +747,24 @@ struct cj_dl_fetch *cj_dl_fetch(struct event_base *base, struct cj_stream_ep *ep
         fetch_free(f);
         return NULL;
     }
-    cj_log_debug("dl: downloading ref %s from %s", ref_id, source_fqcn);
+    cj_log_debug("dl: downloading ref %s from %s%s", ref_id, source_fqcn, sink ? " (streamed to a sink)" : "");
     return f;
+}
+
+struct cj_dl_fetch *cj_dl_fetch(struct event_base *base, struct cj_stream_ep *ep, const char *source_fqcn,
+                                const char *ref_id, const struct cj_dl_fetch_cfg *cfg, cj_dl_fetch_item_fn item,
+                                cj_dl_fetch_done_fn done, void *ctx)
+{
+    if (!item) return NULL;
+    return fetch_start(base, ep, source_fqcn, ref_id, cfg, item, NULL, done, ctx);
+}
+
+struct cj_dl_fetch *cj_dl_fetch_sink(struct event_base *base, struct cj_stream_ep *ep, const char *source_fqcn,
+                                     const char *ref_id, const struct cj_dl_fetch_cfg *cfg,
+                                     const struct cj_dl_sink *sink, cj_dl_fetch_done_fn done, void *ctx)
+{
+    if (!sink) return NULL;
+    return fetch_start(base, ep, source_fqcn, ref_id, cfg, NULL, sink, done, ctx);
 }
 
 void cj_dl_fetch_get_progress(const struct cj_dl_fetch *f, struct cj_dl_fetch_progress *p)

@@ -87,7 +87,27 @@ void cj_dl_fetch_get_progress(const struct cj_dl_fetch *f, struct cj_dl_fetch_pr
  *
  * At EOF the client does not confirm by itself: it calls sink->eof and waits
  * for cj_dl_fetch_finish(f, ok, why), which sends the confirm (success only
- * when ok: every item safely on disk) and then calls done. */
+ * when ok: every item safely on disk) and then calls done.
+ *
+ * Details (implementation choices the callers may rely on):
+ * - Datum sections must come in the order of the DatumRef items that name
+ *   them (NVFlare's and this project's producers write them so); an unknown,
+ *   missing or non-BLOB datum, a MAIN section over 16 MiB, more than 65536
+ *   items in one reply or sizes that do not add up fail the download
+ *   ("exception when consuming data: bad reply from <src>: ...").
+ * - Release accounting: framing and the MAIN section (inline items included:
+ *   they are in memory anyway, at most 16 MiB) are released by the client
+ *   itself; only the bytes of datum items wait for cj_dl_fetch_release.  The
+ *   consumer still counts every item byte (inline ones too) in its releases.
+ * - The next pull is sent only once every item byte delivered so far has been
+ *   released, so at most one reply's bytes are between the network and the
+ *   disk.
+ * - Retries: a pull that timed out before any item of its reply reached the
+ *   sink is retried as in whole-reply mode; one that timed out after an
+ *   item_begin fails the download ("... timeout in the middle of a reply ...;
+ *   a pull cannot be restarted mid-reply"), since the sink cannot un-write.
+ * - Callbacks may call cj_dl_fetch_cancel and cj_dl_fetch_finish on their own
+ *   handle (acted on when the callback returns). */
 struct cj_dl_sink {
     /* Item `index` starts; size = its byte count.  -1 aborts (why in the reason). */
     int (*item_begin)(void *ctx, uint64_t index, uint64_t size);
@@ -105,12 +125,19 @@ struct cj_dl_fetch *cj_dl_fetch_sink(struct event_base *base, struct cj_stream_e
                                      const struct cj_dl_sink *sink, cj_dl_fetch_done_fn done, void *ctx);
 
 /* The consumer is done with `bytes` more item bytes (cumulative over the whole
- * download, in the order handed to item_data): they may be ACKed. */
+ * download, in the order handed to item_data): they may be ACKed.  When this
+ * completes a reply's releases the next pull is sent; if it cannot be sent,
+ * done(ctx, false, ...) is called from inside this call. */
 void cj_dl_fetch_release(struct cj_dl_fetch *f, uint64_t bytes);
 
 /* After sink->eof: ok sends confirm "success" (when the producer asked for a
  * confirm) and calls done(ctx, true, ""); !ok sends confirm "failed" (or a
  * cancel), logs [DOWNLOAD_FAILED] with why and calls done(ctx, false, why).
+ * Also allowed before eof (sink mode only), with ok false: the consumer gives
+ * up with its own reason (e.g. a write error): the request in flight is
+ * forgotten, a cancel sent (if cancel_capable), [DOWNLOAD_FAILED] logged with
+ * why, done(ctx, false, why) called.  From inside a sink callback it takes
+ * effect when the callback returns (which should then return -1).
  * The handle is freed after done returns. */
 void cj_dl_fetch_finish(struct cj_dl_fetch *f, bool ok, const char *why);
 

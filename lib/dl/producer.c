@@ -28,6 +28,8 @@ struct rcv {
     uint32_t replies;
 };
 
+struct srv;
+
 struct ref {
     TAILQ_ENTRY(ref) link;
     struct cj_dl_producer *p;
@@ -36,6 +38,8 @@ struct ref {
     uint64_t *sizes;
     uint64_t total;
     cj_dl_item_fn item_fn;
+    cj_dl_item_read_fn item_read;
+    struct srv *srvs;                  /* item_read: replies being streamed */
     cj_dl_ref_done_fn done;
     void *ctx;
     uint32_t num_receivers;            /* count mode */
@@ -134,8 +138,11 @@ static struct ref *ref_find(const struct cj_dl_producer *p, const char *id)
     return NULL;
 }
 
+static void srv_detach_all(struct ref *r);
+
 static void ref_free(struct ref *r)
 {
+    srv_detach_all(r);
     if (r->timer) event_free(r->timer);
     for (size_t i = 0; i < r->n_rcv; i++) free(r->rcv[i].fqcn);
     free(r->rcv);
@@ -208,6 +215,7 @@ static void ref_finish(struct ref *r, enum cj_dl_outcome outcome)
         for (size_t i = 0; i < r->n_rcv; i++)
             if (r->rcv[i].state == CJ_DL_RCV_PENDING) r->rcv[i].state = CJ_DL_RCV_FAILED;   /* fail closed */
     TAILQ_REMOVE(&p->refs, r, link);
+    srv_detach_all(r);   /* before done: reads answered from inside it find their ref gone */
     p->st.refs_live--;
     if (outcome == CJ_DL_OUT_OK) p->st.refs_ok++;
     else if (outcome == CJ_DL_OUT_FAILED) p->st.refs_failed++;
@@ -392,6 +400,291 @@ static void serve_terminal(struct ref *r, struct rcv *v, const struct cj_stream_
     if (!want || !ok) rcv_finalize(r, v, ok, ok ? "eof served" : "producer error");
 }
 
+/* ---- streamed replies (item_read: bytes come asynchronously, e.g. from disk) ------------------ *
+ *
+ * One struct srv per data reply.  The reply is planned (framing + item pieces),
+ * the first range of the first item is read BEFORE the reply stream starts (so
+ * an item that cannot be read still gets {"status":"error"}), then the stream
+ * asks for bytes (want) and gets the framing at once and item bytes one range
+ * (<= CJ_DL_READ_MAX) at a time, one read outstanding.  A srv is the token of
+ * its reads: it outlives its ref (removed, finished, producer freed) until the
+ * outstanding read is answered and the stream is over, and then knows it is
+ * dead (r == NULL). */
+
+#define CJ_DL_READ_MAX ((size_t)1 << 20)
+
+struct srv {
+    struct srv *next;
+    struct ref *r;                     /* NULL once dead */
+    struct cj_stream_ep *ep;
+    struct cj_stream_reqctx rq;
+    bool confirm_capable;
+    uint64_t start;
+    size_t count;
+    msgpack_sbuffer fr;                /* framing bytes */
+    struct cj_dl_piece *pieces;
+    size_t np, pi;                     /* pieces, the current one */
+    uint64_t poff;                     /* bytes of the current piece already fed (or read) */
+    uint64_t size, fed;
+    uint64_t id;                       /* the reply stream */
+    bool started, stream_live, reading, in_pump;
+    size_t want_len;                   /* length of the outstanding read */
+    size_t rd_pi;                      /* ... its piece and offset */
+    uint64_t rd_off;
+    struct evbuffer *ready;            /* item bytes read, not fed yet */
+};
+
+static void srv_free(struct srv *s)
+{
+    msgpack_sbuffer_destroy(&s->fr);
+    free(s->pieces);
+    if (s->ready) evbuffer_free(s->ready);
+    free(s);
+}
+
+static void srv_unlink(struct srv *s)
+{
+    if (!s->r) return;
+    for (struct srv **pp = &s->r->srvs; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    s->r = NULL;
+    s->next = NULL;
+}
+
+static void srv_maybe_free(struct srv *s)
+{
+    if (!s->r && !s->stream_live && !s->reading && !s->in_pump) srv_free(s);
+}
+
+/* Stops s and forgets it (its ref is going away or it failed). */
+static void srv_kill(struct srv *s)
+{
+    srv_unlink(s);
+    if (s->stream_live && s->fed < s->size && cj_stream_cancel(s->ep, s->id) == 0) s->stream_live = false;
+    srv_maybe_free(s);
+}
+
+/* The ref goes away (removed, finished, expired, producer freed).  A pull
+ * whose reply has not sent a byte yet (first read outstanding, or the stream
+ * not fed yet: cancelling it tells the requester nothing) is answered
+ * invalid_request, as it would be a moment later, rather than left to time
+ * out; a reply under way is cancelled (the requester gets an error notice). */
+static void srv_detach_all(struct ref *r)
+{
+    struct cj_dl_producer *p = r->p;
+    while (r->srvs) {
+        struct srv *s = r->srvs;
+        bool unsent = !s->started || s->fed == 0;
+        struct cj_stream_reqctx rq = s->rq;
+        srv_kill(s);
+        if (unsent) answer(p, &rq, "invalid_request");
+    }
+}
+
+static void srv_got(void *token, int err, struct evbuffer *data);
+
+/* Asks for bytes of item piece `pi` from offset off (at most CJ_DL_READ_MAX). */
+static void srv_read(struct srv *s, size_t pi, uint64_t off)
+{
+    const struct cj_dl_piece *pc = &s->pieces[pi];
+    uint64_t left = pc->len - off;
+    s->want_len = left < CJ_DL_READ_MAX ? (size_t)left : CJ_DL_READ_MAX;
+    s->rd_pi = pi;
+    s->rd_off = off;
+    s->reading = true;
+    struct ref *r = s->r;
+    r->item_read(r->ctx, (size_t)(s->start + (uint64_t)pc->item), off, s->want_len, srv_got, s);
+}
+
+/* The first item piece with bytes (np when none). */
+static size_t srv_first_item(const struct srv *s)
+{
+    for (size_t i = 0; i < s->np; i++)
+        if (s->pieces[i].item >= 0 && s->pieces[i].len > 0) return i;
+    return s->np;
+}
+
+/* Feeds what can go now: framing, and at most one read range of item bytes;
+ * starts the next read when the stream wants more and nothing is ready. */
+static void srv_pump(struct srv *s)
+{
+    if (!s->r || !s->stream_live || s->in_pump) return;
+    struct evbuffer *out = evbuffer_new();
+    if (!out) return;
+    bool took_item = false;
+    s->in_pump = true;
+    while (s->pi < s->np && s->r) {
+        const struct cj_dl_piece *pc = &s->pieces[s->pi];
+        if (pc->item < 0) {
+            evbuffer_add(out, s->fr.data + pc->off + s->poff, (size_t)(pc->len - s->poff));
+            s->pi++;
+            s->poff = 0;
+            continue;
+        }
+        if (s->poff >= pc->len) {
+            s->pi++;
+            s->poff = 0;
+            continue;
+        }
+        if (s->ready) {
+            size_t n = evbuffer_get_length(s->ready);
+            evbuffer_add_buffer(out, s->ready);
+            evbuffer_free(s->ready);
+            s->ready = NULL;
+            s->poff += n;
+            took_item = true;
+            continue;
+        }
+        if (took_item || s->reading) break;
+        srv_read(s, s->pi, s->poff);   /* may answer at once (s->ready set, or s killed on an error) */
+        if (s->reading) break;
+    }
+    s->in_pump = false;
+    size_t n = evbuffer_get_length(out);
+    if (n && s->r && s->stream_live) {
+        if (cj_stream_feed(s->ep, s->id, out)) {
+            cj_log_warning("dl: ref %s: reply stream to %s refused %zu bytes", s->r->id, s->rq.origin, n);
+            struct srv *k = s;
+            evbuffer_free(out);
+            srv_kill(k);
+            return;
+        }
+        s->fed += n;
+    }
+    evbuffer_free(out);
+    srv_maybe_free(s);
+}
+
+static void srv_want(void *arg, uint64_t fed)
+{
+    srv_pump(arg);
+}
+
+static void srv_done(void *arg, int status, const char *why)
+{
+    struct srv *s = arg;
+    s->stream_live = false;
+    if (status)
+        cj_log_info("dl: reply to %s for ref %s ended early: %s", s->rq.origin, s->r ? s->r->id : "(gone)",
+                    why ? why : "");
+    srv_unlink(s);
+    srv_maybe_free(s);
+}
+
+/* Starts the reply stream once the first item bytes are in hand. */
+static void srv_start(struct srv *s)
+{
+    struct ref *r = s->r;
+    struct cj_dl_producer *p = r->p;
+    struct cj_stream_msg m = { .encoding = "fobs" };
+    struct cj_stream_source src = { .size = s->size, .want = srv_want, .arg = s };
+    if (cj_stream_reply_source(p->ep, &s->rq, NULL, &m, &src, srv_done, s, &s->id)) {
+        cj_log_warning("dl: ref %s: cannot start a reply to %s", r->id, s->rq.origin);
+        srv_kill(s);
+        return;
+    }
+    s->started = s->stream_live = true;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < s->count; i++) bytes += r->sizes[s->start + i];
+    struct rcv *v = rcv_find(r, s->rq.origin);
+    if (v) {
+        v->bytes += bytes;
+        v->replies++;
+    }
+    p->st.data_replies++;
+    p->st.bytes_served += bytes;
+    cj_log_debug("dl: ref %s -> %s: items %" PRIu64 "..%" PRIu64 " of %zu, %" PRIu64 " bytes (streamed)", r->id,
+                 s->rq.origin, s->start, s->start + s->count - 1, r->n_items, bytes);
+}
+
+/* An item range that could not be read: {"status":"error"} if nothing was
+ * sent yet, else the reply stream is cancelled (the receiver fails). */
+static void srv_item_error(struct srv *s, const char *why)
+{
+    struct ref *r = s->r;
+    struct cj_dl_producer *p = r->p;
+    size_t idx = (size_t)(s->start + (uint64_t)s->pieces[s->rd_pi].item);
+    p->st.item_errors++;
+    cj_log_warning("dl: ref %s: item %zu cannot be read at offset %" PRIu64 " for %s: %s", r->id, idx, s->rd_off,
+                   s->rq.origin, why);
+    if (s->started) {
+        srv_kill(s);
+        return;
+    }
+    struct cj_stream_reqctx rq = s->rq;
+    bool capable = s->confirm_capable;
+    srv_kill(s);   /* before serve_terminal: it may finish (and free) the ref */
+    struct rcv *v = rcv_find(r, rq.origin);
+    if (v) serve_terminal(r, v, &rq, capable, false);
+}
+
+static void srv_got(void *token, int err, struct evbuffer *data)
+{
+    struct srv *s = token;
+    s->reading = false;
+    size_t n = data ? evbuffer_get_length(data) : 0;
+    if (!s->r) {   /* dead: the ref went away while the read was outstanding */
+        if (data) evbuffer_drain(data, n);
+        srv_maybe_free(s);
+        return;
+    }
+    if (err || !data || n != s->want_len) {
+        char why[96];
+        if (err) snprintf(why, sizeof why, "%s", strerror(err));
+        else snprintf(why, sizeof why, "%zu bytes instead of %zu", n, s->want_len);
+        if (data) evbuffer_drain(data, n);
+        srv_item_error(s, why);
+        return;
+    }
+    if (!s->ready && !(s->ready = evbuffer_new())) {
+        evbuffer_drain(data, n);
+        srv_item_error(s, "out of memory");
+        return;
+    }
+    evbuffer_add_buffer(s->ready, data);
+    if (!s->started) srv_start(s);
+    else if (!s->in_pump) srv_pump(s);
+}
+
+/* A data reply for items [start, start+count) of an item_read ref. */
+static void serve_streamed(struct ref *r, const struct cj_stream_reqctx *ctx, bool capable, uint64_t start, size_t count)
+{
+    struct cj_dl_producer *p = r->p;
+    struct srv *s = calloc(1, sizeof *s);
+    struct cj_err e = { 0 };
+    size_t cap = CJ_DL_MAX_PIECES(count);
+    struct cj_dl_reply_opts o = { .datum_min = p->cfg.datum_min, .cancel_capable = true };
+    if (!s) goto oom;
+    msgpack_sbuffer_init(&s->fr);
+    if (!(s->pieces = malloc(cap * sizeof *s->pieces))) goto oom;
+    if (cj_dl_plan_data_reply(&s->fr, start, r->sizes + start, count, &o, s->pieces, cap, &s->np, &e)) {
+        cj_log_warning("dl: cannot frame a reply for ref %s: %s", r->id, e.msg);
+        srv_free(s);
+        struct rcv *v = rcv_find(r, ctx->origin);
+        if (v) serve_terminal(r, v, ctx, capable, false);
+        return;
+    }
+    for (size_t i = 0; i < s->np; i++) s->size += s->pieces[i].len;
+    s->ep = p->ep;
+    s->rq = *ctx;
+    s->confirm_capable = capable;
+    s->start = start;
+    s->count = count;
+    s->r = r;
+    s->next = r->srvs;
+    r->srvs = s;
+    size_t k = srv_first_item(s);
+    if (k < s->np) srv_read(s, k, 0);   /* the first bytes before anything is sent */
+    else srv_start(s);                  /* no item bytes at all (empty items) */
+    return;
+oom:
+    cj_log_warning("dl: out of memory building a reply for ref %s", r->id);
+    if (s) srv_free(s);
+}
+
 /* §2 step 4-5. */
 static void handle_pull(struct cj_dl_producer *p, const struct cj_dl_request *rq, const uint8_t *buf,
                         const struct cj_stream_reqctx *ctx)
@@ -435,6 +728,10 @@ static void handle_pull(struct cj_dl_producer *p, const struct cj_dl_request *rq
     }
     if (!cj_dl_group(r->sizes, NULL, r->n_items, start, p->cfg.max_chunk, &count)) {
         serve_terminal(r, v, ctx, rq->confirm_capable, true);
+        return;
+    }
+    if (r->item_read) {
+        serve_streamed(r, ctx, rq->confirm_capable, start, count);
         return;
     }
     struct evbuffer *out = build_data(r, start, count);
@@ -571,7 +868,9 @@ static bool ref_id_ok(const char *id)
 int cj_dl_producer_add_ref(struct cj_dl_producer *p, const struct cj_dl_ref_cfg *c,
                            char ref_id_out[CJ_DL_REF_ID_MAX + 1])
 {
-    if (!p || !c || (c->n_items && (!c->sizes || !c->item_fn)) || (c->n_receiver_ids && !c->receiver_ids)) return -1;
+    if (!p || !c || (c->n_items && (!c->sizes || (!c->item_fn && !c->item_read))) || (c->item_fn && c->item_read) ||
+        (c->n_receiver_ids && !c->receiver_ids))
+        return -1;
     if (c->ref_id && (!ref_id_ok(c->ref_id) || ref_find(p, c->ref_id))) return -1;
     for (size_t i = 0; i < c->n_receiver_ids; i++)
         if (!c->receiver_ids[i] || !c->receiver_ids[i][0]) return -1;
@@ -594,6 +893,7 @@ int cj_dl_producer_add_ref(struct cj_dl_producer *p, const struct cj_dl_ref_cfg 
         r->total += c->sizes[i];
     }
     r->item_fn = c->item_fn;
+    r->item_read = c->item_read;
     r->done = c->done;
     r->ctx = c->ctx;
     r->identity = c->n_receiver_ids > 0;

@@ -96,7 +96,13 @@ typedef void (*cj_dl_ref_done_fn)(void *ctx, const char *ref_id, enum cj_dl_outc
  * {"status":"error"} for that pull if nothing was sent yet, else the reply
  * stream is cancelled).  The producer never asks for more than one range of
  * one reply at a time, and streams each reply with cj_stream_reply_source, so
- * at most a couple of MiB of item bytes per reply are in memory. */
+ * at most a couple of MiB of item bytes per reply are in memory.
+ * got may be called from inside item_read; with err, data may be NULL.  The
+ * token stays valid until got is called, even after the ref was removed,
+ * finished or the producer freed (it then only frees itself): the owner must
+ * call got exactly once for every item_read.  The first range of a reply is
+ * asked for before the reply stream starts, so an item that cannot be read at
+ * all still gets {"status":"error"}. */
 typedef void (*cj_dl_got_fn)(void *token, int err, struct evbuffer *data);
 typedef void (*cj_dl_item_read_fn)(void *ctx, size_t index, uint64_t off, size_t len, cj_dl_got_fn got,
                                    void *token);

@@ -5,6 +5,7 @@
  * against vectors 30-37. */
 #include "testutil.h"
 
+#include <errno.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -1300,6 +1301,154 @@ static void test_client_bad_replies(void **state)
     net_free(n);
 }
 
+/* ---- item_read: asynchronous item sources ----------------------------------------------------- */
+
+#define AR_MAX 16
+
+struct areads {
+    struct items *it;
+    struct event *tm;
+    bool hold;                    /* answer only when told */
+    int n;                        /* outstanding */
+    cj_dl_got_fn got[AR_MAX];
+    void *tok[AR_MAX];
+    size_t idx[AR_MAX];
+    uint64_t off[AR_MAX];
+    size_t len[AR_MAX];
+    int reads;
+    size_t max_len;
+    int fail_index;               /* reads of this item at or after fail_off fail; -1 none */
+    uint64_t fail_off;
+};
+
+static void ar_answer(struct areads *a)
+{
+    int n = a->n;
+    a->n = 0;
+    for (int i = 0; i < n; i++) {
+        if ((int)a->idx[i] == a->fail_index && a->off[i] >= a->fail_off) {
+            a->got[i](a->tok[i], EIO, NULL);
+            continue;
+        }
+        struct evbuffer *b = evbuffer_new();
+        evbuffer_add(b, a->it->data[a->idx[i]] + a->off[i], a->len[i]);
+        a->got[i](a->tok[i], 0, b);
+        evbuffer_free(b);
+    }
+}
+
+static void ar_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct areads *a = arg;
+    if (!a->hold) ar_answer(a);
+}
+
+static void ar_read(void *ctx, size_t index, uint64_t off, size_t len, cj_dl_got_fn got, void *token)
+{
+    struct areads *a = ctx;
+    assert_true(a->n < AR_MAX);
+    a->got[a->n] = got;
+    a->tok[a->n] = token;
+    a->idx[a->n] = index;
+    a->off[a->n] = off;
+    a->len[a->n] = len;
+    a->n++;
+    a->reads++;
+    if (len > a->max_len) a->max_len = len;
+    assert_true(off + len <= a->it->sizes[index]);
+    struct timeval tv = { 0, 200 };
+    evtimer_add(a->tm, &tv);
+}
+
+static void ar_ref(struct cj_dl_producer *p, const char *id, struct areads *a)
+{
+    struct cj_dl_ref_cfg c = {
+        .ref_id = id, .n_items = a->it->n, .sizes = a->it->sizes, .item_read = ar_read, .num_receivers = 1,
+        .done = ref_done, .ctx = a,
+    };
+    assert_int_equal(cj_dl_producer_add_ref(p, &c, NULL), 0);
+}
+
+/* Items read asynchronously in <= 1 MiB ranges, one at a time: downloaded
+ * byte for byte (grouped, and the 11 MiB one as a BLOB datum). */
+static void test_item_read(void **state)
+{
+    reset();
+    struct net *n = net_new(2);
+    struct cj_dl_producer *p = producer(n, NULL);
+    const uint64_t sizes[] = { 1536 * KiB, 100, 11 * MiB };
+    struct items it;
+    items_pattern(&it, 3, sizes);
+    struct areads a = { .it = &it, .fail_index = -1 };
+    a.tm = evtimer_new(n->base, ar_timer, &a);
+    ar_ref(p, "async", &a);
+    struct fetchrec fr;
+    fetchrec_init(&fr, &it);
+    fetch(n, W1, "async", &fr);
+    RUN_UNTIL(n, fr.done && rd.n, 5.0);
+    assert_true(fr.ok);
+    assert_int_equal(fr.items, 3);
+    assert_true(fr.content_ok);
+    assert_int_equal(rd.out, CJ_DL_OUT_OK);
+    assert_int_equal(a.max_len, 1 * MiB);
+    assert_int_equal(a.reads, 2 + 1 + 11);
+    struct cj_dl_producer_stats st;
+    cj_dl_producer_get_stats(p, &st);
+    assert_int_equal(st.bytes_served, sizes[0] + sizes[1] + sizes[2]);
+    assert_int_equal(st.item_errors, 0);
+
+    /* the first read of a reply fails: {"status":"error"}, the client fails with a producer error */
+    reset();
+    a.fail_index = 0;
+    a.fail_off = 0;
+    ar_ref(p, "async-err", &a);
+    fetchrec_init(&fr, &it);
+    fetch(n, W1, "async-err", &fr);
+    RUN_UNTIL(n, fr.done && rd.n, 5.0);
+    assert_false(fr.ok);
+    assert_non_null(strstr(fr.why, "producer error after"));
+    assert_int_equal(rd.out, CJ_DL_OUT_FAILED);
+
+    /* a read fails once the reply is under way: the reply stream is cancelled */
+    reset();
+    a.fail_index = 2;
+    a.fail_off = 3 * MiB;
+    ar_ref(p, "async-cut", &a);
+    fetchrec_init(&fr, &it);
+    fetch(n, W1, "async-cut", &fr);
+    RUN_UNTIL(n, fr.done && rd.n, 5.0);
+    assert_false(fr.ok);
+    assert_non_null(strstr(fr.why, "comm_error"));
+    assert_int_equal(rd.out, CJ_DL_OUT_FAILED);
+    cj_dl_producer_get_stats(p, &st);
+    assert_int_equal(st.item_errors, 2);
+
+    /* a read outstanding when the ref is removed, then when the producer is freed:
+     * answering later is harmless (ASan) */
+    a.fail_index = -1;
+    a.hold = true;
+    ar_ref(p, "async-rm", &a);
+    fetchrec_init(&fr, &it);
+    fetch(n, W1, "async-rm", &fr);
+    RUN_UNTIL(n, a.n > 0, 2.0);
+    assert_int_equal(a.n, 1);
+    assert_int_equal(cj_dl_producer_remove_ref(p, "async-rm"), 0);
+    ar_answer(&a);
+    RUN_UNTIL(n, fr.done, 3.0);
+    assert_false(fr.ok);
+    ar_ref(p, "async-free", &a);
+    fetchrec_init(&fr, &it);
+    fetch(n, W1, "async-free", &fr);
+    RUN_UNTIL(n, a.n > 0, 2.0);
+    assert_int_equal(a.n, 1);
+    cj_dl_producer_free(p);
+    ar_answer(&a);
+    RUN_UNTIL(n, fr.done, 3.0);
+    assert_false(fr.ok);
+    event_free(a.tm);
+    net_free(n);
+}
+
 static int setup(void **state)
 {
     pattern = malloc(PATTERN_LEN);
@@ -1331,6 +1480,7 @@ int main(void)
         cmocka_unit_test(test_producer_error),
         cmocka_unit_test(test_api_edges),
         cmocka_unit_test(test_client_bad_replies),
+        cmocka_unit_test(test_item_read),
     };
     return cmocka_run_group_tests_name("dl", tests, setup, teardown);
 }
