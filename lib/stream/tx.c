@@ -149,7 +149,10 @@ static void tx_finalize(struct tx_stream *t)
 static void tx_send_abort(struct tx_stream *t)
 {
     struct cj_stream_ep *ep = t->ep;
-    if (ep->closing || t->seq == 0 || t->final_sent) return;
+    /* Nothing sent yet: the receiver has no state to clear — except a requester
+     * waiting for this reply, which the notice's sm__ri fails at once instead
+     * of after its whole request timeout. */
+    if (ep->closing || t->final_sent || (t->seq == 0 && !t->has_ri)) return;
     struct cj_hb b;
     cj_hb_init(&b);
     sm_add_headers(ep, &b, &t->hdrs, t->dest);
