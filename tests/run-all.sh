@@ -1,5 +1,11 @@
 #!/bin/sh
 # make check's runner: every suite, then one closing line "N passed, M failed".
+# The e2e suites run twice: with build/ (plain) and with build/san/ (ASan+UBSan,
+# LeakSanitizer on: a sanitizer report in any process fails the suite; see
+# tests/e2e/lib.sh for CJ_BIN / CJ_SAN).  CJ_SAN_SUITES="fl tls ..." limits the
+# sanitized pass to those suites ("none" skips it); default "all": every suite
+# but test_systemd (no binary run) and test_spool (too slow under ASan for
+# make check's 10 minutes).
 cd "$(dirname "$0")/.." || exit 2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 total_p=0; total_f=0; status=0
@@ -18,6 +24,30 @@ run unit-san  sh tests/run-unit.sh asan+ubsan build/san/tests/test_*
 for s in tests/e2e/test_*.sh; do
     [ -f "$s" ] || continue
     run "e2e-$(basename "$s" .sh)" sh tests/e2e/run-one.sh "$s"
+done
+
+# Sanitized pass.  A suite whose memory checks (VmHWM / RSS) do not yet skip
+# under CJ_SAN=1 (lib.sh's check_mem, or a test of $CJ_SAN) would fail on ASan's
+# own memory: it is left out, with a line saying so, until it does.
+mem_suites="test_transport"
+for s in tests/e2e/test_*.sh; do
+    [ -f "$s" ] || continue
+    n=$(basename "$s" .sh)
+    case " ${CJ_SAN_SUITES:-all} " in
+        *" all "*|*" ${n#test_} "*|*" $n "*) ;;
+        *) continue ;;
+    esac
+    case $n in
+        test_systemd) [ "${CJ_SAN_SUITES:-all}" = all ] && { echo "== $n.sh under ASan+UBSan: left out (runs no binary of ours)"; continue; } ;;
+        test_spool)   [ "${CJ_SAN_SUITES:-all}" = all ] && { echo "== $n.sh under ASan+UBSan: left out (over its 300 s limit under ASan; CJ_SAN_SUITES=spool runs it)"; continue; } ;;
+    esac
+    case " $mem_suites " in
+        *" $n "*) if ! grep -q 'CJ_SAN\|check_mem' "$s"; then
+                      echo "== $n.sh under ASan+UBSan: left out (its VmHWM checks do not skip under CJ_SAN=1 yet)"
+                      continue
+                  fi ;;
+    esac
+    run "e2e-san-$n" env CJ_SAN=1 CJ_BIN=build/san sh tests/e2e/run-one.sh "$s"
 done
 echo
 echo "$total_p passed, $total_f failed"

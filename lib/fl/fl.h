@@ -47,6 +47,15 @@ struct cj_fl_submit_ops {
     /* Progress of a result download (the server pulling from a worker): extends
      * the submit_update idle timeout. */
     void (*progress)(void *ctx, struct cj_task *t);
+    /* May be NULL.  The worker holding t was lost before its result (process
+     * gone, silence, link gone, task_ready undeliverable) — not when the worker
+     * itself gave the task up.  0 = t will be delivered again (the callee has
+     * put it back in a deliverable state: state CJ_TASK_RECEIVED, worker "");
+     * the caller then forgets it without reporting anything.  <0 = not
+     * requeued: the caller calls failed() as before.  Never delivers from
+     * inside the call.  Spool mode uses it (lib/fl/spoolstage.c): its files are
+     * still on disk, so another worker can download the task again. */
+    int (*requeue)(void *ctx, struct cj_task *t, const char *why);
 };
 
 #endif

@@ -457,6 +457,25 @@ static void fail_task(struct cj_fl_sessions *s, struct worker *w, struct cj_task
     if (s->sub.failed) s->sub.failed(s->sub.ctx, t, why);
 }
 
+/* The worker lost t before its result (it did not give it up itself): the
+ * submit side may take it back to deliver it again (spool mode: the files are
+ * still on disk); otherwise it is reported failed. */
+static void lose_task(struct cj_fl_sessions *s, struct worker *w, struct cj_task *t, const char *why)
+{
+    if (t && s->sub.requeue) {
+        w->task_id[0] = 0;
+        w->result_accepted = w->source_live = false;
+        w->idle_since = mono();
+        if (s->sub.requeue(s->sub.ctx, t, why) == 0) {
+            cj_log_warning("task %s (server task %s, '%s') taken back from worker %s (%s): it will be delivered "
+                           "again",
+                           t->id, t->server_id, t->name, w->fqcn, why);
+            return;
+        }
+    }
+    fail_task(s, w, t, why);
+}
+
 /* The lost callback runs from the loop, never inside our own iteration. */
 struct deferred_lost {
     void (*fn)(void *arg, const char *fqcn, const char *why);
@@ -499,7 +518,7 @@ static void worker_lost(struct cj_fl_sessions *s, struct worker *w, const char *
     if (holds_task(w)) {
         char msg[512];
         snprintf(msg, sizeof msg, "worker %s lost while it held the task (%s)", w->fqcn, why);
-        fail_task(s, w, t, msg);
+        lose_task(s, w, t, msg);
     } else if (w->source_live) {
         char refs[1024];
         /* R13: the server may still be pulling these refs from the dead worker. */
@@ -804,7 +823,7 @@ static void on_task_reply(void *arg, struct cj_stream_reply *r)
     if (strcmp(r->return_code, "ok")) {
         snprintf(why, sizeof why, "cell-level failure delivering TASK_READY: %s%s%s", r->return_code,
                  r->error[0] ? ": " : "", r->error);
-        fail_task(s, w, t, why);
+        lose_task(s, w, t, why);
         kick(s);
         check_drained(s);
         return;

@@ -197,6 +197,7 @@ static int reload(struct cj_daemon *d, char *why, size_t whysz)
     }
     cj_config_apply_reload(&d->cfg, &neu);
     apply_log_settings(&d->cfg);
+    if (d->fl) cj_flrun_reload(d->fl, &d->cfg);
     cj_log_info("reload done: %d key(s) changed", n);
     cj_notify_ready();
     send_status_line(d);
@@ -228,6 +229,7 @@ static void show_stats(struct cj_daemon *d, struct cj_out *o)
     sync_stats(d);
     for (size_t i = 0; i < cj_stats_nfields; i++)
         cj_out_u64(o, cj_stats_fields[i].name, cj_stats_get(&cj_stats, &cj_stats_fields[i]));
+    if (d->fl) cj_flrun_show_spool_stats(d->fl, o);   /* spool mode: spool_* totals */
 }
 
 static void show_config(struct cj_daemon *d, struct cj_out *o)
@@ -382,13 +384,26 @@ static int start_upstream(struct cj_daemon *d, struct cj_err *err)
 static int stream_send(void *ctx, const char *dest, const uint8_t *hblk, size_t hlen, struct evbuffer *payload,
                        bool control)
 {
+    struct cj_daemon *d = ctx;
     struct cj_err err;
-    return cj_router_send_block(ctx, dest, hblk, hlen, payload, control, &err) == 0 ? 0 : -1;
+    return cj_router_send_block(d->router, dest, hblk, hlen, payload, control, &err) == 0 ? 0 : -1;
 }
 
 static const char *stream_next_hop(void *ctx, const char *dest)
 {
-    return cj_router_next_hop_name(ctx, dest);
+    struct cj_daemon *d = ctx;
+    return cj_router_next_hop_name(d->router, dest);
+}
+
+/* The relay's own streams (served spool refs above all) wait while the link
+ * toward their destination holds two chunks or more: the file is read only
+ * as fast as the peer takes it, never a whole window ahead. */
+static bool stream_busy(void *ctx, const char *dest)
+{
+    struct cj_daemon *d = ctx;
+    const char *why;
+    struct cj_link *l = cj_router_next_hop(d->router, dest, &why);
+    return l && cj_link_queued(l) >= 2 * (size_t)d->cfg.limits.stream_chunk;
 }
 
 static void on_stream_msg(struct cj_router *r, struct cj_msg *msg, void *ctx)
@@ -408,7 +423,7 @@ static int start_stream(struct cj_daemon *d, struct cj_err *err)
     /* The relay's own messages are control traffic (tasks hold refs, not tensors);
      * what it reassembles at once is bounded by one maximal message. */
     lim.max_buffered = (uint64_t)c->limits.max_message_size;
-    struct cj_stream_io io = {.ctx = d->router, .send = stream_send, .next_hop = stream_next_hop};
+    struct cj_stream_io io = {.ctx = d, .send = stream_send, .next_hop = stream_next_hop, .busy = stream_busy};
     if (!(d->stream = cj_stream_new(d->base, d->fqcn, &io, &lim)))
         return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stream endpoint");
     return cj_router_handle(d->router, "sm__STREAM", NULL, on_stream_msg, d->stream) == 0

@@ -9,9 +9,13 @@
 #include <string.h>
 
 #include "cell/router.h"
+#include "dl/producer.h"
+#include "dl/spool.h"
+#include "dl/spoolio.h"
 #include "fl/creds.h"
 #include "fl/launcher.h"
 #include "fl/session.h"
+#include "fl/spoolstage.h"
 #include "fl/task.h"
 #include "fl/upstream.h"
 #include "net/link.h"
@@ -29,7 +33,15 @@ struct cj_flrun {
     struct cj_fl_up *up;
     struct cj_fl_sessions *sessions;
     struct cj_launcher *launcher;
-    struct cj_fl_dispatch_ops dispatch;     /* the sessions' ops, behind trampolines */
+    struct cj_fl_dispatch_ops dispatch;     /* the sessions' ops (or the spool stage's), behind trampolines */
+    /* spool mode (download.md §8): disk I/O thread, the relay's producer, the
+     * spool store and the stage between the upstream loop and the sessions */
+    bool spool_mode;
+    struct cj_sio *sio;
+    struct cj_dl_producer *prod;
+    struct cj_spool *spool;
+    struct cj_spool_stage *stage;
+    char spool_dir[CJ_CFG_PATH_MAX + CJ_CFG_NAME_MAX + 2];   /* <spool_dir>/<job_id> */
     struct event *tick;                     /* worker-link progress, stop polling */
     bool started;                           /* upstream loop started (first READY) */
     bool ending;                            /* end of run or drain: stopping workers */
@@ -69,6 +81,8 @@ static void finish_if_stopped(struct cj_flrun *f)
 {
     if (f->ended || !f->ending) return;
     if (f->launcher && cj_launcher_running(f->launcher) > 0) return;
+    /* spool mode: results the server is still pulling from the relay */
+    if (f->stage && cj_spool_stage_busy(f->stage) > 0) return;
     f->ended = true;
     cj_log_info("run over (%s): workers stopped", f->end_why);
     if (f->cbs.ended) f->cbs.ended(f->cbs.ctx, f->end_why);
@@ -233,9 +247,47 @@ static int make_sessions(struct cj_flrun *f, struct cj_stream_ep *ep, const stru
     };
     struct cj_fl_submit_ops so;
     cj_fl_up_submit_ops(f->up, &so);
+    if (f->stage) cj_spool_stage_submit_ops(f->stage, &so);
     if (!(f->sessions = cj_fl_sessions_new(f->base, ep, &sc, f->tasks, &so)))
         return cj_fail(err, CJ_E_INVALID, 0, "cannot create the worker sessions");
     cj_fl_sessions_dispatch_ops(f->sessions, &f->dispatch);
+    if (f->stage) {   /* upstream -> stage -> sessions */
+        cj_spool_stage_set_workers(f->stage, &f->dispatch);
+        cj_spool_stage_dispatch_ops(f->stage, &f->dispatch);
+    }
+    return 0;
+}
+
+/* Spool mode: the directory checks, leftovers of an earlier run removed (the
+ * loop is not running yet, so blocking here is allowed), then the I/O thread,
+ * the relay's producer, the store and the stage. */
+static int make_spool(struct cj_flrun *f, struct cj_stream_ep *ep, const struct cj_config *cfg, struct cj_err *err)
+{
+    char why[512];
+    if (cfg->relay.mode != CJ_MODE_SPOOL) return 0;
+    f->spool_mode = true;
+    int rc = cj_spool_fs_check(cfg->relay.spool_dir, cfg->relay.spool_allow_tmpfs, why, sizeof why);
+    if (rc != 0) return cj_fail(err, CJ_E_INVALID, 0, "relay.spool_dir: %s", why);
+    snprintf(f->spool_dir, sizeof f->spool_dir, "%s/%s", cfg->relay.spool_dir, f->job);
+    if (cj_spool_rmtree_now(f->spool_dir, why, sizeof why) != 0)
+        return cj_fail(err, CJ_E_INVALID, 0, "cannot remove the leftovers of an earlier run: %s", why);
+    if (!(f->sio = cj_sio_new(f->base))) return cj_fail(err, CJ_E_NOMEM, 0, "cannot start the spool I/O thread");
+    if (!(f->prod = cj_dl_producer_new(f->base, ep, NULL)))
+        return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the relay's download producer");
+    struct cj_spool_cfg sc = {
+        .dir = f->spool_dir,
+        .max_bytes = cfg->relay.spool_max_bytes > 0 ? (uint64_t)cfg->relay.spool_max_bytes : 0,
+    };
+    cj_dl_fetch_cfg_default(&sc.fetch);
+    if (!(f->spool = cj_spool_new(f->base, ep, f->prod, f->sio, &sc)))
+        return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the spool in %s", f->spool_dir);
+    struct cj_fl_submit_ops up;
+    cj_fl_up_submit_ops(f->up, &up);
+    struct cj_spool_stage_cfg stc = {.base = f->base, .ep = ep, .spool = f->spool, .tt = f->tasks};
+    if (!(f->stage = cj_spool_stage_new(&stc, &up))) return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the spool stage");
+    cj_log_info("spool mode: tensors are downloaded once into %s (spool_max_bytes %lld) and served to the workers "
+                "from there",
+                f->spool_dir, (long long)cfg->relay.spool_max_bytes);
     return 0;
 }
 
@@ -273,7 +325,9 @@ struct cj_flrun *cj_flrun_new(struct event_base *base, struct cj_stream_ep *ep, 
     char desc[256];
     cj_log_info("credentials: %s", cj_creds_describe(&f->creds, desc, sizeof desc));
     if (!(f->tasks = cj_task_table_new())) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); goto fail; }
-    if (make_upstream(f, ep, cfg, err) || make_sessions(f, ep, cfg, err) || make_launcher(f, cfg, err)) goto fail;
+    if (make_upstream(f, ep, cfg, err) || make_spool(f, ep, cfg, err) || make_sessions(f, ep, cfg, err) ||
+        make_launcher(f, cfg, err))
+        goto fail;
     struct cj_router_events ev = {.worker_up = ev_worker_up, .worker_down = ev_worker_down,
                                   .upstream_up = ev_upstream_up};
     cj_router_set_events(router, &ev, f);
@@ -284,6 +338,21 @@ struct cj_flrun *cj_flrun_new(struct event_base *base, struct cj_stream_ep *ep, 
 fail:
     cj_flrun_free(f);
     return NULL;
+}
+
+/* The stage drops its refs, the store and producer go, the I/O thread finishes
+ * its current job; then the run's directory is removed (the loop is over). */
+static void free_spool(struct cj_flrun *f)
+{
+    char why[512];
+    cj_spool_stage_free(f->stage);
+    if (f->spool) cj_spool_free(f->spool);
+    if (f->prod) cj_dl_producer_free(f->prod);
+    if (f->sio) cj_sio_free(f->sio);
+    if (f->spool_dir[0] && f->sio) {
+        if (cj_spool_rmtree_now(f->spool_dir, why, sizeof why) == 0) cj_log_info("spool %s removed", f->spool_dir);
+        else cj_log_error("cannot remove the spool %s: %s", f->spool_dir, why);
+    }
 }
 
 void cj_flrun_free(struct cj_flrun *f)
@@ -297,6 +366,7 @@ void cj_flrun_free(struct cj_flrun *f)
     }
     cj_fl_sessions_free(f->sessions);
     cj_fl_up_free(f->up);
+    free_spool(f);
     cj_task_table_free(f->tasks);
     cj_creds_clear(&f->creds);
     free(f->last_bytes);
@@ -392,8 +462,42 @@ static void ref_rows(struct cj_out *o, const struct cj_task *t, const struct cj_
     }
 }
 
+/* Spool mode: the spool's refs (task refs under the task id, result refs
+ * under <task id>.result), with their state and bytes on disk. */
+static void spool_ref_row(void *arg, const struct cj_spool_ref_info *ri)
+{
+    struct cj_out *o = arg;
+    cj_out_row_begin(o);
+    cj_out_cell_str(o, ri->tag);
+    cj_out_cell_str(o, cj_spool_ref_state_name(ri->state));
+    cj_out_cell_str(o, ri->source);
+    cj_out_cell_str(o, ri->ref_id);
+    cj_out_cell_str(o, ri->served_id);
+    cj_out_cell_u64(o, (uint64_t)ri->dot);
+    cj_out_cell_u64(o, ri->items);
+    cj_out_cell_u64(o, ri->bytes);
+    cj_out_cell_u64(o, ri->bytes_served);
+    cj_out_cell_dbl(o, ri->age);
+    cj_out_cell_str(o, ri->why ? ri->why : "");
+    cj_out_row_end(o);
+}
+
+static void show_spool_refs(struct cj_flrun *f, struct cj_out *o)
+{
+    static const struct cj_col cols[] = {{"tag", 42}, {"state", 9}, {"source", 40}, {"ref_id", 38},
+                                         {"served_id", 38}, {"dot", 4}, {"items", 6}, {"bytes", 12},
+                                         {"bytes_served", 13}, {"age", 8}, {"why", 0}};
+    cj_out_table_begin(o, "refs", cols, 11);
+    cj_spool_foreach(f->spool, spool_ref_row, o);
+    cj_out_table_end(o);
+}
+
 void cj_flrun_show_refs(struct cj_flrun *f, struct cj_out *o)
 {
+    if (f->spool) {
+        show_spool_refs(f, o);
+        return;
+    }
     static const struct cj_col cols[] = {{"source", 40}, {"ref_id", 38}, {"dot", 4}, {"items", 6}, {"kind", 7},
                                          {"task_id", 34}, {"state", 10}, {"age", 0}};
     double now = cj_task_now();
@@ -421,4 +525,37 @@ void cj_flrun_show_metrics(struct cj_flrun *f, struct cj_out *o)
     cj_out_table_begin(o, "metrics", cols, 3);
     cj_fl_sessions_metrics(f->sessions, metric_row, o);
     cj_out_table_end(o);
+}
+
+/* ---- spool mode ---------------------------------------------------------------------------- */
+
+void cj_flrun_show_spool_stats(struct cj_flrun *f, struct cj_out *o)
+{
+    if (!f || !f->spool) return;
+    struct cj_spool_stats ss;
+    struct cj_spool_stage_stats ts;
+    cj_spool_get_stats(f->spool, &ss);
+    cj_spool_stage_get_stats(f->stage, &ts);
+    cj_out_u64(o, "spool_refs", ss.refs);
+    cj_out_u64(o, "spool_fetching", ss.fetching);
+    cj_out_u64(o, "spool_serving", ss.serving);
+    cj_out_u64(o, "spool_bytes_on_disk", ss.bytes_on_disk);
+    cj_out_u64(o, "spool_max_bytes", ss.max_bytes);
+    cj_out_u64(o, "spool_fetched_refs", ss.fetched_refs);
+    cj_out_u64(o, "spool_fetched_bytes", ss.fetched_bytes);
+    cj_out_u64(o, "spool_fetch_failures", ss.fetch_failures);
+    cj_out_u64(o, "spool_served_refs", ss.served_refs);
+    cj_out_u64(o, "spool_served_bytes", ss.served_bytes);
+    cj_out_u64(o, "spool_disk_full", ss.disk_full);
+    cj_out_u64(o, "spool_tasks_spooled", ts.tasks_spooled);
+    cj_out_u64(o, "spool_tasks_failed", ts.tasks_failed);
+    cj_out_u64(o, "spool_tasks_requeued", ts.requeued);
+    cj_out_u64(o, "spool_results_spooled", ts.results_spooled);
+    cj_out_u64(o, "spool_results_failed", ts.results_failed);
+}
+
+void cj_flrun_reload(struct cj_flrun *f, const struct cj_config *cfg)
+{
+    if (!f || !f->spool) return;
+    cj_spool_set_max_bytes(f->spool, cfg->relay.spool_max_bytes > 0 ? (uint64_t)cfg->relay.spool_max_bytes : 0);
 }

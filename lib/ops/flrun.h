@@ -1,5 +1,9 @@
 /* flrun.h — the relay's FL run: the task table, the upstream task loop, the
  * worker sessions and the launcher, connected to each other and to the router.
+ * In spool mode also the spool (I/O thread, the relay's producer, the store)
+ * and the spool stage between the upstream loop and the sessions
+ * (fl/spoolstage.h); the run's spool directory is emptied at start and
+ * removed when the run is freed.
  *
  * The upstream loop and the sessions never see each other: each gets the other's
  * operations (fl/fl.h) through small trampolines here, because each needs the
@@ -38,7 +42,15 @@ void cj_flrun_stop_now(struct cj_flrun *f);
 const char *cj_flrun_state(const struct cj_flrun *f);
 void cj_flrun_show_workers(struct cj_flrun *f, struct cj_out *o);
 void cj_flrun_show_tasks(struct cj_flrun *f, struct cj_out *o);
+/* Pass-through: the refs of the tasks in the table.  Spool mode: the spool's
+ * refs instead (tag, state, source, ref_id, served_id, dot, items, bytes on
+ * disk, bytes_served, age, why). */
 void cj_flrun_show_refs(struct cj_flrun *f, struct cj_out *o);
 void cj_flrun_show_metrics(struct cj_flrun *f, struct cj_out *o);
+
+/* Spool mode only (nothing otherwise): the spool totals, appended to show
+ * stats as spool_* fields; and the reloadable settings (spool_max_bytes). */
+void cj_flrun_show_spool_stats(struct cj_flrun *f, struct cj_out *o);
+void cj_flrun_reload(struct cj_flrun *f, const struct cj_config *cfg);
 
 #endif

@@ -107,9 +107,9 @@ static void client_free(struct client *c)
     free(c);
 }
 
-static void reply_err(struct client *c, int code, const char *text)
+static void reply_err(struct evbuffer *out, int code, const char *text)
 {
-    evbuffer_add_printf(bufferevent_get_output(c->bev), "ERR %d %s\n\n", code, text);
+    evbuffer_add_printf(out, "ERR %d %s\n\n", code, text);
 }
 
 static void close_after_flush(struct client *c)
@@ -119,59 +119,85 @@ static void close_after_flush(struct client *c)
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) client_free(c);
 }
 
-static void cmd_help(struct client *c)
+/* ---- the line protocol ------------------------------------------------------ */
+
+static void cmd_help(struct evbuffer *out)
 {
-    evbuffer_add_printf(bufferevent_get_output(c->bev),
+    evbuffer_add_printf(out,
         "help\nshow info|stats|workers|tasks|refs|config|metrics [json]\n"
         "pause\nresume\nreload\nshutdown [now]\n\n");
 }
 
-static void cmd_show(struct client *c, char **argv, int argc)
+static void cmd_show(const struct cj_status_ops *ops, struct evbuffer *out, char **argv, int argc)
 {
-    struct cj_status *st = c->st;
     bool json = argc >= 3 && strcmp(argv[argc - 1], "json") == 0;
-    if (argc < 2 || argc > 3 || (argc == 3 && !json)) { reply_err(c, 400, "usage: show <what> [json]"); return; }
+    if (argc < 2 || argc > 3 || (argc == 3 && !json)) { reply_err(out, 400, "usage: show <what> [json]"); return; }
     struct evbuffer *tmp = evbuffer_new();
+    if (!tmp) { reply_err(out, 500, "out of memory"); return; }
     struct cj_out o;
     cj_out_begin(&o, tmp, json);
-    if (!st->ops.show || !st->ops.show(st->ops.ctx, argv[1], &o)) {
+    if (!ops->show || !ops->show(ops->ctx, argv[1], &o)) {
         evbuffer_free(tmp);
-        reply_err(c, 400, "unknown show target; try: help");
+        reply_err(out, 400, "unknown show target; try: help");
         return;
     }
     cj_out_end(&o);
-    evbuffer_add_buffer(bufferevent_get_output(c->bev), tmp);
+    evbuffer_add_buffer(out, tmp);
     evbuffer_free(tmp);
 }
 
-static void cmd_change(struct client *c, char **argv, int argc)
+static void cmd_change(const struct cj_status_ops *ops, bool admin, struct evbuffer *out, char **argv, int argc)
 {
-    struct cj_status *st = c->st;
     char msg[256] = "";
-    if (!c->admin) { reply_err(c, 403, "permission denied: read-only client"); return; }
-    if (argc > 2) { reply_err(c, 400, "too many arguments"); return; }
+    if (!admin) { reply_err(out, 403, "permission denied: read-only client"); return; }
+    if (argc > 2) { reply_err(out, 400, "too many arguments"); return; }
     const char *arg = argc == 2 ? argv[1] : NULL;
-    if (arg && strcmp(argv[0], "shutdown") != 0) { reply_err(c, 400, "this command takes no argument"); return; }
-    if (arg && strcmp(arg, "now") != 0) { reply_err(c, 400, "usage: shutdown [now]"); return; }
-    int rc = st->ops.command ? st->ops.command(st->ops.ctx, argv[0], arg, msg, sizeof msg) : 500;
-    if (rc) reply_err(c, rc, msg[0] ? msg : "failed");
-    else evbuffer_add_printf(bufferevent_get_output(c->bev), "OK%s%s\n\n", msg[0] ? " " : "", msg);
+    if (arg && strcmp(argv[0], "shutdown") != 0) { reply_err(out, 400, "this command takes no argument"); return; }
+    if (arg && strcmp(arg, "now") != 0) { reply_err(out, 400, "usage: shutdown [now]"); return; }
+    int rc = ops->command ? ops->command(ops->ctx, argv[0], arg, msg, sizeof msg) : 500;
+    msg[sizeof msg - 1] = '\0';
+    /* The answer is one line: a message with a newline would break the protocol. */
+    for (char *p = msg; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    if (rc) reply_err(out, rc, msg[0] ? msg : "failed");
+    else evbuffer_add_printf(out, "OK%s%s\n\n", msg[0] ? " " : "", msg);
 }
 
-static void dispatch(struct client *c, char *line)
+int cj_status_parse(char *line, char **argv, int max)
 {
-    char *argv[8];
     int argc = 0;
-    for (char *save = NULL, *t = strtok_r(line, " \t\r", &save); t && argc < 8; t = strtok_r(NULL, " \t\r", &save))
+    for (char *save = NULL, *t = strtok_r(line, " \t\r", &save); t; t = strtok_r(NULL, " \t\r", &save)) {
+        if (argc == max) return -1;
         argv[argc++] = t;
-    if (argc == 0) { reply_err(c, 400, "empty command; try: help"); return; }
-    if (strcmp(argv[0], "help") == 0) cmd_help(c);
-    else if (strcmp(argv[0], "show") == 0) cmd_show(c, argv, argc);
+    }
+    return argc;
+}
+
+static bool has_control(const char *line, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)line[i];
+        if ((ch < 0x20 && ch != '\t' && ch != '\r') || ch == 0x7f) return true;
+    }
+    return false;
+}
+
+void cj_status_dispatch(const struct cj_status_ops *ops, bool admin, char *line, size_t len, struct evbuffer *out)
+{
+    char *argv[CJ_STATUS_MAX_WORDS];
+    if (has_control(line, len)) { reply_err(out, 400, "control character in command; try: help"); return; }
+    int argc = cj_status_parse(line, argv, CJ_STATUS_MAX_WORDS);
+    if (argc < 0) { reply_err(out, 400, "too many words; try: help"); return; }
+    if (argc == 0) { reply_err(out, 400, "empty command; try: help"); return; }
+    if (strcmp(argv[0], "help") == 0) cmd_help(out);
+    else if (strcmp(argv[0], "show") == 0) cmd_show(ops, out, argv, argc);
     else if (!strcmp(argv[0], "pause") || !strcmp(argv[0], "resume") || !strcmp(argv[0], "reload") ||
              !strcmp(argv[0], "shutdown"))
-        cmd_change(c, argv, argc);
-    else reply_err(c, 400, "unknown command; try: help");
+        cmd_change(ops, admin, out, argv, argc);
+    else reply_err(out, 400, "unknown command; try: help");
 }
+
+/* ---- socket callbacks --------------------------------------------------------- */
 
 static void on_read(struct bufferevent *bev, void *arg)
 {
@@ -184,18 +210,18 @@ static void on_read(struct bufferevent *bev, void *arg)
         if (!line) break;
         if (n >= CJ_STATUS_MAX_LINE) {
             free(line);
-            reply_err(c, 413, "line too long");
+            reply_err(out, 413, "line too long");
             cj_log(CJ_LOG_WARNING, "status: client pid %d uid %u sent a line of %zu bytes; closing", (int)c->pid,
                    (unsigned)c->uid, n);
             close_after_flush(c);
             return;
         }
-        dispatch(c, line);
+        cj_status_dispatch(&c->st->ops, c->admin, line, n, out);
         free(line);
     }
     if (c->closing) return;
     if (evbuffer_get_length(in) >= CJ_STATUS_MAX_LINE) {   /* no newline in sight */
-        reply_err(c, 413, "line too long");
+        reply_err(out, 413, "line too long");
         cj_log(CJ_LOG_WARNING, "status: client pid %d uid %u sent over %d bytes without a newline; closing",
                (int)c->pid, (unsigned)c->uid, CJ_STATUS_MAX_LINE);
         close_after_flush(c);

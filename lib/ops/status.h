@@ -24,6 +24,7 @@
 #define CJ_STATUS_IDLE_SECS   60
 
 struct event_base;
+struct evbuffer;
 struct cj_status;
 
 struct cj_status_ops {
@@ -40,6 +41,17 @@ struct cj_status *cj_status_new(struct event_base *base, const char *path, mode_
                                 const struct cj_status_ops *ops, struct cj_err *err);
 void cj_status_free(struct cj_status *st);       /* closes clients, unlinks the socket */
 int cj_status_clients(const struct cj_status *st);
+
+/* The line protocol without the socket (the server uses these; so does the fuzzer). */
+#define CJ_STATUS_MAX_WORDS 8
+/* Splits line in place into words separated by blanks (space, tab, CR): fills
+ * argv[0..max) and returns the word count, or -1 when there are more than max. */
+int cj_status_parse(char *line, char **argv, int max);
+/* Runs one command line of len bytes (no newline; modified in place) from a
+ * client and appends the whole answer, ending with the empty line, to out.
+ * admin: the client may change things.  A line holding a NUL or another control
+ * character (other than tab and CR) is refused with ERR 400. */
+void cj_status_dispatch(const struct cj_status_ops *ops, bool admin, char *line, size_t len, struct evbuffer *out);
 
 /* Shared with the worker listener: bind a Unix stream socket at path with mode,
  * replacing a stale socket file but never one a live process still answers on. */

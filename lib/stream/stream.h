@@ -54,7 +54,16 @@ struct cj_stream_io {
     /* Optional: the neighbour a message to destination leaves through, written
      * as cn__to (cellnet.md §2).  NULL, or a NULL answer: cn__to = destination. */
     const char *(*next_hop)(void *ctx, const char *destination);
+    /* Optional: true while the way toward destination already holds enough of
+     * this cell's bytes (e.g. the link's output queue is over a few chunks).
+     * A sender then holds its next data chunk and tries again after
+     * CJ_STREAM_BUSY_RETRY_MS, so a fast source (a file) never fills a slow
+     * link's queue up to the whole window.  Only streams over two chunks are
+     * held; ACKs, error notices and small messages never are. */
+    bool (*busy)(void *ctx, const char *destination);
 };
+
+#define CJ_STREAM_BUSY_RETRY_MS 1
 
 /* ---- limits -------------------------------------------------------------------- */
 

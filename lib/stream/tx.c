@@ -57,6 +57,7 @@ struct tx_stream {
     uint64_t fed;
     struct event *want_ev;     /* activated to call src.want from the loop */
     struct event *feed_ev;     /* the owner fed nothing while we could send */
+    struct event *busy_ev;     /* the route was busy (io->busy): try again shortly */
 };
 
 void tx_set_req(struct tx_stream *t, struct sm_req *r)
@@ -86,6 +87,7 @@ static void tx_destroy(struct tx_stream *t)
     if (t->ev) event_free(t->ev);
     if (t->want_ev) event_free(t->want_ev);
     if (t->feed_ev) event_free(t->feed_ev);
+    if (t->busy_ev) event_free(t->busy_ev);
     free(t);
 }
 
@@ -181,6 +183,7 @@ static void tx_fail(struct tx_stream *t, const char *fmt, ...)
     t->ep->st.tx_failed++;
     if (t->want_ev) event_del(t->want_ev);
     if (t->feed_ev) event_del(t->feed_ev);
+    if (t->busy_ev) event_del(t->busy_ev);
     cj_log_warning("stream: sending stream %" PRIu64 " to %s (%s/%s) failed: %s", t->id, t->dest, t->ch, t->tp,
                    t->why);
     tx_send_abort(t);
@@ -270,6 +273,29 @@ static int tx_send_chunk(struct tx_stream *t)
 
 /* Sends while the window allows.  Re-entry (an ACK delivered during io->send)
  * only asks the running pump to go round again. */
+static void tx_busy_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tx_pump(arg);
+}
+
+/* io->busy says the route already holds enough of our bytes: wait a moment
+ * instead of queueing up to a whole window in this process. */
+static bool tx_route_busy(struct tx_stream *t)
+{
+    struct cj_stream_ep *ep = t->ep;
+    /* Small messages (task requests, replies with refs) never wait: only a
+     * bulk stream could fill a queue, and holding control-sized messages behind
+     * someone else's bulk traffic would starve them. */
+    if (t->sz <= 2 * (uint64_t)ep->lim.chunk_size) return false;
+    if (!ep->io.busy || !ep->io.busy(ep->io.ctx, t->dest)) return false;
+    if (!t->busy_ev && !(t->busy_ev = evtimer_new(ep->base, tx_busy_cb, t))) return false;
+    if (!evtimer_pending(t->busy_ev, NULL)) {
+        struct timeval tv = {0, CJ_STREAM_BUSY_RETRY_MS * 1000};
+        evtimer_add(t->busy_ev, &tv);
+    }
+    return true;
+}
+
 static void tx_pump(struct tx_stream *t)
 {
     if (t->pumping) {
@@ -304,6 +330,7 @@ static void tx_pump(struct tx_stream *t)
                 }
                 t->starved = false;
             }
+            if (tx_route_busy(t)) break;
             if (tx_send_chunk(t)) break;
         }
     } while (t->repump && t->state == TX_SENDING);
@@ -386,6 +413,7 @@ fail:
         if (t->ev) event_free(t->ev);
         if (t->want_ev) event_free(t->want_ev);
         if (t->feed_ev) event_free(t->feed_ev);
+    if (t->busy_ev) event_free(t->busy_ev);
         free(t);
     }
     if (blob) evbuffer_free(blob);

@@ -1,7 +1,37 @@
 # lib.sh — shared by the shell end-to-end tests (sourced).  Each test prints
 # "ok - name" / "not ok - name" and ends with finish, which writes the counts.
+#
+# Which binaries a test runs: every test finds cjrelayd, cjrelayctl, cjrelay-sim,
+# cjrelay-worker and the helpers (tests/e2e/cjpeer, cjtest) under $BUILD, which
+# is $CJ_BIN:
+#   CJ_BIN   directory holding the binaries (absolute or relative to the source
+#            root); default build/, or build/san/ when CJ_SAN=1.
+#   CJ_SAN   1 when the binaries are the ASan+UBSan build (`make san`): checks
+#            that mean nothing under ASan (RSS / VmHWM figures: shadow memory and
+#            the allocator's quarantine) must skip then, e.g.
+#              if [ "$CJ_SAN" = 1 ]; then skip "peak RSS (ASan build)"; else check ...; fi
+#            or use check_mem below, which does exactly that.
+#   CJ_ASAN_OPTIONS  extra ASAN_OPTIONS appended to (so overriding) the defaults below.
+#   CJ_SAN_LOG  where sanitizer reports go (ASAN_OPTIONS/UBSAN_OPTIONS log_path);
+#            run-one.sh sets it and fails the suite when a report appears there.
+# Run one suite sanitized by hand: make san && CJ_SAN=1 sh tests/e2e/run-one.sh tests/e2e/test_fl.sh
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD=$ROOT/build
+CJ_SAN=${CJ_SAN:-0}
+if [ "$CJ_SAN" = 1 ]; then CJ_BIN=${CJ_BIN:-$ROOT/build/san}; else CJ_BIN=${CJ_BIN:-$ROOT/build}; fi
+case $CJ_BIN in /*) ;; *) CJ_BIN=$ROOT/$CJ_BIN ;; esac
+BUILD=$CJ_BIN
+export CJ_BIN CJ_SAN
+if [ "$CJ_SAN" = 1 ]; then
+    CJ_SAN_LOG=${CJ_SAN_LOG:-$ROOT/build/san/e2e-logs/$(basename "$0" .sh)}
+    mkdir -p "$CJ_SAN_LOG"
+    export CJ_SAN_LOG
+    # abort_on_error: a report kills the process (the test sees it die) and lands
+    # in CJ_SAN_LOG (run-one.sh fails the suite on it).  A small quarantine keeps
+    # the daemons' memory close to what it is without ASan.
+    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:disable_coredump=1:quarantine_size_mb=16:log_path=$CJ_SAN_LOG/asan${CJ_ASAN_OPTIONS:+:$CJ_ASAN_OPTIONS}"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$CJ_SAN_LOG/ubsan"
+    [ -f "$ROOT/tests/e2e/lsan.supp" ] && export LSAN_OPTIONS="suppressions=$ROOT/tests/e2e/lsan.supp"
+fi
 _p=0; _f=0
 pass() { _p=$((_p + 1)); echo "ok - $*"; }
 fail() { _f=$((_f + 1)); echo "not ok - $*"; }
@@ -9,6 +39,9 @@ skip() { echo "skip - $*"; }
 check() { # check "name" command...
     name=$1; shift
     if "$@" >/dev/null; then pass "$name"; else fail "$name"; fi
+}
+check_mem() { # check_mem "name" command...: a memory-figure check, skipped under CJ_SAN=1
+    if [ "$CJ_SAN" = 1 ]; then skip "$1 (memory figures mean nothing under ASan)"; else check "$@"; fi
 }
 finish() {
     echo "$(basename "$0" .sh): $_p passed, $_f failed"

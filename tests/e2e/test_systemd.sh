@@ -5,7 +5,7 @@ command -v systemd-analyze >/dev/null || { skip "systemd-analyze not installed";
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 for u in cjrelay.service cjrelay@.service; do
     out=$d/$(echo "$u" | sed 's/@/@demo/')
-    sed "s|/usr/local/bin/cjrelayd|$ROOT/build/cjrelayd|g" "$ROOT/systemd/$u" > "$out"
+    sed "s|/usr/local/bin/cjrelayd|$BUILD/cjrelayd|g" "$ROOT/systemd/$u" > "$out"
     if msg=$(systemd-analyze verify "$out" 2>&1) && [ -z "$msg" ]; then pass "verify $u"
     else fail "verify $u: $msg"; fi
 done

@@ -19,4 +19,39 @@ cp $V/2[0-8]_*.bin $V/07_*.bin $V/09_*.bin $V/12_*.bin $s/fuzz_capi/
 cp $V/3[0-7]_*.bin $s/fuzz_dlmsg/
 mkdir -p $s/fuzz_dxo; cp $V/0[2347]_*.bin $V/1[23]_*.bin $s/fuzz_dxo/
 mkdir -p $s/fuzz_config; cp conf/cjrelay.ini $s/fuzz_config/
+# fuzz_router: byte 0 = flags (bit 0: prepend trainer_1's HELLO; bit 1: framed
+# records; bits 2-4: write piece size), then the worker's byte stream.
+mkdir -p $s/fuzz_router
+for f in $V/frames/cap*.bin; do
+    b=$(basename "$f" .bin)
+    { printf '\035'; cat "$f"; } > $s/fuzz_router/raw-$b.bin          # HELLO + frame, one piece
+    { printf '\015'; cat "$f" "$f"; } > $s/fuzz_router/raw17-$b.bin   # twice, 17-byte pieces
+done
+{ printf '\034'; cat $V/frames/cap17_hello_trainer.bin $V/frames/cap25_*.bin $V/frames/cap75_ping.bin \
+    $V/frames/cap67_*.bin $V/frames/cap73_bye_req.bin; } > $s/fuzz_router/raw-session.bin
+# framed records [kind][hlen:2][plen:2][header][payload] cut from the DATA frames
+if command -v python3 >/dev/null; then
+    python3 - "$V/frames" $s/fuzz_router <<'PY'
+import os, sys, glob
+src, dst = sys.argv[1], sys.argv[2]
+recs = []
+for f in sorted(glob.glob(os.path.join(src, 'cap*.bin'))):
+    b = open(f, 'rb').read()
+    if len(b) < 16 or b[6] != 1:
+        continue
+    hl = b[4] << 8 | b[5]
+    h, p = b[16:16 + hl], b[16 + hl:]
+    rec = bytes([0]) + len(h).to_bytes(2, 'big') + len(p).to_bytes(2, 'big') + h + p
+    recs.append(rec)
+    open(os.path.join(dst, 'framed-' + os.path.basename(f)), 'wb').write(b'\x1f' + rec + b'\x02\0\0\0\0')
+open(os.path.join(dst, 'framed-all.bin'), 'wb').write(b'\x1f' + b''.join(recs))
+PY
+fi
+# fuzz_status: byte 0 = flags (bit 0: admin; bit 1: the command fails; bit 2: no
+# command callback; bit 3: no show callback), then command lines.
+mkdir -p $s/fuzz_status
+printf '\001help\nshow info\nshow stats json\nshow workers\npause\nresume\nreload\nshutdown now\n' > $s/fuzz_status/admin.txt
+printf '\000show config json\nshutdown\nshow\nshow info json extra\n\n \t\r\nbogus\n' > $s/fuzz_status/readonly.txt
+printf '\003shutdown now\npause 1\nshutdown later\nreload\n' > $s/fuzz_status/failing.txt
+printf '\005reload\n\014show metrics\na b c d e f g h i\n' > $s/fuzz_status/nocallbacks.txt
 exit 0

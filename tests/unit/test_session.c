@@ -179,6 +179,23 @@ static void up_failed(void *ctx, struct cj_task *t, const char *why)
     cj_task_fail(t, "%s", why);
 }
 
+/* The spool stage's requeue op: takes the task back (as spoolstage.c does) or refuses. */
+static int g_requeue_rc;        /* what up_requeue answers */
+static bool g_with_requeue;     /* for the next fx_new */
+static int g_requeues;
+static char g_requeue_why[512];
+
+static int up_requeue(void *ctx, struct cj_task *t, const char *why)
+{
+    (void)ctx;
+    g_requeues++;
+    snprintf(g_requeue_why, sizeof g_requeue_why, "%s", why);
+    if (g_requeue_rc) return g_requeue_rc;
+    t->worker[0] = 0;
+    cj_task_set_state(t, CJ_TASK_RECEIVED);
+    return 0;
+}
+
 static void up_kick(void *ctx) { ((struct fx *)ctx)->kicks++; }
 static void up_progress(void *ctx, struct cj_task *t) { ((struct fx *)ctx)->progresses++; }
 static void on_drained(void *arg) { ((struct fx *)arg)->drained++; }
@@ -338,7 +355,7 @@ static struct fx *fx_new(double hb_interval, double hb_timeout, bool secure)
         .lost = on_lost, .lost_arg = f,
         .launch_timeout = g_launch_timeout,
     };
-    struct cj_fl_submit_ops ops = {f, up_submit, up_failed, up_kick, up_progress};
+    struct cj_fl_submit_ops ops = {f, up_submit, up_failed, up_kick, up_progress, g_with_requeue ? up_requeue : NULL};
     f->s = cj_fl_sessions_new(f->base, f->ep[R], &cfg, f->tt, &ops);
     assert_non_null(f->s);
     cj_fl_sessions_dispatch_ops(f->s, &f->d);
@@ -957,6 +974,48 @@ static void test_worker_exited_during_task(void **state)
     fx_free(f);
 }
 
+/* Spool mode: a worker lost holding a task hands it to the requeue op instead
+ * of failing it, and the same task can then be delivered to the next worker. */
+static void test_worker_exited_requeue(void **state)
+{
+    g_with_requeue = true;
+    g_requeue_rc = 0;
+    g_requeues = 0;
+    struct fx *f = fx_new(5.0, 30.0, false);
+    g_with_requeue = false;
+    connect_worker(f);
+    f->mode = T_HOLD;
+    f->drop_to_worker = true;
+    uint8_t *p;
+    size_t n;
+    char why[256];
+    struct cj_task *t = new_task(f, &p, &n);
+    assert_int_equal(f->d.deliver(f->d.ctx, t, p, n, why, sizeof why), 0);
+    pump(f);
+    assert_int_equal(cj_fl_sessions_worker_exited(f->s, W1, "killed by signal 9"), 1);
+    assert_int_equal(g_requeues, 1);
+    assert_non_null(strstr(g_requeue_why, "process exited"));
+    assert_int_equal(f->fails, 0);
+    assert_int_equal(t->state, CJ_TASK_RECEIVED);
+    /* the relaunched worker gets the same task: the second-delivery guard lets it through */
+    f->drop_to_worker = false;
+    f->task_readys = 0;
+    connect_worker(f);
+    assert_int_equal(f->d.deliver(f->d.ctx, t, p, n, why, sizeof why), 0);
+    RUN_UNTIL(f, f->task_readys > 0, 2.0);
+    assert_int_equal(f->task_readys, 1);
+    assert_string_equal(t->worker, W1);
+    /* a requeue that is refused (deliveries used up): reported failed as before */
+    g_requeue_rc = -1;
+    f->drop_to_worker = true;
+    assert_int_equal(cj_fl_sessions_worker_exited(f->s, W1, "killed by signal 9"), 1);
+    assert_int_equal(g_requeues, 2);
+    assert_int_equal(f->fails, 1);
+    assert_ptr_equal(f->fail_t, t);
+    free(p);
+    fx_free(f);
+}
+
 static void test_barrier_death(void **state)
 {
     struct fx *f = fx_new(5.0, 30.0, false);
@@ -1156,6 +1215,7 @@ int main(void)
         cmocka_unit_test(test_silence_lost),
         cmocka_unit_test(test_launch_timeout),
         cmocka_unit_test(test_worker_exited_during_task),
+        cmocka_unit_test(test_worker_exited_requeue),
         cmocka_unit_test(test_barrier_death),
         cmocka_unit_test(test_log_metrics),
         cmocka_unit_test(test_shutdown),
