@@ -63,8 +63,8 @@ wait "$RELAY"; rc=$?; RELAY=
 check "(a) __end_run__ ends the relay with exit 0 (rc $rc)" [ "$rc" -eq 0 ]
 check "(a) relay logged the end of run" grep -q "end of run" "$W/a.relay"
 # The pids this relay launched (other cjrelay-worker processes on the machine are not ours).
-a_pids=$(sed -n 's/.* launched: pid \([0-9]*\),.*/\1/p' "$W/a.relay")
-check "(a) no worker left running (launched: $(echo $a_pids))" sh -c "[ -n '$a_pids' ] && for p in $a_pids; do ! kill -0 \$p 2>/dev/null || exit 1; done"
+a_pids=$(echo $(sed -n 's/.* launched: pid \([0-9]*\),.*/\1/p' "$W/a.relay"))
+check "(a) no worker left running (launched: $a_pids)" sh -c "[ -n '$a_pids' ] && for p in $a_pids; do ! kill -0 \$p 2>/dev/null || exit 1; done"
 check "(a) bootstrap files removed when their workers ended" sh -c "! ls $W/*bootstrap* >/dev/null 2>&1"
 
 # ---- (a') safetensors, 1 worker ------------------------------------------------------
