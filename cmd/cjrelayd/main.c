@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ops/config.h"
+#include "net/tls.h"
 #include "ops/daemon.h"
 #include "util/log.h"
 #include "util/version.h"
@@ -50,6 +51,26 @@ static int load_config(const char *path, struct cj_config *cfg)
     return -1;
 }
 
+/* The server accepts an mTLS client only when its certificate's CN is the site
+ * name (cellnet.md §9, requirements R30); a relay with another certificate could
+ * never come up, so it is refused here (and by --check-config), not hours later. */
+static int check_cert_cn(const char *path, const struct cj_config *cfg)
+{
+    char cn[256];
+    struct cj_err err = {0};
+    if (cfg->upstream.connection_security != CJ_SEC_MTLS) return 0;
+    if (cj_tls_cert_cn(cfg->upstream.cert_file, cn, sizeof cn, &err) < 0) {
+        fprintf(stderr, "%s: upstream.cert_file: %s\n", path, err.msg);
+        return -1;
+    }
+    if (strcmp(cn, cfg->relay.site)) {
+        fprintf(stderr, "%s: upstream.cert_file: the certificate's CN '%s' is not the site name '%s' "
+                "([relay] site); the server refuses such a client\n", path, cn, cfg->relay.site);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct args a;
@@ -58,7 +79,7 @@ int main(int argc, char **argv)
 
     cj_log_init("cjrelayd");
     struct cj_config cfg;
-    if (load_config(a.config, &cfg) != 0) return CJ_EXIT_CONFIG;
+    if (load_config(a.config, &cfg) != 0 || check_cert_cn(a.config, &cfg) != 0) return CJ_EXIT_CONFIG;
     if (a.check_only) { printf("%s: OK\n", a.config); return CJ_EXIT_OK; }
 
     struct cj_err err = {0};

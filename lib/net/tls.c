@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/x509.h>
 
 void cj_tls_error_text(unsigned long code, char *buf, size_t n)
@@ -143,6 +144,22 @@ SSL_CTX *cj_tls_server_ctx(const char *cert_file, const char *key_file, const ch
 void cj_tls_ctx_free(SSL_CTX *ctx)
 {
     if (ctx) SSL_CTX_free(ctx);
+}
+
+int cj_tls_cert_cn(const char *cert_file, char *cn, size_t n, struct cj_err *err)
+{
+    if (n) cn[0] = '\0';
+    FILE *f = cert_file && *cert_file ? fopen(cert_file, "r") : NULL;
+    if (!f) return cj_fail(err, CJ_E_INVALID, 0, "TLS: cannot open certificate %s", cert_file ? cert_file : "(not set)");
+    ERR_clear_error();
+    X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    int len = x ? X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, (int)n) : -1;
+    X509_free(x);
+    ERR_clear_error();
+    if (!x) return cj_fail(err, CJ_E_INVALID, 0, "TLS: %s holds no PEM certificate", cert_file);
+    if (len < 0) return cj_fail(err, CJ_E_INVALID, 0, "TLS: the certificate in %s has no CN", cert_file);
+    return 0;
 }
 
 void cj_tls_describe(SSL *ssl, char *buf, size_t n)

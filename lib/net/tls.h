@@ -53,6 +53,10 @@ void cj_tls_error_text(unsigned long code, char *buf, size_t n);
  * certificate (signed by a CA it does not know)". */
 const char *cj_tls_alert_hint(const char *reason_text);
 
+/* The subject CN of the first certificate in cert_file (PEM) into cn.  0, or
+ * -CJ_E_INVALID with err naming the file (unreadable, not PEM, no CN). */
+int cj_tls_cert_cn(const char *cert_file, char *cn, size_t n, struct cj_err *err);
+
 /* "TLSv1.3 TLS_AES_256_GCM_SHA384, peer CN=server" for an established ssl. */
 void cj_tls_describe(SSL *ssl, char *buf, size_t n);
 

@@ -13,6 +13,14 @@
  *     spoof OTHER        handshakes as OTHER (not a child of the relay): success = refused
  *     spoof-origin OTHER sends a ping whose cn__origin is OTHER: success = no answer, and a
  *                        normal ping on the same link still works
+ *   cjpeer [OPTIONS] capi MODE BOOTSTRAP      a hostile Client API worker: URL, NAME and launch
+ *                                             token come from the bootstrap file (as the relay
+ *                                             writes it for a worker it launches):
+ *     wrong-token        HELLO with a launch token that is not the file's: success = hello_rejected
+ *     results            HELLO, SESSION_READY; RESULT_READY for a task never given ("BOGUS" line);
+ *                        then waits for TASK_READY, accepts it, and sends its RESULT_READY twice
+ *                        ("FIRST", "SECOND" lines, each with the reply kind and reason);
+ *                        success = the bogus and the second result rejected
  *   OPTIONS: --timeout SECS (default 60), --server FQCN (default server.<job of NAME>),
  *            --log-headers FILE (append the header block of each request sent, one
  *            key=value line, as cjrelay-sim --log-headers writes what it receives),
@@ -39,6 +47,8 @@
 #include "../../cmd/cjrelay-sim/hdrline.h"
 #include "../../cmd/cjrelay-sim/pattern.h"
 #include "cell/msg.h"
+#include "fl/bootstrap.h"
+#include "fl/capi.h"
 #include "net/link.h"
 #include "stream/stream.h"
 #include "util/log.h"
@@ -49,8 +59,8 @@
 #define ACK_DEFAULT ((uint64_t)4 << 20)
 #define SPOOF_QUIET 2.0   /* seconds without an answer to the spoofed ping */
 
-enum cmd { C_PING, C_ECHO, C_BLOB, C_STALL, C_SPOOF, C_SPOOF_ORIGIN };
-static const char *const CMD_NAMES[] = {"ping", "echo", "blob", "stall", "spoof", "spoof-origin"};
+enum cmd { C_PING, C_ECHO, C_BLOB, C_STALL, C_SPOOF, C_SPOOF_ORIGIN, C_CAPI };
+static const char *const CMD_NAMES[] = {"ping", "echo", "blob", "stall", "spoof", "spoof-origin", "capi"};
 
 struct peer {
     struct event_base *base;
@@ -80,6 +90,18 @@ struct peer {
     uint64_t blob_id, got, next_sq, last_ack, ack_every;
     struct evbuffer_iovec *vec;
     size_t nvec;
+
+    /* capi */
+    struct cj_bootstrap bs;
+    bool capi_results;               /* mode results (else wrong-token) */
+    int capi_step;                   /* 0 hello, 1 session_ready, 2 bogus result, 3 waiting for a task,
+                                        4 first result, 5 second result */
+    char session_id[CJ_CAPI_ID_MAX + 1];
+    char task_id[CJ_CAPI_ID_MAX + 1];
+    uint8_t *task_body;
+    size_t task_body_len;
+    bool bogus_rejected;
+    struct cj_capi_msg cm;           /* decoding space (~25 KB: static peer) */
 };
 
 static double now_mono(void)
@@ -374,6 +396,168 @@ static int start_blob(struct peer *p)
     return cj_stream_send(p->ep, p->target, "test", "blob", &m, p->blob_ri, req, NULL, NULL, NULL);
 }
 
+
+/* ---- capi: a hostile Client API worker ------------------------------------------------------ */
+
+static const struct cj_stream_msg FOBS_MSG = {.encoding = "fobs"};
+static const char *const CAPI_STEP[] = {"hello", "session_ready", "result_ready (bogus task)", "task_ready",
+                                        "result_ready (first)", "result_ready (second)"};
+
+static void on_capi_reply(void *arg, struct cj_stream_reply *r);
+
+static struct evbuffer *sb_evbuffer(msgpack_sbuffer *sb)
+{
+    struct evbuffer *eb = evbuffer_new();
+    if (eb && evbuffer_add(eb, sb->data ? sb->data : "", sb->size)) {
+        evbuffer_free(eb);
+        eb = NULL;
+    }
+    msgpack_sbuffer_destroy(sb);
+    return eb;
+}
+
+/* Sends the request of the current step. */
+static void capi_send(struct peer *p)
+{
+    msgpack_sbuffer sb;
+    struct cj_err e = {0};
+    const char *topic;
+    int rc;
+    msgpack_sbuffer_init(&sb);
+    switch (p->capi_step) {
+    case 0: {
+        char tok[CJ_CAPI_TOKEN_MAX + 1];
+        if (p->capi_results) snprintf(tok, sizeof tok, "%s", p->bs.launch_token);
+        else snprintf(tok, sizeof tok, "not-%s", p->bs.launch_token);   /* never printed */
+        topic = CJ_CAPI_T_HELLO;
+        rc = cj_capi_encode_hello(&sb, p->me, tok, p->bs.job_id, p->bs.site_name, &e);
+        break;
+    }
+    case 1:
+        topic = CJ_CAPI_T_SESSION_READY;
+        rc = cj_capi_encode_session_ready(&sb, p->session_id, &e);
+        break;
+    case 2: {
+        static const uint8_t empty_map[] = {0x80};
+        topic = CJ_CAPI_T_RESULT_READY;
+        rc = cj_capi_encode_result_ready(&sb, p->session_id, "cjpeer-no-such-task", empty_map, sizeof empty_map, &e);
+        break;
+    }
+    default:
+        topic = CJ_CAPI_T_RESULT_READY;
+        rc = cj_capi_encode_result_ready(&sb, p->session_id, p->task_id, p->task_body, p->task_body_len, &e);
+        break;
+    }
+    if (rc) {
+        msgpack_sbuffer_destroy(&sb);
+        finish(p, false, "cannot encode %s: %s", topic, e.msg);
+        return;
+    }
+    struct evbuffer *eb = sb_evbuffer(&sb);
+    struct cj_stream_msg m = {.encoding = "fobs"};
+    if (!eb || cj_stream_request(p->ep, p->bs.cj_fqcn, CJ_CAPI_CHANNEL, topic, &m, eb, 10, on_capi_reply, p, NULL,
+                                 NULL))
+        finish(p, false, "cannot send %s", topic);
+}
+
+static const char *capi_kind_of_step(int step)
+{
+    return step == 0 ? CJ_CAPI_T_HELLO : step == 1 ? CJ_CAPI_T_SESSION_READY : CJ_CAPI_T_RESULT_READY;
+}
+
+static void on_capi_reply(void *arg, struct cj_stream_reply *r)
+{
+    struct peer *p = arg;
+    struct cj_capi_msg *m = &p->cm;
+    struct cj_err e = {0};
+    if (p->done) return;
+    if (strcmp(r->return_code, "ok") || !r->data) {
+        finish(p, false, "%s answered rc=%s %s", CAPI_STEP[p->capi_step], r->return_code, r->error);
+        return;
+    }
+    size_t n = evbuffer_get_length(r->data);
+    const uint8_t *b = evbuffer_pullup(r->data, -1);
+    if (cj_capi_decode_reply(cj_capi_kind_from_topic(capi_kind_of_step(p->capi_step)), b, n, m, &e)) {
+        finish(p, false, "%s: undecodable reply: %s", CAPI_STEP[p->capi_step], e.msg);
+        return;
+    }
+    const char *kind = cj_capi_kind_name(m->kind);
+    const char *why = m->has & CJ_CAPI_F_REASON ? m->reason : "";
+    switch (p->capi_step) {
+    case 0:
+        if (m->kind != CJ_CAPI_HELLO_ACCEPTED) {
+            finish(p, !p->capi_results && m->kind == CJ_CAPI_HELLO_REJECTED, "%s: %s", kind, why);
+            return;
+        }
+        if (!p->capi_results) {
+            finish(p, false, "a HELLO with a wrong launch token was accepted");
+            return;
+        }
+        snprintf(p->session_id, sizeof p->session_id, "%s", m->session_id);
+        break;
+    case 1:
+        if (m->kind != CJ_CAPI_SESSION_READY_REPLY) {
+            finish(p, false, "session_ready answered %s: %s", kind, why);
+            return;
+        }
+        printf("SESSION %s\n", p->session_id);
+        break;
+    case 2:
+        printf("BOGUS %s: %s\n", kind, why);
+        p->bogus_rejected = m->kind == CJ_CAPI_RESULT_REJECTED;
+        break;
+    case 4:
+        printf("FIRST %s: %s\n", kind, why);
+        break;
+    case 5:
+        printf("SECOND %s: %s\n", kind, why);
+        fflush(stdout);
+        if (p->bogus_rejected && m->kind == CJ_CAPI_RESULT_REJECTED)
+            finish(p, true, "the result for a task never given and the second result were rejected");
+        else
+            finish(p, false, "bogus result %s, second result %s", p->bogus_rejected ? "rejected" : "ACCEPTED", kind);
+        return;
+    }
+    fflush(stdout);
+    p->capi_step++;
+    if (p->capi_step == 3 && p->task_body) p->capi_step = 4;   /* the task came while the bogus result was out */
+    if (p->capi_step != 3) capi_send(p);
+}
+
+/* TASK_READY from the relay: accept it, then send its result twice. */
+static int on_capi_task(void *arg, struct cj_stream_blob *b)
+{
+    struct peer *p = arg;
+    struct cj_capi_msg *m = &p->cm;
+    struct cj_err e = {0};
+    size_t n = evbuffer_get_length(b->data);
+    const uint8_t *bytes = evbuffer_pullup(b->data, -1);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    if (p->capi_step < 2 || p->capi_step > 3 || p->task_body || cj_capi_decode_request(CJ_CAPI_TASK_READY, bytes, n, m, &e) ||
+        !(m->has & CJ_CAPI_F_BODY) || !(p->task_body = malloc(m->body_len ? m->body_len : 1))) {
+        cj_capi_encode_task_failed(&sb, NULL, "cjpeer: not now", &e);
+        struct evbuffer *eb = sb_evbuffer(&sb);
+        if (eb) cj_stream_reply(p->ep, &b->req, "ok", &FOBS_MSG, eb, NULL, NULL);
+        return 0;
+    }
+    memcpy(p->task_body, m->body, m->body_len);
+    p->task_body_len = m->body_len;
+    snprintf(p->task_id, sizeof p->task_id, "%s", m->task_id);
+    printf("TASK %s\n", p->task_id);
+    cj_capi_encode_task_accepted(&sb, p->task_id, &e);
+    struct evbuffer *eb = sb_evbuffer(&sb);
+    if (!eb || cj_stream_reply(p->ep, &b->req, "ok", &FOBS_MSG, eb, NULL, NULL)) {
+        finish(p, false, "cannot accept task %s", p->task_id);
+        return 0;
+    }
+    if (p->capi_step == 3) {   /* else on_capi_reply goes on once the bogus result is answered */
+        p->capi_step = 4;
+        capi_send(p);
+    }
+    return 0;
+}
+
 /* ---- the link ------------------------------------------------------------------------------ */
 
 static bool is_blob_msg(const struct peer *p, const struct cj_hdr *h)
@@ -400,6 +584,7 @@ static void on_up(struct cj_link *l, void *ctx)
     case C_BLOB:
     case C_STALL: rc = start_blob(p); break;
     case C_SPOOF: finish(p, false, "the relay accepted %s (peer %s)", p->me, cj_link_peer(l)); return;
+    case C_CAPI: capi_send(p); break;
     case C_SPOOF_ORIGIN: {
         struct timeval tv = {(time_t)SPOOF_QUIET, 0};
         p->spoof_phase = true;
@@ -498,7 +683,8 @@ static int usage(void)
 {
     fprintf(stderr, "usage: cjpeer freeport [N]\n"
                     "       cjpeer [--timeout SECS] [--server FQCN] [--log-headers FILE] [--verbose] URL NAME\n"
-                    "              ping | echo N | blob N | stall SECS [N] | spoof OTHER | spoof-origin OTHER\n");
+                    "              ping | echo N | blob N | stall SECS [N] | spoof OTHER | spoof-origin OTHER\n"
+                    "       cjpeer [--timeout SECS] [--verbose] capi wrong-token|results BOOTSTRAP\n");
     return 2;
 }
 
@@ -526,6 +712,16 @@ static int parse_command(struct peer *p, int argc, char **argv)
         if (argc < 2 || argc > 3 || cj_parse_duration(argv[1], &p->stall_secs, NULL) < 0) return -1;
         p->n = (uint64_t)1 << 30;
         return argc == 3 ? parse_size_arg(argv[2], &p->n) : 0;
+    case C_CAPI: {
+        struct cj_err e = {0};
+        if (argc != 3 || (strcmp(argv[1], "results") && strcmp(argv[1], "wrong-token"))) return -1;
+        p->capi_results = !strcmp(argv[1], "results");
+        if (cj_bootstrap_read(argv[2], &p->bs, &e)) {
+            fprintf(stderr, "cjpeer: bootstrap %s: %s\n", argv[2], e.msg);
+            return -1;
+        }
+        return 0;
+    }
     case C_SPOOF:
     case C_SPOOF_ORIGIN:
         if (argc != 2 || strlen(argv[1]) > CJ_FQCN_MAX || !cj_fqcn_valid(argv[1])) return -1;
@@ -549,6 +745,15 @@ static int parse_args(struct peer *p, int argc, char **argv, const char **url, c
             strcpy(p->target, argv[i]);
         } else if (!strcmp(argv[i], "--log-headers")) *hlog = argv[++i];
         else return -1;
+    }
+    if (argc - i >= 1 && !strcmp(argv[i], "capi")) {   /* URL and NAME from the bootstrap file */
+        static char url_buf[CJ_BOOTSTRAP_URL_MAX + 1];
+        if (parse_command(p, argc - i, argv + i) < 0) return -1;
+        snprintf(url_buf, sizeof url_buf, "%s", p->bs.connect_url);
+        *url = url_buf;
+        snprintf(p->me, sizeof p->me, "%s", p->bs.trainer_fqcn);
+        snprintf(p->target, sizeof p->target, "%s", p->bs.cj_fqcn);
+        return 0;
     }
     if (argc - i < 3 || strlen(argv[i + 1]) > CJ_FQCN_MAX || !cj_fqcn_valid(argv[i + 1])) return -1;
     *url = argv[i];
@@ -582,6 +787,10 @@ int main(int argc, char **argv)
     p.later = calloc(1, event_get_struct_event_size());
     struct cj_stream_io io = {.ctx = &p, .send = io_send, .next_hop = io_next_hop};
     p.ep = cj_stream_new(p.base, p.me, &io, NULL);
+    if (p.cmd == C_CAPI && p.ep && cj_stream_on(p.ep, CJ_CAPI_CHANNEL, CJ_CAPI_T_TASK_READY, on_capi_task, &p)) {
+        printf("FAIL capi: cannot register the task_ready handler\n");
+        return 1;
+    }
     struct cj_err err;
     struct cj_link_cfg cfg = {.name = "relay", .me = p.cmd == C_SPOOF ? p.other : p.me};
     if (p.cmd == C_SPOOF) strcpy(p.me, p.other);
@@ -607,6 +816,8 @@ int main(int argc, char **argv)
     free(p.echo_data);
     free(p.pattern);
     free(p.vec);
+    free(p.task_body);
+    explicit_bzero(p.bs.launch_token, sizeof p.bs.launch_token);
     if (p.hlog) fclose(p.hlog);
     return p.done ? p.status : 1;
 }

@@ -1,0 +1,274 @@
+#!/bin/sh
+# Fault injection with the real binaries (issue 8 items 1-3):
+#   cjrelay-sim (FL server) <- cjrelayd (site-1.J1) <- workers (cjrelay-worker, or
+#   tests/e2e/cjpeer playing a hostile Client API worker)
+# (1) the simulator SIGKILLed in the middle of a worker's download and restarted on the
+#     same port: the relay reconnects with back-off, the worker's download fails with a
+#     clear message, the next round succeeds, and every task a simulator handed out is
+#     either verified or reported failed by the relay
+# (2) a worker that stops heartbeating (SIGSTOP): the relay declares it lost with a log
+#     line naming it, stops it (SIGKILL reaches a stopped process) and launches another;
+#     the rounds still verify
+# (3) a hostile Client API worker: a result for a task it was never given, and a second
+#     result for its task: both rejected (result_rejected), logged; an impostor presenting
+#     the real worker's FQCN with a wrong launch token: hello_rejected, logged, and the
+#     real worker keeps its session and verifies the next round
+# (4) 16 workers downloading at once through the relay, every byte checked against the
+#     simulator's pattern: all finish; the spread of finish times is reported
+# Already covered elsewhere: a worker killed mid-download (test_fl (c)); a worker that
+# stops reading (test_transport (c)); the simulator stopped with SIGTERM between
+# transfers (test_transport (d)).
+#
+# A check that fails because of a known relay bug reported to the lead is printed as
+# "not ok ... # TODO known bug" and not counted, unless CJ_STRICT=1.
+. "$(dirname "$0")/lib.sh"
+D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim; P=$BUILD/tests/e2e/cjpeer
+WK=$BUILD/cjrelay-worker
+W=$(mktemp -d); SIM=; RELAY=; BG=
+cleanup() {
+    for p in $BG $SIM; do kill -9 "$p" 2>/dev/null; done
+    # SIGTERM first: the relay stops the workers it launched (they also leave when its pid goes)
+    if [ -n "$RELAY" ]; then
+        kill -CONT $V 2>/dev/null; kill -TERM "$RELAY" 2>/dev/null
+        for _i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do kill -0 "$RELAY" 2>/dev/null || break; sleep 0.2; done
+        kill -9 "$RELAY" 2>/dev/null
+    fi
+    if [ -n "$KEEP" ]; then echo "# kept $W"; else rm -rf "$W"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+wait_for() { # wait_for SECS CMD...: polls CMD every 0.1 s
+    _wn=$(($1 * 10)); shift
+    while [ "$_wn" -gt 0 ]; do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1; _wn=$((_wn - 1))
+    done
+    return 1
+}
+note() { sed 's/^/# /' "$@"; }
+known_bug() { # known_bug NAME WHY command...: a check failing because of a reported relay bug
+    _n=$1; _why=$2; shift 2
+    if "$@" >/dev/null 2>&1; then pass "$_n"
+    elif [ "${CJ_STRICT:-0}" = 1 ]; then fail "$_n ($_why)"
+    else echo "not ok - $_n # TODO known bug: $_why"; fi
+}
+ctl() { $C -s "$W/$N.status.sock" "$@"; }
+info_of() { ctl show info json | jq -r ".$1"; }
+stat_of() { ctl show stats json | jq -r ".$1"; }
+upstream_is() { [ "$(info_of upstream)" = "$1" ]; }
+worker_pid() { ctl show workers json | jq -r '[.workers[] | select(.pid > 0)][0].pid // empty'; }
+worker_state() { ctl show workers json | jq -r '[.workers[] | select(.pid > 0)][0].state // empty'; }
+sim_done() { ! kill -0 "$SIM" 2>/dev/null; }
+reap_sim() { # reap_sim SECS: waits up to SECS for the simulator to end (then kills it); rc in $rc
+    wait_for "$1" sim_done || { echo "# simulator still running after $1 s: killed"; kill -9 "$SIM" 2>/dev/null; }
+    wait "$SIM" 2>/dev/null; rc=$?; SIM=
+}
+
+# start_sim NAME ARGS...: a simulator on port $UP, output $W/NAME.out
+start_sim() {
+    _sn=$1; shift
+    $S --listen "tcp://127.0.0.1:$UP" --job-id J1 "$@" > "$W/$_sn.out" 2> "$W/$_sn.err" & SIM=$!
+    wait_for 10 grep -q '^SIM READY' "$W/$_sn.out" || { fail "sim $_sn starts"; note "$W/$_sn.err"; }
+}
+# start_relay NAME COMMAND [extra [workers] lines]: relay $N with one launched worker
+start_relay() {
+    N=$1; _cmd=$2; shift 2
+    cat > "$W/$N.ini" <<EOF
+[relay]
+site = site-1
+job_id = J1
+on_end_run = wait
+[upstream]
+url = tcp://127.0.0.1:$UP
+reconnect_min = 0.2
+reconnect_max = 1
+[workers]
+listen = unix:$W/$N.w.sock
+command = $_cmd
+count = 1
+heartbeat_interval = 1
+heartbeat_timeout = 3
+shutdown_grace = 1
+$*
+[status]
+socket = $W/$N.status.sock
+[log]
+level = info
+EOF
+    $D -c "$W/$N.ini" > "$W/$N.relay" 2>&1 & RELAY=$!
+    wait_for 10 test -S "$W/$N.status.sock"
+}
+stop_relay() { kill -TERM "$RELAY" 2>/dev/null; wait_for 10 sh -c "! kill -0 $RELAY"; kill -9 "$RELAY" 2>/dev/null; wait "$RELAY" 2>/dev/null; RELAY=; }
+stop_sim() { kill -9 "$SIM" 2>/dev/null; wait "$SIM" 2>/dev/null; SIM=; }
+# tasks_accounted SIMOUT RELAYLOG: every TASK the sim handed out is verified or FAILED
+# at the sim, or reported failed by the relay; prints the unaccounted ones.
+tasks_accounted() {
+    _bad=0
+    for t in $(sed -n 's/^TASK [0-9]* task=\([^ ]*\) .*/\1/p' "$1"); do
+        grep -Eq "^ROUND [0-9]+ task=$t .*(verified|FAILED)" "$1" && continue
+        grep -Eq "server task $t.*(failed|reporting EXECUTION_EXCEPTION)" "$2" && continue
+        echo "task $t: neither verified, failed at the sim, nor reported failed by the relay"; _bad=1
+    done
+    return $_bad
+}
+UP=$($P freeport)
+
+# ---- (1) the simulator SIGKILLed mid-download, restarted on the same port ----------------
+start_sim sim1 --rounds 2 --model-size 256M --tensors 4 --max-failures 3
+start_relay one "$WK"
+wait_for 30 sh -c "$C -s $W/one.status.sock show tasks json | jq -e '[.tasks[].state] | index(\"delivering\") != null'"
+sleep 0.3
+check "(1) a task is being downloaded ($(ctl show tasks json | jq -r '.tasks[0].state'))" \
+    sh -c "$C -s $W/one.status.sock show tasks json | jq -e '[.tasks[].state] | index(\"delivering\") != null'"
+R0=$(stat_of reconnects); V=$(worker_pid)
+kill -KILL "$SIM"; wait "$SIM" 2>/dev/null; SIM=
+start_sim sim2 --rounds 2 --model-size 8M --tensors 4 --max-failures 3
+wait_for 15 upstream_is up
+check "(1) relay reconnected (upstream $(info_of upstream), reconnects $R0 -> $(stat_of reconnects))" \
+    sh -c "[ \"\$($C -s $W/one.status.sock show info json | jq -r .upstream)\" = up ] && [ \$($C -s $W/one.status.sock show stats json | jq .reconnects) -gt $R0 ]"
+check "(1) loss and reconnect logged with back-off" \
+    sh -c "grep -q 'upstream lost: peer closed the connection; retrying every 0.2..1.0 s' $W/one.relay && grep -q 'upstream up .* after retrying' $W/one.relay"
+# The worker's download from the dead server must fail with a message saying so.
+wait_for "${DLWAIT:-8}" grep -Eq 'cjrelay-worker.*(DOWNLOAD_FAILED|download.*fail|task .* failed)' "$W/one.relay"
+known_bug "(1) the worker's interrupted download fails within ${DLWAIT:-8} s with a clear message" \
+    "after the upstream is lost the relay neither fails the worker's in-flight download streams nor answers the worker's ACKs with a RETURN ('cannot deliver ... sm__ACK (from worker): the upstream is not connected'), so the worker waits out its 600 s download request timeout" \
+    grep -Eq 'cjrelay-worker.*(DOWNLOAD_FAILED|download.*fail|task .* failed)' "$W/one.relay"
+if ! grep -Eq 'cjrelay-worker.*(DOWNLOAD_FAILED|download.*fail|task .* failed)' "$W/one.relay"; then
+    echo "# (1) unblocking the stuck worker (pid $V) with SIGKILL so that the run can go on"
+    kill -KILL "$V" 2>/dev/null
+fi
+reap_sim 60
+check "(1) the restarted simulator's rounds all verified (rc $rc): $(tail -1 "$W/sim2.out")" \
+    sh -c "[ $rc -eq 0 ] && grep -q '^SIM OK rounds=2' $W/sim2.out"
+T1=$(sed -n 's/^TASK 1 task=\([^ ]*\) .*/\1/p' "$W/sim1.out")
+check "(1) the interrupted task $T1 is reported failed by the relay" \
+    grep -Eq "server task $T1.*failed" "$W/one.relay"
+if out=$(tasks_accounted "$W/sim1.out" "$W/one.relay") && out2=$(tasks_accounted "$W/sim2.out" "$W/one.relay"); then
+    pass "(1) every task accounted for: sim1 handed out $(grep -c '^TASK' "$W/sim1.out"), sim2 $(grep -c '^TASK' "$W/sim2.out"); each verified or reported failed"
+else
+    fail "(1) tasks unaccounted: $out $out2"
+fi
+check "(1) relay still serving (show info)" ctl show info
+stop_relay
+
+# ---- (2) a worker that stops heartbeating ----------------------------------------------------------
+# (the relay launches its workers once the upstream is synced; it is stopped mid-task)
+start_sim sim3 --rounds 2 --model-size 64M --tensors 2 --max-failures 3
+start_relay two "$WK"
+wait_for 20 sh -c "$C -s $W/two.status.sock show tasks json | jq -e '[.tasks[].state] | index(\"delivering\") != null'"
+V=$(worker_pid)
+check "(2) worker pid ${V:-none} holds a task" [ "${V:-0}" -gt 0 ]
+[ -n "$V" ] && kill -STOP "$V"
+wait_for 15 grep -q "site-1.J1.client_api_trainer_1 lost: no valid message for" "$W/two.relay"
+check "(2) the silent worker declared lost: $(grep -o 'worker site-1.J1.client_api_trainer_1 lost: .*' "$W/two.relay" | head -1 | cut -c1-120)" \
+    grep -q "site-1.J1.client_api_trainer_1 lost: no valid message for [0-9.]* s (heartbeat_timeout 3 s)" "$W/two.relay"
+wait_for 10 sh -c "! kill -0 $V"
+check "(2) the stopped process was ended by the relay" sh -c "! kill -0 $V 2>/dev/null"
+wait_for 8 grep -q 'client_api_trainer_2' "$W/two.relay"
+BUG2="a worker the sessions declare lost while its process runs is stopped with cj_launcher_stop (lib/ops/flrun.c on_lost), which by design never relaunches, so the relay is left without a worker and the run stalls"
+known_bug "(2) a new worker launched after the silent one was stopped (client_api_trainer_2)" "$BUG2" \
+    grep -q 'worker site-1.J1.client_api_trainer_2 launched' "$W/two.relay"
+if grep -q 'worker site-1.J1.client_api_trainer_2 launched' "$W/two.relay"; then
+    reap_sim 40
+    check "(2) the rounds verified with the new worker (rc $rc): $(tail -1 "$W/sim3.out")" \
+        sh -c "[ $rc -eq 0 ] && grep -q '^SIM OK rounds=2' $W/sim3.out"
+else
+    reap_sim 1
+    echo "not ok - (2) the rounds verified with a new worker # TODO known bug: no new worker (above)"
+fi
+if out=$(tasks_accounted "$W/sim3.out" "$W/two.relay"); then pass "(2) every task accounted for ($(grep -c '^TASK' "$W/sim3.out") handed out, each verified, failed at the sim or reported failed by the relay)"
+else fail "(2) $out"; fi
+stop_relay
+
+# ---- (3) a hostile Client API worker ------------------------------------------------------------------
+# The relay's first launch runs the hostile peer, every later one the real worker.
+cat > "$W/worker.sh" <<EOF
+#!/bin/sh
+if [ ! -e "$W/hostile.done" ]; then
+    : > "$W/hostile.done"
+    exec "$P" --timeout 20 capi results "\$NVFLARE_CLIENT_API_BOOTSTRAP" > "$W/hostile.out" 2> "$W/hostile.err"
+fi
+exec "$WK" "\$@"
+EOF
+chmod 755 "$W/worker.sh"
+start_sim sim4 --rounds 2 --model-size 1M --tensors 2 --max-failures 3
+start_relay three "$W/worker.sh"
+wait_for 20 grep -q '^\(OK\|FAIL\) capi' "$W/hostile.out"
+note "$W/hostile.out"
+check "(3) a result for a task never given: result_rejected" grep -q "^BOGUS result_rejected: no current task matching task_id 'cjpeer-no-such-task'" "$W/hostile.out"
+check "(3) ... logged naming the worker" grep -q "client_api: result from site-1.J1.client_api_trainer_1 for task 'cjpeer-no-such-task' refused: no such task was given to it" "$W/three.relay"
+check "(3) the first result for its task accepted" grep -q '^FIRST result_accepted' "$W/hostile.out"
+check "(3) a second result for the same task: result_rejected" grep -q '^SECOND result_rejected: a result was already accepted for this task' "$W/hostile.out"
+check "(3) ... logged naming the worker" grep -q 'client_api: second result from site-1.J1.client_api_trainer_1 for task [0-9a-f]* refused' "$W/three.relay"
+known_bug "(3) rejected results counted in show stats" \
+    "the sessions count results_rejected / results_unknown_task / results_duplicate but show stats has no such field" \
+    sh -c "$C -s $W/three.status.sock show stats json | jq -e '(.results_rejected // 0) >= 2'"
+# The hostile worker's accepted "result" (its task body sent back) is not a valid
+# DXO result, so this simulator fails the run; the next one runs with the real worker.
+wait_for 20 sim_done; stop_sim
+note <<EOF
+(3) the simulator after the hostile result: $(tail -1 "$W/sim4.out")
+EOF
+wait_for 15 sh -c "[ \"\$($C -s $W/three.status.sock show workers json | jq -r '[.workers[] | select(.pid > 0)][0].state // empty')\" = ready ]"
+check "(3) the real worker relaunched and ready ($(worker_state))" [ "$(worker_state)" = ready ]
+BS=$(ls "$W"/client_api_bootstrap_*.json 2>/dev/null | tail -1)
+REAL=$(jq -r .trainer_fqcn "$BS" 2>/dev/null)
+$P --timeout 10 capi wrong-token "$BS" > "$W/impostor.out" 2> "$W/impostor.err"
+check "(3) an impostor claiming $REAL with a wrong launch token: $(cut -c1-90 "$W/impostor.out")" \
+    grep -q '^OK capi hello_rejected' "$W/impostor.out"
+check "(3) ... refusal logged" grep -q "client_api: rejecting HELLO from '$REAL': launch token mismatch" "$W/three.relay"
+TOK=$(jq -r .launch_token "$BS")
+check "(3) the real launch token never appears in the relay log" sh -c "! grep -qF -- '$TOK' $W/three.relay"
+start_sim sim5 --rounds 1 --model-size 4M --tensors 2 --max-failures 1
+reap_sim 30
+check "(3) the real worker kept serving: next round verified (rc $rc): $(tail -1 "$W/sim5.out")" \
+    sh -c "[ $rc -eq 0 ] && grep -q '^SIM OK rounds=1' $W/sim5.out"
+check "(3) ... by the same worker $REAL" grep -q "result_from=$REAL" "$W/sim5.out"
+stop_relay
+
+# ---- (4) 16 workers downloading at once ---------------------------------------------------------------------
+start_sim sim6 --rounds 1
+cat > "$W/four.ini" <<EOF
+[relay]
+site = site-1
+job_id = J1
+[upstream]
+url = tcp://127.0.0.1:$UP
+[workers]
+listen = unix:$W/four.w.sock
+[status]
+socket = $W/four.status.sock
+[limits]
+link_buffer = 16M
+EOF
+N=four
+$D -c "$W/four.ini" > "$W/four.relay" 2>&1 & RELAY=$!
+wait_for 15 upstream_is up
+SZ=${BLOB16:-32M}
+pids=
+for i in $(seq 16); do
+    $P --timeout 60 "unix:$W/four.w.sock" "site-1.J1.d$i" blob "$SZ" > "$W/d$i.out" 2>> "$W/peer.err" &
+    pids="$pids $!"
+done
+wait $pids
+ok=$(cat "$W"/d*.out | grep -c '^OK blob')
+check "(4) 16 concurrent downloads of $SZ through the relay, every byte checked: $ok of 16 OK" [ "$ok" -eq 16 ]
+# "OK blob N bytes in K chunks, pattern verified, T s (X MiB/s)": the spread of T
+spread=$(sed -n 's/^OK blob .* verified, \([0-9.]*\) s .*/\1/p' "$W"/d*.out | sort -n | awk '
+    { t[NR] = $1 } END { if (NR) printf "fastest %.2f s, median %.2f s, slowest %.2f s", t[1], t[int((NR + 1) / 2)], t[NR] }')
+note <<EOF
+(4) finish times of the 16 downloads: $spread
+EOF
+check "(4) none starved: the slowest took under 4x the median ($spread)" sh -c "printf '%s' '$spread' | awk '{ exit !(\$8 < 4 * \$5 + 1) }'"
+grep -h '^FAIL' "$W"/d*.out | head -3 | note
+check "(4) relay alive, show info answers" ctl show info
+stop_relay
+stop_sim
+if [ "$_f" -gt 0 ]; then
+    for f in one two three four; do
+        [ -f "$W/$f.relay" ] || continue
+        echo "# relay $f (last 12 lines):"; tail -12 "$W/$f.relay" | cut -c1-300 | note
+    done
+fi
+finish
