@@ -54,4 +54,9 @@ printf '\001help\nshow info\nshow stats json\nshow workers\npause\nresume\nreloa
 printf '\000show config json\nshutdown\nshow\nshow info json extra\n\n \t\r\nbogus\n' > $s/fuzz_status/readonly.txt
 printf '\003shutdown now\npause 1\nshutdown later\nreload\n' > $s/fuzz_status/failing.txt
 printf '\005reload\n\014show metrics\na b c d e f g h i\n' > $s/fuzz_status/nocallbacks.txt
+# fuzz_dlreply: bytes 0-1 set the piece sizes, then a whole download reply payload.
+mkdir -p $s/fuzz_dlreply
+for f in $V/3[137]_*.bin; do { printf '\003\001'; cat "$f"; } > $s/fuzz_dlreply/$(basename "$f"); done
+# fuzz_refmap: whole payloads with DOT-3/6 datums to rewrite.
+mkdir -p $s/fuzz_refmap; cp $V/[0-9]*.bin $s/fuzz_refmap/
 exit 0
