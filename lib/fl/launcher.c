@@ -50,7 +50,8 @@ struct slot {
     char bootstrap[PATH_MAX];
     pid_t pid;                         /* running child (its pgid too), 0 none */
     double started;
-    bool stopping;                     /* no relaunch after this child */
+    bool stopping;                     /* being stopped: no relaunch after this child... */
+    bool relaunch;                     /* ...unless it is stopped to be replaced (cj_launcher_restart) */
     bool now;                          /* stop overrides the result barrier */
     bool barrier_logged;
     enum stop_stage stage;
@@ -73,6 +74,7 @@ struct cj_launcher {
     struct slot *slots;
     unsigned seq;
     bool stopping_all;
+    bool hold;                         /* no relaunch (the run is ending) */
     struct event *sigchld, *poll;
     struct outp *outs;
 };
@@ -436,13 +438,13 @@ static void restart_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct slot *sl = arg;
-    if (!sl->l->stopping_all && !sl->pid) spawn(sl);
+    if (!sl->l->stopping_all && !sl->l->hold && !sl->pid) spawn(sl);
 }
 
 static void schedule_restart(struct slot *sl, double lived)
 {
     struct cj_launcher *l = sl->l;
-    if (l->stopping_all) return;
+    if (l->stopping_all || l->hold) return;
     if (lived > l->rmax || sl->backoff <= 0) sl->backoff = l->rmin;
     else sl->backoff = sl->backoff * 2 > l->rmax ? l->rmax : sl->backoff * 2;
     cj_log_info("worker slot of %s: relaunch in %.1f s", sl->leaf[0] ? sl->leaf : "(none)", sl->backoff);
@@ -473,8 +475,11 @@ static void child_exited(struct slot *sl, int st)
     evtimer_del(sl->stop_timer);
     status_text(st, how, sizeof how);
     double lived = mono() - sl->started;
-    bool stopping = sl->stopping || l->stopping_all;
-    if (stopping) cj_log_info("worker %s (pid %d) stopped: %s", sl->fqcn, (int)pid, how);
+    bool relaunch = sl->relaunch && !l->stopping_all && !l->hold;
+    bool stopping = (sl->stopping || l->stopping_all) && !relaunch;
+    sl->relaunch = false;
+    if (relaunch) cj_log_info("worker %s (pid %d) stopped: %s; another worker replaces it", sl->fqcn, (int)pid, how);
+    else if (stopping) cj_log_info("worker %s (pid %d) stopped: %s", sl->fqcn, (int)pid, how);
     else cj_log_warning("worker %s (pid %d) exited after %.1f s: %s", sl->fqcn, (int)pid, lived, how);
     if (killpg(pid, 0) == 0) {   /* its group outlived it: nobody owns those processes now */
         cj_log_warning("worker %s: processes of its group survived it; killing them", sl->fqcn);
@@ -529,6 +534,7 @@ static void stop_timer_cb(evutil_socket_t fd, short what, void *arg)
                     sl->now ? "stop now" : "still running after the grace");
         sl->stage = STOP_TERM;
         signal_group(sl->pid, SIGTERM);
+        signal_group(sl->pid, SIGCONT);   /* a stopped (SIGSTOP) worker can act on it too */
         arm(sl->stop_timer, l->grace);
         break;
     case STOP_TERM:
@@ -546,11 +552,16 @@ static void stop_timer_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static void stop_slot(struct slot *sl, bool now)
+/* relaunch: the stop of a lost worker, replaced once it is gone; a plain stop
+ * under way stays one. */
+static void stop_slot(struct slot *sl, bool now, bool relaunch)
 {
     struct cj_launcher *l = sl->l;
     evtimer_del(sl->restart_timer);
     if (!sl->pid) return;
+    if (!relaunch) sl->relaunch = false;
+    else if (sl->stopping && !sl->relaunch) return;
+    else sl->relaunch = true;
     sl->stopping = true;
     sl->now |= now;
     if (now && sl->stage < STOP_TERM) {
@@ -653,7 +664,7 @@ void cj_launcher_free(struct cj_launcher *l)
 int cj_launcher_start(struct cj_launcher *l)
 {
     int ok = 0;
-    l->stopping_all = false;
+    l->stopping_all = l->hold = false;
     for (int i = 0; i < l->count; i++)
         if (!l->slots[i].pid && spawn(&l->slots[i]) == 0) ok++;
     return ok ? 0 : -1;
@@ -670,14 +681,43 @@ int cj_launcher_stop(struct cj_launcher *l, const char *fqcn)
 {
     struct slot *sl = find_slot(l, fqcn);
     if (!sl) return -1;
-    stop_slot(sl, false);
+    stop_slot(sl, false, false);
     return 0;
+}
+
+int cj_launcher_restart(struct cj_launcher *l, const char *fqcn)
+{
+    struct slot *sl = find_slot(l, fqcn);
+    if (!sl) return -1;
+    if (l->stopping_all || (sl->stopping && !sl->relaunch)) {
+        cj_log_info("worker %s (pid %d): already being stopped; no relaunch", sl->fqcn, (int)sl->pid);
+        return 0;
+    }
+    if (l->hold) {   /* the run is ending: stopped, not replaced */
+        cj_log_info("worker %s (pid %d): stopping it (no relaunch: the run is ending)", sl->fqcn, (int)sl->pid);
+        stop_slot(sl, false, false);
+        return 0;
+    }
+    if (!sl->relaunch)
+        cj_log_info("worker %s (pid %d): stopping it to launch a replacement", sl->fqcn, (int)sl->pid);
+    stop_slot(sl, false, true);
+    return 0;
+}
+
+void cj_launcher_hold(struct cj_launcher *l)
+{
+    l->hold = true;
+    for (int i = 0; i < l->count; i++) {
+        struct slot *sl = &l->slots[i];
+        evtimer_del(sl->restart_timer);
+        sl->relaunch = false;   /* a lost worker being stopped stays down */
+    }
 }
 
 void cj_launcher_stop_all(struct cj_launcher *l, bool now)
 {
     l->stopping_all = true;
-    for (int i = 0; i < l->count; i++) stop_slot(&l->slots[i], now);
+    for (int i = 0; i < l->count; i++) stop_slot(&l->slots[i], now, false);
 }
 
 pid_t cj_launcher_pid(const struct cj_launcher *l, const char *fqcn)
@@ -696,4 +736,95 @@ size_t cj_launcher_running(const struct cj_launcher *l)
 unsigned cj_launcher_launches(const struct cj_launcher *l)
 {
     return l->seq;
+}
+
+/* ---- launch_token_file -------------------------------------------------------------------------- */
+
+void cj_launcher_tokens_clear(struct cj_launch_tokens *t)
+{
+    if (t) explicit_bzero(t, sizeof *t);
+}
+
+static bool tok_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+/* One line (without its '\n') into out; 0, or -1 with err naming file:line. */
+static int token_line(const char *path, unsigned lineno, const char *p, size_t n, struct cj_launch_tokens *out,
+                      struct cj_err *err)
+{
+    while (n && tok_blank(*p)) p++, n--;
+    while (n && tok_blank(p[n - 1])) n--;
+    if (!n || *p == '#') return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] <= 0x20 || (unsigned char)p[i] >= 0x7f)
+            return cj_fail(err, CJ_E_INVALID, 0,
+                           "launch_token_file %s:%u: a token is printable ASCII without blanks (character %zu is "
+                           "not)", path, lineno, i + 1);
+    if (n < CJ_LAUNCHER_TOKEN_MIN || n > CJ_LAUNCHER_TOKEN_MAX)
+        return cj_fail(err, CJ_E_INVALID, 0, "launch_token_file %s:%u: the token has %zu characters, not %d..%d",
+                       path, lineno, n, CJ_LAUNCHER_TOKEN_MIN, CJ_LAUNCHER_TOKEN_MAX);
+    for (size_t k = 0; k < out->n; k++)
+        if (strlen(out->tok[k]) == n && !memcmp(out->tok[k], p, n)) return 0;   /* twice counts once */
+    if (out->n >= CJ_LAUNCHER_TOKENS_MAX)
+        return cj_fail(err, CJ_E_LIMIT, 0, "launch_token_file %s:%u: more than %d tokens", path, lineno,
+                       CJ_LAUNCHER_TOKENS_MAX);
+    memcpy(out->tok[out->n], p, n);
+    out->tok[out->n++][n] = 0;
+    return 0;
+}
+
+static int parse_tokens(const char *path, const char *buf, size_t len, struct cj_launch_tokens *out,
+                        struct cj_err *err)
+{
+    unsigned lineno = 0;
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(buf + i, '\n', len - i);
+        size_t end = nl ? (size_t)(nl - buf) : len;
+        if (memchr(buf + i, 0, end - i))
+            return cj_fail(err, CJ_E_INVALID, 0, "launch_token_file %s:%u: a NUL byte", path, lineno + 1);
+        if (token_line(path, ++lineno, buf + i, end - i, out, err)) return -1;
+        i = end + 1;
+    }
+    if (!out->n) return cj_fail(err, CJ_E_MISSING, 0, "launch_token_file %s: no token in it", path);
+    return 0;
+}
+
+int cj_launcher_read_tokens(const char *path, struct cj_launch_tokens *out, struct cj_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!path || !path[0]) return cj_fail(err, CJ_E_MISSING, 0, "launch_token_file: no path"), -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return cj_fail(err, CJ_E_INVALID, 0, "launch_token_file: cannot open %s: %s", path, strerror(errno)), -1;
+    struct stat st;
+    int rc = 0;
+    char *buf = NULL;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        rc = cj_fail(err, CJ_E_INVALID, 0, "launch_token_file: %s is not a regular file", path);
+    } else if (st.st_mode & 077) {
+        rc = cj_fail(err, CJ_E_INVALID, 0,
+                     "launch_token_file: refusing %s: mode %04o lets group or others read it; it must be owner-only "
+                     "(chmod 600 %s)", path, (unsigned)(st.st_mode & 07777), path);
+    } else if (st.st_size > CJ_LAUNCHER_TOKEN_FILE_MAX) {
+        rc = cj_fail(err, CJ_E_LIMIT, 0, "launch_token_file: %s is over %d bytes", path, CJ_LAUNCHER_TOKEN_FILE_MAX);
+    } else if (!(buf = malloc(CJ_LAUNCHER_TOKEN_FILE_MAX + 1))) {
+        rc = cj_fail(err, CJ_E_NOMEM, 0, "launch_token_file: out of memory");
+    }
+    size_t len = 0;
+    while (rc == 0) {   /* the file may grow after fstat: read at most the bound, plus one to notice */
+        ssize_t r = read(fd, buf + len, CJ_LAUNCHER_TOKEN_FILE_MAX + 1 - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) rc = cj_fail(err, CJ_E_INVALID, 0, "launch_token_file: cannot read %s: %s", path, strerror(errno));
+        else if (r == 0) break;
+        else if ((len += (size_t)r) > CJ_LAUNCHER_TOKEN_FILE_MAX)
+            rc = cj_fail(err, CJ_E_LIMIT, 0, "launch_token_file: %s is over %d bytes", path,
+                         CJ_LAUNCHER_TOKEN_FILE_MAX);
+    }
+    close(fd);
+    if (rc == 0) rc = parse_tokens(path, buf, len, out, err);
+    if (buf) {
+        explicit_bzero(buf, CJ_LAUNCHER_TOKEN_FILE_MAX + 1);
+        free(buf);
+    }
+    if (rc) cj_launcher_tokens_clear(out);
+    return rc ? -1 : 0;
 }

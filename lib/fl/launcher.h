@@ -16,7 +16,8 @@
  * to restart_max; back to restart_min after a clean exit or once a worker lived
  * longer than restart_max), unless it is being stopped.  Stopping is staged: the owner sends client_api.shutdown
  * first (lib/fl/session.h), then cj_launcher_stop: SIGTERM to the process
- * group after shutdown_grace, SIGKILL after another shutdown_grace; the child is
+ * group (and SIGCONT, so that a SIGSTOPped worker acts on it) after
+ * shutdown_grace, SIGKILL after another shutdown_grace; the child is
  * reaped and its bootstrap file removed.
  *
  * Never logged: the token, and the command's arguments beyond argv[0]. */
@@ -55,7 +56,8 @@ struct cj_launcher_cbs {
      * token is wiped after the call.  Runs before the worker can connect. */
     void (*on_spawn)(void *ctx, const char *fqcn, const char *token, pid_t pid);
     /* The worker process was reaped (status as from waitpid); stopping: it was
-     * being stopped (no relaunch follows).  Call cj_fl_sessions_worker_exited:
+     * being stopped (no relaunch follows; false for a lost worker stopped by
+     * cj_launcher_restart, which is replaced).  Call cj_fl_sessions_worker_exited:
      * the sessions know whether it held a task. */
     void (*on_exit)(void *ctx, const char *fqcn, int status, bool stopping);
     /* Optional: true while the worker owns a live result source
@@ -83,6 +85,18 @@ int cj_launcher_start(struct cj_launcher *l);
  * its result barrier, see in_barrier), SIGKILL after another shutdown_grace.
  * 0, or -1 when no such running worker. */
 int cj_launcher_stop(struct cj_launcher *l, const char *fqcn);
+/* A worker the sessions declared lost while its process still runs (silent,
+ * SIGSTOPped, hung): the staged stop of cj_launcher_stop, after which the slot
+ * is relaunched like a crashed worker (new seq, FQCN, token and bootstrap file,
+ * after the restart back-off).  on_exit then gets stopping = false.  A plain
+ * stop already under way (cj_launcher_stop, cj_launcher_stop_all) is kept: no
+ * relaunch.  0, or -1 when no such running worker. */
+int cj_launcher_restart(struct cj_launcher *l, const char *fqcn);
+/* No relaunch from now on (the run is ending): a worker that exits, or a lost
+ * one being stopped, stays down; pending relaunches are cancelled.  Running
+ * workers are left alone (stop them with cj_launcher_stop_all).
+ * cj_launcher_start lifts it. */
+void cj_launcher_hold(struct cj_launcher *l);
 /* Every worker: now = false as cj_launcher_stop; now = true: SIGTERM at once,
  * barrier or not, SIGKILL after shutdown_grace (shutdown now, SIGQUIT, a second
  * signal). */
@@ -103,5 +117,28 @@ unsigned cj_launcher_launches(const struct cj_launcher *l);
  * backslash, no words, more than CJ_LAUNCHER_MAX_ARGS words. */
 int cj_launcher_split(const char *cmd, char ***argv_out, int *argc_out, struct cj_err *err);
 void cj_launcher_argv_free(char **argv);
+
+/* ---- [workers] launch_token_file: tokens of workers started by someone else ------------- */
+
+#define CJ_LAUNCHER_TOKENS_MAX 64          /* tokens in one file */
+#define CJ_LAUNCHER_TOKEN_MIN 16           /* shorter is no secret */
+#define CJ_LAUNCHER_TOKEN_MAX 255          /* what a bootstrap file's launch_token holds */
+#define CJ_LAUNCHER_TOKEN_FILE_MAX (64 * 1024)
+
+struct cj_launch_tokens {
+    size_t n;
+    char tok[CJ_LAUNCHER_TOKENS_MAX][CJ_LAUNCHER_TOKEN_MAX + 1];
+};
+
+/* Reads a launch token file: one token per line; blank lines and lines whose
+ * first non-blank character is '#' are skipped; blanks around a token are
+ * trimmed; a token is CJ_LAUNCHER_TOKEN_MIN..CJ_LAUNCHER_TOKEN_MAX printable
+ * ASCII characters without blanks; a token given twice counts once.  The file
+ * must be a regular file that is owner-only (mode & 077 == 0) and hold at least
+ * one token.  0 with out filled, or -1 with err naming the file (and line),
+ * never a token; out is wiped then. */
+int cj_launcher_read_tokens(const char *path, struct cj_launch_tokens *out, struct cj_err *err);
+/* Wipes the tokens (explicit_bzero). */
+void cj_launcher_tokens_clear(struct cj_launch_tokens *t);
 
 #endif

@@ -46,6 +46,7 @@ struct cj_daemon {
     struct timespec started;      /* CLOCK_MONOTONIC */
     char fqcn[2 * CJ_CFG_NAME_MAX + 2];
     char upstream_url[CJ_CFG_PATH_MAX];
+    uint64_t synced_drops, synced_refused;   /* the router's counts at the last sync_stats */
 };
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -86,8 +87,11 @@ static size_t worker_count(const struct cj_daemon *d)
     return d->router ? cj_router_children(d->router, NULL, 0) : 0;
 }
 
-/* Copies the router's counters into the shared table that show stats renders. */
-static void sync_stats(const struct cj_daemon *d)
+/* Copies the router's counters into the shared table that show stats renders.
+ * drops and workers_refused are also counted by other layers (the stream
+ * endpoint, the worker sessions' refused HELLOs): those get the router's growth
+ * since the last sync added, not overwritten. */
+static void sync_stats(struct cj_daemon *d)
 {
     if (!d->router) return;
     const struct cj_router_counters *c = cj_router_counters(d->router);
@@ -96,10 +100,12 @@ static void sync_stats(const struct cj_daemon *d)
     cj_stats.bytes_up = c->up_bytes;
     cj_stats.bytes_down = c->down_bytes;
     cj_stats.returns_sent = c->returns_sent + c->fwd_errors_sent;
-    cj_stats.drops = c->drops;
+    cj_stats.drops += c->drops - d->synced_drops;
+    d->synced_drops = c->drops;
     cj_stats.reconnects = c->reconnects;
     cj_stats.throttles = c->throttles;
-    cj_stats.workers_refused = c->workers_refused;
+    cj_stats.workers_refused += c->workers_refused - d->synced_refused;
+    d->synced_refused = c->workers_refused;
     cj_stats.stalled_closed = c->stalled_closed;
 }
 
@@ -229,7 +235,10 @@ static void show_stats(struct cj_daemon *d, struct cj_out *o)
     sync_stats(d);
     for (size_t i = 0; i < cj_stats_nfields; i++)
         cj_out_u64(o, cj_stats_fields[i].name, cj_stats_get(&cj_stats, &cj_stats_fields[i]));
-    if (d->fl) cj_flrun_show_spool_stats(d->fl, o);   /* spool mode: spool_* totals */
+    if (d->fl) {
+        cj_flrun_show_session_stats(d->fl, o);   /* results_rejected, workers_lost, ... */
+        cj_flrun_show_spool_stats(d->fl, o);     /* spool mode: spool_* totals */
+    }
 }
 
 static void show_config(struct cj_daemon *d, struct cj_out *o)

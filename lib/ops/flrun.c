@@ -4,6 +4,7 @@
 
 #include <event2/event.h>
 #include <libgen.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "fl/upstream.h"
 #include "net/link.h"
 #include "util/log.h"
+#include "util/stats.h"
 
 #define PROGRESS_TICK_SECS 1
 #define STOP_POLL_SECS 0.5
@@ -111,6 +113,7 @@ static void start_ending(struct cj_flrun *f, const char *why)
     if (f->ending) return;
     f->ending = true;
     snprintf(f->end_why, sizeof f->end_why, "%s", why);
+    if (f->launcher) cj_launcher_hold(f->launcher);   /* no relaunch while the run ends */
     if (f->up) cj_fl_up_drain(f->up);
     tr_end_run(f);   /* the sessions call on_drained once nothing is in flight */
 }
@@ -146,7 +149,8 @@ static void on_exit_cb(void *ctx, const char *fqcn, int status, bool stopping)
     else if (WIFSIGNALED(status)) snprintf(why, sizeof why, "process killed by signal %d", WTERMSIG(status));
     else snprintf(why, sizeof why, "process ended (status 0x%x)", status);
     cj_fl_sessions_worker_exited(f->sessions, fqcn, why);
-    if (stopping) finish_if_stopped(f);
+    (void)stopping;         /* a worker that dies while the run ends is not replaced either */
+    finish_if_stopped(f);   /* does something only once the run is ending */
 }
 
 static bool in_barrier(void *ctx, const char *fqcn)
@@ -155,10 +159,18 @@ static bool in_barrier(void *ctx, const char *fqcn)
     return cj_fl_sessions_in_barrier(f->sessions, fqcn);
 }
 
+/* A worker the sessions gave up on (silent, hung, SIGSTOPped) may still run:
+ * its process is stopped (staged SIGTERM, SIGKILL) and, unless the run is
+ * ending, a fresh worker (new FQCN and token) replaces it, as after a crash.
+ * Workers the relay did not launch (launch_token_file) are not ours to stop:
+ * their token is accepted again from a new process. */
 static void on_lost(void *arg, const char *fqcn, const char *why)
 {
     struct cj_flrun *f = arg;
-    if (f->launcher && cj_launcher_pid(f->launcher, fqcn) > 0) cj_launcher_stop(f->launcher, fqcn);
+    (void)why;
+    if (!f->launcher || cj_launcher_pid(f->launcher, fqcn) <= 0) return;
+    if (f->ending) cj_launcher_stop(f->launcher, fqcn);
+    else cj_launcher_restart(f->launcher, fqcn);
 }
 
 /* ---- router events ------------------------------------------------------------------ */
@@ -291,6 +303,28 @@ static int make_spool(struct cj_flrun *f, struct cj_stream_ep *ep, const struct 
     return 0;
 }
 
+/* [workers] launch_token_file: each token in it lets one worker started by
+ * someone else at a time connect (an any-FQCN session record, re-armed when
+ * that worker is gone).  The file must be owner-only; no token is ever logged. */
+static int load_launch_tokens(struct cj_flrun *f, const struct cj_config *cfg, struct cj_err *err)
+{
+    const char *path = cfg->workers.launch_token_file;
+    if (!path[0]) return 0;
+    struct cj_launch_tokens *lt = malloc(sizeof *lt);
+    if (!lt) return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
+    int rc = cj_launcher_read_tokens(path, lt, err);
+    for (size_t i = 0; rc == 0 && i < lt->n; i++)
+        if (cj_fl_sessions_expect(f->sessions, NULL, lt->tok[i]) != 0)
+            rc = cj_fail(err, CJ_E_LIMIT, 0, "launch_token_file %s: cannot register token %zu of %zu", path, i + 1,
+                         lt->n);
+    if (rc == 0)
+        cj_log_info("launch_token_file %s: %zu token(s); workers started outside the relay may connect with them",
+                    path, lt->n);
+    cj_launcher_tokens_clear(lt);
+    free(lt);
+    return rc ? -1 : 0;
+}
+
 static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, struct cj_err *err)
 {
     if (!cfg->workers.command[0]) return 0;
@@ -326,7 +360,7 @@ struct cj_flrun *cj_flrun_new(struct event_base *base, struct cj_stream_ep *ep, 
     cj_log_info("credentials: %s", cj_creds_describe(&f->creds, desc, sizeof desc));
     if (!(f->tasks = cj_task_table_new())) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); goto fail; }
     if (make_upstream(f, ep, cfg, err) || make_spool(f, ep, cfg, err) || make_sessions(f, ep, cfg, err) ||
-        make_launcher(f, cfg, err))
+        load_launch_tokens(f, cfg, err) || make_launcher(f, cfg, err))
         goto fail;
     struct cj_router_events ev = {.worker_up = ev_worker_up, .worker_down = ev_worker_down,
                                   .upstream_up = ev_upstream_up};
@@ -525,6 +559,38 @@ void cj_flrun_show_metrics(struct cj_flrun *f, struct cj_out *o)
     cj_out_table_begin(o, "metrics", cols, 3);
     cj_fl_sessions_metrics(f->sessions, metric_row, o);
     cj_out_table_end(o);
+}
+
+/* ---- the sessions' counters in show stats ----------------------------------------------- */
+
+/* The worker sessions' counters not already in the shared table (tasks_out is
+ * their tasks_delivered): names that could be mistaken for upstream counters
+ * carry a worker_ prefix. */
+#define SF(name, field, doc) {name, offsetof(struct cj_fl_sessions_stats, field), doc}
+static const struct cj_stats_field session_fields[] = {
+    SF("hellos_accepted", hellos_accepted, "worker HELLOs accepted"),
+    SF("hellos_rejected", hellos_rejected, "worker HELLOs rejected (identity, launch token, ...)"),
+    SF("worker_tasks_failed", tasks_failed, "tasks failed because of a worker (task_failed, lost, refused)"),
+    SF("results_accepted", results_accepted, "result_ready accepted"),
+    SF("results_rejected", results_rejected, "result_ready rejected (includes the next two)"),
+    SF("results_unknown_task", results_unknown_task, "results for a task never given to that worker"),
+    SF("results_duplicate", results_duplicate, "second results for the same task"),
+    SF("worker_heartbeats", heartbeats, "worker heartbeats answered"),
+    SF("worker_logs", logs, "worker log messages kept"),
+    SF("worker_logs_dropped", logs_dropped, "worker log messages dropped (invalid)"),
+    SF("workers_lost", workers_lost, "workers declared lost"),
+    SF("worker_bad_requests", bad_requests, "worker requests answered invalid_request"),
+};
+#undef SF
+
+void cj_flrun_show_session_stats(struct cj_flrun *f, struct cj_out *o)
+{
+    if (!f || !f->sessions) return;
+    struct cj_fl_sessions_stats st;
+    memset(&st, 0, sizeof st);
+    cj_fl_sessions_get_stats(f->sessions, &st);
+    for (size_t i = 0; i < sizeof session_fields / sizeof session_fields[0]; i++)
+        cj_out_u64(o, session_fields[i].name, *(const uint64_t *)((const char *)&st + session_fields[i].off));
 }
 
 /* ---- spool mode ---------------------------------------------------------------------------- */

@@ -51,6 +51,9 @@ void cj_flrun_show_metrics(struct cj_flrun *f, struct cj_out *o);
 /* Spool mode only (nothing otherwise): the spool totals, appended to show
  * stats as spool_* fields; and the reloadable settings (spool_max_bytes). */
 void cj_flrun_show_spool_stats(struct cj_flrun *f, struct cj_out *o);
+/* The worker sessions' counters (hellos_*, results_accepted/_rejected/
+ * _unknown_task/_duplicate, workers_lost, worker_*), appended to show stats. */
+void cj_flrun_show_session_stats(struct cj_flrun *f, struct cj_out *o);
 void cj_flrun_reload(struct cj_flrun *f, const struct cj_config *cfg);
 
 #endif

@@ -1,6 +1,7 @@
 /* test_launcher.c — worker processes (lib/fl/launcher.c) with /bin/sh scripts as
  * workers: bootstrap file and environment, output logged per line with the
- * worker's name, restart with back-off, staged stop up to SIGKILL. */
+ * worker's name, restart with back-off, staged stop up to SIGKILL, the stop and
+ * replacement of a lost worker, and the launch_token_file reader. */
 #include "testutil.h"
 
 #include <errno.h>
@@ -398,6 +399,154 @@ static void test_exec_failure_and_long_lines(void **state)
     fx_free(f);
 }
 
+/* ---- a lost worker: stopped, then replaced ------------------------------------------------------ */
+
+static void test_restart_lost_worker(void **state)
+{
+    struct fx *f = fx_new();
+    /* ignores SIGTERM: SIGKILL must reach it, SIGSTOPped as it is */
+    fx_launcher(f, "/bin/sh -c \"trap '' TERM; echo up; while :; do sleep 0.05; done\"", 1, 0.2, 0.1, 0.4, 0);
+    assert_int_equal(cj_launcher_start(f->l), 0);
+    RUN_UNTIL(f, f->n_lines >= 1, 3.0);
+    assert_int_equal(kill(f->pid[0], SIGSTOP), 0);
+    char old_boot[200];
+    snprintf(old_boot, sizeof old_boot, "%s/client_api_bootstrap_1.json", f->dir);
+    assert_int_equal(cj_launcher_restart(f->l, "site-1.job-7f3a.no_such_worker"), -1);
+    double t0 = mono();
+    assert_int_equal(cj_launcher_restart(f->l, f->fqcn[0]), 0);
+    assert_int_equal(cj_launcher_restart(f->l, f->fqcn[0]), 0);   /* asked twice: one stop */
+    RUN_UNTIL(f, f->spawns >= 2, 4.0);
+    assert_int_equal(f->exits, 1);
+    assert_true(WIFSIGNALED(f->exit_status[0]) && WTERMSIG(f->exit_status[0]) == SIGKILL);
+    assert_false(f->exit_stopping[0]);                 /* a relaunch follows */
+    assert_true(f->exit_at[0] - t0 >= 0.35);           /* grace, SIGTERM, grace, SIGKILL */
+    assert_true(f->spawn_at[1] - f->exit_at[0] >= 0.09);   /* the restart back-off applies */
+    assert_int_equal(f->spawns, 2);
+    assert_string_equal(f->fqcn[1], SITE "." JOB ".client_api_trainer_2");
+    assert_string_not_equal(f->token[1], f->token[0]);
+    assert_int_equal(access(old_boot, F_OK), -1);      /* the stale bootstrap is gone */
+    assert_int_equal(cj_launcher_pid(f->l, f->fqcn[0]), 0);
+    assert_int_equal(cj_launcher_pid(f->l, f->fqcn[1]), f->pid[1]);
+    assert_int_equal(cj_launcher_running(f->l), 1);
+    char *log = read_log(f);
+    assert_non_null(strstr(log, "stopping it to launch a replacement"));
+    assert_non_null(strstr(log, "another worker replaces it"));
+    free(log);
+    cj_launcher_stop_all(f->l, true);
+    RUN_UNTIL(f, cj_launcher_running(f->l) == 0, 3.0);
+    fx_free(f);
+}
+
+/* A plain stop under way stays one; after cj_launcher_hold nothing is relaunched. */
+static void test_restart_respects_stop_and_hold(void **state)
+{
+    struct fx *f = fx_new();
+    fx_launcher(f, "sleep 10", 2, 0.2, 0.1, 0.4, 0);
+    assert_int_equal(cj_launcher_start(f->l), 0);
+    assert_int_equal(cj_launcher_stop(f->l, f->fqcn[0]), 0);
+    assert_int_equal(cj_launcher_restart(f->l, f->fqcn[0]), 0);   /* kept as a stop */
+    RUN_UNTIL(f, f->exits >= 1, 3.0);
+    assert_true(f->exit_stopping[0]);
+    RUN_UNTIL(f, false, 0.5);
+    assert_int_equal(f->spawns, 2);
+
+    /* the run ends: a lost worker being stopped is not replaced */
+    assert_int_equal(cj_launcher_restart(f->l, f->fqcn[1]), 0);
+    cj_launcher_hold(f->l);
+    RUN_UNTIL(f, f->exits >= 2, 3.0);
+    assert_true(f->exit_stopping[1]);
+    RUN_UNTIL(f, false, 0.5);
+    assert_int_equal(f->spawns, 2);
+    assert_int_equal(cj_launcher_running(f->l), 0);
+
+    /* a crash while held: no relaunch either; start lifts the hold */
+    assert_int_equal(cj_launcher_start(f->l), 0);
+    assert_int_equal(f->spawns, 4);
+    cj_launcher_hold(f->l);
+    assert_int_equal(kill(f->pid[2], SIGKILL), 0);
+    RUN_UNTIL(f, f->exits >= 3, 3.0);
+    RUN_UNTIL(f, false, 0.5);
+    assert_int_equal(f->spawns, 4);
+    assert_int_equal(cj_launcher_restart(f->l, f->fqcn[3]), 0);   /* held: a plain stop */
+    RUN_UNTIL(f, f->exits >= 4, 3.0);
+    assert_true(f->exit_stopping[3]);
+    RUN_UNTIL(f, false, 0.3);
+    assert_int_equal(f->spawns, 4);
+    fx_free(f);
+}
+
+/* ---- launch_token_file -------------------------------------------------------------------------- */
+
+#define TOK_A "tokA-0123456789abcdef-ZZ9plural"
+#define TOK_B "tokB_ABCDEFGHIJKLMNOP"
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
+static void tokens_bad(const char *path, const char *text, mode_t mode, const char *want)
+{
+    struct cj_launch_tokens t;
+    struct cj_err e = {0};
+    write_file(path, text, mode);
+    assert_int_equal(cj_launcher_read_tokens(path, &t, &e), -1);
+    if (!strstr(e.msg, want)) fail_msg("%s: got '%s', want '%s'", text, e.msg, want);
+    assert_non_null(strstr(e.msg, path));   /* names the file */
+    assert_null(strstr(e.msg, "tokA"));     /* never a token */
+    assert_int_equal(t.n, 0);
+}
+
+static void test_read_tokens(void **state)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/cjtokens.XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    struct cj_launch_tokens t;
+    struct cj_err e = {0};
+
+    write_file(path, "# tokens of the externally started workers\n\n  " TOK_A "  \r\n" TOK_B "\n" TOK_A "\n", 0600);
+    assert_int_equal(cj_launcher_read_tokens(path, &t, &e), 0);
+    assert_int_equal(t.n, 2);   /* the repeated one counts once */
+    assert_string_equal(t.tok[0], TOK_A);
+    assert_string_equal(t.tok[1], TOK_B);
+    cj_launcher_tokens_clear(&t);
+    assert_int_equal(t.n, 0);
+    assert_int_equal(t.tok[0][0], 0);
+    write_file(path, TOK_A, 0400);   /* no final newline; read-only */
+    assert_int_equal(cj_launcher_read_tokens(path, &t, &e), 0);
+    assert_int_equal(t.n, 1);
+    assert_string_equal(t.tok[0], TOK_A);
+
+    tokens_bad(path, TOK_A "\n", 0640, "owner-only");
+    tokens_bad(path, TOK_A "\n", 0604, "mode 0604");
+    tokens_bad(path, "# nothing\n\n", 0600, "no token");
+    tokens_bad(path, "", 0600, "no token");
+    tokens_bad(path, TOK_A "\nshort\n", 0600, ":2: the token has 5 characters");
+    tokens_bad(path, "tokA with a blank in it\n", 0600, ":1: a token is printable ASCII");
+    char big[CJ_LAUNCHER_TOKEN_MAX + 3];
+    memset(big, 'x', sizeof big - 2);
+    big[sizeof big - 2] = '\n';
+    big[sizeof big - 1] = 0;
+    tokens_bad(path, big, 0600, "256 characters");
+    char many[(CJ_LAUNCHER_TOKENS_MAX + 1) * 24 + 1];
+    size_t k = 0;
+    for (int i = 0; i <= CJ_LAUNCHER_TOKENS_MAX; i++) k += (size_t)sprintf(many + k, "tokA-%017d\n", i);
+    tokens_bad(path, many, 0600, "more than 64 tokens");
+    unlink(path);
+    assert_int_equal(cj_launcher_read_tokens(path, &t, &e), -1);
+    assert_non_null(strstr(e.msg, "cannot open"));
+    assert_int_equal(cj_launcher_read_tokens("/tmp", &t, &e), -1);
+    assert_non_null(strstr(e.msg, "not a regular file"));
+}
+
 static void test_bad_cfg(void **state)
 {
     struct event_base *base = event_base_new();
@@ -423,6 +572,9 @@ int main(void)
         cmocka_unit_test(test_barrier_delays_term),
         cmocka_unit_test(test_stop_all_now),
         cmocka_unit_test(test_exec_failure_and_long_lines),
+        cmocka_unit_test(test_restart_lost_worker),
+        cmocka_unit_test(test_restart_respects_stop_and_hold),
+        cmocka_unit_test(test_read_tokens),
         cmocka_unit_test(test_bad_cfg),
     };
     return cmocka_run_group_tests_name("launcher", tests, NULL, NULL);
