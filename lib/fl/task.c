@@ -21,13 +21,22 @@
 #include "util/log.h"
 #include "util/mp.h"
 
-/* Finished tasks kept at most, whatever their age (tombstones are bounded). */
-#define TASK_MAX_TOMBSTONES 4096
+/* The refs of a task and of its result: one allocation of one size, freed when
+ * the task's tombstone is compacted. */
+struct cj_task_body {
+    struct cj_ref refs[CJ_TASK_MAX_REFS];
+    struct cj_ref result[CJ_TASK_MAX_REFS];
+};
+
+/* The headers copy is allocated in size classes (powers of two from 256), so
+ * freed copies are reused by the next tasks' instead of splitting the heap. */
+#define HEADERS_MIN_ALLOC 256
 
 struct cj_task_table {
     struct cj_task *head;
     struct cj_task **tail;
     size_t n;
+    uint64_t finished_seq;   /* last finishing number given */
 };
 
 static const char *const STATE_NAMES[] = {
@@ -163,6 +172,10 @@ int cj_task_set_result_refs(struct cj_task *t, const uint8_t *result, size_t len
 {
     struct cj_ref refs[CJ_TASK_MAX_REFS];
     size_t n;
+    if (!t->result_refs) {
+        set_why(why, whysz, "task %s finished long ago: its record no longer holds refs", t->id);
+        return -1;
+    }
     if (read_refs(result, len, refs, &n, why, whysz)) return -1;
     memcpy(t->result_refs, refs, n * sizeof *refs);
     t->n_result_refs = n;
@@ -178,9 +191,29 @@ struct cj_task_table *cj_task_table_new(void)
     return tt;
 }
 
+static size_t headers_alloc_size(size_t n)
+{
+    size_t sz = HEADERS_MIN_ALLOC;
+    while (sz < n && sz <= SIZE_MAX / 2) sz *= 2;
+    return sz < n ? n : sz;
+}
+
+/* Keeps only what a late or duplicate message needs: the fixed-size record. */
+static void task_compact(struct cj_task *t)
+{
+    if (!t->body && !t->headers) return;
+    free(t->headers);
+    t->headers = NULL;
+    t->headers_len = 0;
+    free(t->body);
+    t->body = NULL;
+    t->refs = t->result_refs = NULL;
+    t->n_refs = t->n_result_refs = 0;
+}
+
 static void task_free(struct cj_task *t)
 {
-    free(t->headers);
+    task_compact(t);
     free(t);
 }
 
@@ -231,12 +264,16 @@ struct cj_task *cj_task_add(struct cj_task_table *tt, const uint8_t *payload, si
         return NULL;
     }
     struct cj_task *t = calloc(1, sizeof *t);
-    if (!t || !(t->headers = malloc(info.headers.len)) || local_id(t->id)) {
-        if (t) free(t->headers);
+    if (!t || !(t->headers = malloc(headers_alloc_size(info.headers.len))) ||
+        !(t->body = calloc(1, sizeof *t->body)) || local_id(t->id)) {
+        if (t) task_compact(t);
         free(t);
         set_why(why, whysz, "out of memory or randomness");
         return NULL;
     }
+    t->tt = tt;
+    t->refs = t->body->refs;
+    t->result_refs = t->body->result;
     memcpy(t->headers, payload + info.headers.off, info.headers.len);
     t->headers_len = info.headers.len;
     snprintf(t->server_id, sizeof t->server_id, "%s", info.task_id);
@@ -280,13 +317,31 @@ struct cj_task *cj_task_find_server(struct cj_task_table *tt, const char *server
     return last;
 }
 
+static void trim(struct cj_task_table *tt, double now, const struct cj_task *keep);
+
+/* t has just become finished: it gets the next finishing number, and the
+ * older tombstones are compacted or dropped (never t). */
+static void became_finished(struct cj_task *t)
+{
+    if (!t->tt) return;
+    t->finished_seq = ++t->tt->finished_seq;
+    trim(t->tt, t->changed, t);
+}
+
 void cj_task_set_state(struct cj_task *t, enum cj_task_state s)
 {
     if (t->state == s) return;
+    bool was_finished = finished(t);
     cj_log_info("task %s (server task %s, '%s'): %s -> %s", t->id, t->server_id, t->name,
                 cj_task_state_name(t->state), cj_task_state_name(s));
     t->state = s;
     t->changed = cj_task_now();
+    if (was_finished && !finished(t)) {
+        if (!t->body) cj_log_warning("task %s: back in flight after its tombstone was compacted (no refs)", t->id);
+        t->finished_seq = 0;
+    } else if (!was_finished && finished(t)) {
+        became_finished(t);
+    }
 }
 
 void cj_task_fail(struct cj_task *t, const char *fmt, ...)
@@ -305,9 +360,11 @@ void cj_task_fail(struct cj_task *t, const char *fmt, ...)
                  t->server_id, t->name, cj_task_state_name(t->state), why,
                  cj_task_refs_text(t->refs, t->n_refs, rt, sizeof rt),
                  cj_task_refs_text(t->result_refs, t->n_result_refs, rr, sizeof rr));
+    bool was_finished = finished(t);
     memcpy(t->why, why, sizeof why);
     t->state = CJ_TASK_FAILED;
     t->changed = cj_task_now();
+    if (!was_finished) became_finished(t);
 }
 
 static void unlink_task(struct cj_task_table *tt, struct cj_task **pp)
@@ -319,28 +376,45 @@ static void unlink_task(struct cj_task_table *tt, struct cj_task **pp)
     task_free(t);
 }
 
-void cj_task_table_expire(struct cj_task_table *tt, double now)
+/* One pass: drops tombstones past the TTL and those beyond the newest
+ * CJ_TASK_MAX_TOMBSTONES (by finishing order), compacts those beyond the
+ * newest CJ_TASK_FULL_TOMBSTONES.  keep (may be NULL) is never touched.
+ * Finishing numbers are consecutive, so "among the newest N" is
+ * finished_seq > last - N, without sorting. */
+static void trim(struct cj_task_table *tt, double now, const struct cj_task *keep)
 {
-    size_t done = 0;
+    uint64_t last = tt->finished_seq;
     for (struct cj_task **pp = &tt->head; *pp;) {
         struct cj_task *t = *pp;
-        if (finished(t) && now - t->changed >= CJ_TASK_TOMBSTONE_SECS) {
-            cj_log_debug("task %s: tombstone expired", t->id);
+        if (t == keep || !finished(t) || t->pins) {
+            pp = &t->next;
+            continue;
+        }
+        uint64_t age = last >= t->finished_seq ? last - t->finished_seq : 0;   /* 0 = the newest */
+        if (now - t->changed >= CJ_TASK_TOMBSTONE_SECS || age >= CJ_TASK_MAX_TOMBSTONES) {
+            cj_log_debug("task %s: tombstone dropped (%s)", t->id,
+                         age >= CJ_TASK_MAX_TOMBSTONES ? "too many finished tasks" : "expired");
             unlink_task(tt, pp);
             continue;
         }
-        if (finished(t)) done++;
+        if (age >= CJ_TASK_FULL_TOMBSTONES) task_compact(t);
         pp = &t->next;
     }
-    /* Over the bound: drop the oldest finished tasks first (arrival order). */
-    for (struct cj_task **pp = &tt->head; *pp && done > TASK_MAX_TOMBSTONES;) {
-        if (finished(*pp)) {
-            unlink_task(tt, pp);
-            done--;
-        } else {
-            pp = &(*pp)->next;
-        }
-    }
+}
+
+void cj_task_pin(struct cj_task *t)
+{
+    t->pins++;
+}
+
+void cj_task_unpin(struct cj_task *t)
+{
+    if (t->pins) t->pins--;
+}
+
+void cj_task_table_expire(struct cj_task_table *tt, double now)
+{
+    trim(tt, now, NULL);
 }
 
 struct cj_task *cj_task_first(struct cj_task_table *tt)

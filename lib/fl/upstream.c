@@ -554,6 +554,7 @@ static void sub_unlink(struct up_sub *s)
 
 static void sub_free(struct up_sub *s)
 {
+    if (s->t) cj_task_unpin(s->t);
     if (s->timer) event_free(s->timer);
     if (s->payload) evbuffer_free(s->payload);
     free(s->result);
@@ -828,7 +829,9 @@ static struct up_sub *sub_new(struct cj_fl_up *up, struct cj_task *t)
     if (!s) return NULL;
     s->up = up;
     s->t = t;
+    cj_task_pin(t);   /* s->t stays valid while the submission is retried */
     if (!(s->timer = evtimer_new(up->base, sub_timer_cb, s))) {
+        cj_task_unpin(t);
         free(s);
         return NULL;
     }

@@ -9,6 +9,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "dl/dlmsg.h"
 #include "fl/capi.h"
 #include "fl/session.h"
 #include "fl/task.h"
@@ -27,9 +28,10 @@
 #define TOKEN "q6Y0Zc3rXl2oZ5m8A9tK1vW4bN7sH0dJ3fL6pR9uE2g"   /* vector 20's proof */
 #define AUTH_TOKEN "site-token-123"
 #define AUTH_SIG "site-signature-456"
-#define NEP 3
+#define SERVER "server.job-7f3a"
+#define NEP 4
 
-enum { R = 0, WK = 1, WK2 = 2 };
+enum { R = 0, WK = 1, WK2 = 2, SRV = 3 };
 enum task_mode { T_ACCEPT, T_FAIL, T_HOLD };
 
 struct tmsg {
@@ -85,6 +87,12 @@ struct fx {
     int shut_calls, shut_status;
     bool shut_live;
     char session_id[CJ_CAPI_ID_MAX + 1];
+    /* the server's download service: source_failure notices received */
+    int notices;
+    uint8_t *notice;
+    size_t notice_len;
+    char notice_origin[256];
+    int notice_errors;                   /* answer the first ones process_exception */
 };
 
 static double mono(void)
@@ -127,7 +135,7 @@ static int net_send(void *ctx, const char *dest, const uint8_t *hblk, size_t hle
         if (!strcmp(f->name[i], dest)) to = i;
     struct evbuffer *pl = evbuffer_new();
     evbuffer_add_buffer(pl, payload);
-    if (to < 0 || (to != R && f->drop_to_worker)) {
+    if (to < 0 || ((to == WK || to == WK2) && f->drop_to_worker)) {
         evbuffer_free(pl);
         return 0;
     }
@@ -244,6 +252,25 @@ static int w_task_ready(void *arg, struct cj_stream_blob *b)
     return 0;
 }
 
+/* The server's download service: records each source_failure notice. */
+static int s_source_failure(void *arg, struct cj_stream_blob *b)
+{
+    struct fx *f = arg;
+    f->notices++;
+    free(f->notice);
+    f->notice_len = evbuffer_get_length(b->data);
+    f->notice = malloc(f->notice_len + 1);
+    evbuffer_copyout(b->data, f->notice, f->notice_len);
+    snprintf(f->notice_origin, sizeof f->notice_origin, "%s", b->origin);
+    assert_string_equal(b->encoding, "fobs");
+    bool fail = f->notice_errors > 0;
+    if (fail) f->notice_errors--;
+    struct cj_stream_msg m = {.encoding = "fobs"};
+    assert_int_equal(cj_stream_reply(f->ep[SRV], &b->req, fail ? "process_exception" : NULL, &m, evbuffer_new(),
+                                     NULL, NULL), 0);
+    return 0;
+}
+
 static int w_abort(void *arg, struct cj_stream_blob *b)
 {
     struct fx *f = arg;
@@ -324,7 +351,7 @@ static void wsend(struct fx *f, int from, const char *topic, msgpack_sbuffer *sb
 
 static struct fx *fx_new(double hb_interval, double hb_timeout, bool secure)
 {
-    static const char *const names[NEP] = {RELAY, W1, W2};
+    static const char *const names[NEP] = {RELAY, W1, W2, SERVER};
     struct fx *f = calloc(1, sizeof *f);
     f->base = event_base_new();
     f->qt = &f->q;
@@ -345,6 +372,7 @@ static struct fx *fx_new(double hb_interval, double hb_timeout, bool secure)
         cj_stream_on(f->ep[i], CJ_CAPI_CHANNEL, CJ_CAPI_T_ABORT, w_abort, f);
         cj_stream_on(f->ep[i], CJ_CAPI_CHANNEL, CJ_CAPI_T_SHUTDOWN, w_shutdown, f);
     }
+    cj_stream_on(f->ep[SRV], CJ_DL_CHANNEL, CJ_DL_TOPIC_SOURCE_FAILURE, s_source_failure, f);
     f->tt = cj_task_table_new();
     struct cj_fl_sessions_cfg cfg = {
         .site = SITE, .job_id = JOB,
@@ -380,6 +408,7 @@ static void fx_free(struct fx *f)
     free(f->submit_payload);
     free(f->task_payload);
     free(f->reply);
+    free(f->notice);
     free(f->m);
     free(f);
 }
@@ -1026,7 +1055,58 @@ static void test_barrier_death(void **state)
     assert_int_equal(cj_fl_sessions_worker_exited(f->s, W1, "killed by signal 9"), 2);
     assert_int_equal(f->fails, 0);   /* the submission in flight decides */
     assert_int_equal(t->result_refs[0].state, CJ_REF_FAILED);
+    /* R13 / download.md §7: the result receiver (server.<job>: the task has no
+     * receiver_ids) is told that the worker's result refs are gone.  The first
+     * attempt is answered process_exception: retried after 0.25 s. */
+    assert_int_equal(f->notices, 0);   /* sent from the loop, not inside worker_exited */
+    f->notice_errors = 1;
+    RUN_UNTIL(f, f->notices >= 2, 3.0);
+    pump(f);
+    assert_int_equal(f->notices, 2);
+    assert_string_equal(f->notice_origin, RELAY);   /* the worker's FQCN parent */
+    struct cj_dl_source_failure *sf = calloc(1, sizeof *sf);
+    struct cj_err e = {0};
+    if (cj_dl_decode_source_failure(f->notice, f->notice_len, sf, &e)) fail_msg("notice: %s", e.msg);
+    assert_string_equal(sf->source_fqcn, W1);
+    assert_int_equal(sf->n_ref_ids, 1);
+    assert_string_equal(sf->ref_ids[0], "11111111-2222-4333-8444-000000000385");
+    assert_true(sf->tuple_form);
+    assert_non_null(strstr(sf->reason, W1));
+    assert_non_null(strstr(sf->reason, "killed by signal 9"));
+    free(sf);
+    /* delivered: nothing more is sent */
+    RUN_UNTIL(f, false, 1.5);
+    assert_int_equal(f->notices, 2);
     fx_free(f);
+}
+
+/* A notice nobody answers (the server unreachable): 4 attempts at most, then
+ * given up; freeing the sessions with a notice under way is clean. */
+static void test_barrier_death_notice_retries(void **state)
+{
+    struct fx *f = fx_new(5.0, 30.0, false);
+    connect_worker(f);
+    struct cj_task *t = deliver_task(f);
+    result_ready(f, f->session_id, t->id, NULL, NULL);
+    assert_int_equal(cj_fl_sessions_worker_exited(f->s, W1, "killed by signal 9"), 2);
+    f->notice_errors = 100;
+    RUN_UNTIL(f, false, 3.5);   /* attempts at 0, 0.25, 0.75, 1.75 s */
+    assert_int_equal(f->notices, 4);
+    fx_free(f);
+}
+
+/* Freeing the sessions while a notice waits for its retry: cancelled, no callback. */
+static void test_barrier_death_notice_free(void **state)
+{
+    struct fx *f = fx_new(5.0, 30.0, false);
+    connect_worker(f);
+    struct cj_task *t = deliver_task(f);
+    result_ready(f, f->session_id, t->id, NULL, NULL);
+    assert_int_equal(cj_fl_sessions_worker_exited(f->s, W1, "killed by signal 9"), 2);
+    f->notice_errors = 100;
+    RUN_UNTIL(f, f->notices >= 1, 2.0);
+    assert_int_equal(f->notices, 1);
+    fx_free(f);   /* ASan build: no leak, no use after free */
 }
 
 struct metrics {
@@ -1217,6 +1297,8 @@ int main(void)
         cmocka_unit_test(test_worker_exited_during_task),
         cmocka_unit_test(test_worker_exited_requeue),
         cmocka_unit_test(test_barrier_death),
+        cmocka_unit_test(test_barrier_death_notice_retries),
+        cmocka_unit_test(test_barrier_death_notice_free),
         cmocka_unit_test(test_log_metrics),
         cmocka_unit_test(test_shutdown),
         cmocka_unit_test(test_end_run_drains),

@@ -4,10 +4,13 @@
 #include "testutil.h"
 #include "fl/task.h"
 
+#include <malloc.h>
+
 #include <event2/buffer.h>
 #include <msgpack.h>
 
 #include "payload/lobs.h"
+#include "util/log.h"
 
 #define REF_C9 "11111111-2222-4333-8444-0000000000c9"
 #define REF_385 "11111111-2222-4333-8444-000000000385"
@@ -140,6 +143,85 @@ static void test_duplicate_and_states(void **state)
     assert_non_null(d);
     assert_ptr_equal(c2->next, d);
     assert_int_equal(cj_task_count(tt, false), 2);
+    free(p);
+    cj_task_table_free(tt);
+}
+
+/* Soak bug (R3): 10,000 tasks added and finished leave at most
+ * CJ_TASK_MAX_TOMBSTONES tombstones; the newest CJ_TASK_FULL_TOMBSTONES keep
+ * headers and refs, older ones are compacted; recent tombstones still answer
+ * lookups (by local and by server id); an in-flight task is never dropped; the
+ * heap in use stops growing once the table is full. */
+static void test_tombstones_bounded(void **state)
+{
+    size_t len;
+    uint8_t *p = tu_read_vector("02_server_task_shareable_via_downloader.bin", &len);
+    struct cj_task_table *tt = cj_task_table_new();
+    char why[256] = "";
+    int level = cj_log_get_level();
+    cj_log_set_level(CJ_LOG_ERROR);   /* 20,000 info lines otherwise */
+    /* one task stays in flight the whole time */
+    struct cj_task *live = cj_task_add(tt, p, len, why, sizeof why);
+    assert_non_null(live);
+    char live_id[CJ_TASK_ID_LEN + 1];
+    strcpy(live_id, live->id);
+    enum { N = 10000 };
+    static char ids[N][CJ_TASK_ID_LEN + 1];
+    size_t heap_at_2000 = 0;
+    uint8_t *q = malloc(len);
+    memcpy(q, p, len);
+    /* a different server task id for the rest: "9b2c0c1e-task" -> "9b2c0c1e-tas2" */
+    int hits = 0;
+    for (uint8_t *hit = q; (hit = memmem(hit, len - (size_t)(hit - q), "9b2c0c1e-task", 13)); hits++) hit[12] = '2';
+    assert_true(hits > 0);
+    for (int i = 0; i < N; i++) {
+        struct cj_task *t = cj_task_add(tt, q, len, why, sizeof why);
+        if (!t) fail_msg("task %d: %s", i, why);
+        strcpy(ids[i], t->id);
+        cj_task_set_state(t, CJ_TASK_DELIVERING);
+        if (i % 3 == 0) cj_task_fail(t, "worker died");
+        else cj_task_set_state(t, CJ_TASK_DONE);
+        assert_true(cj_task_count(tt, false) - cj_task_count(tt, true) <= CJ_TASK_MAX_TOMBSTONES);
+        if (i == 2000) heap_at_2000 = mallinfo2().uordblks;
+    }
+    size_t heap_end = mallinfo2().uordblks;
+    cj_log_set_level(level);
+    /* exactly the cap, plus the task in flight */
+    assert_int_equal(cj_task_count(tt, false), CJ_TASK_MAX_TOMBSTONES + 1);
+    assert_int_equal(cj_task_count(tt, true), 1);
+    assert_ptr_equal(cj_task_find(tt, live_id), live);
+    assert_int_equal(live->n_refs, 1);
+    assert_non_null(live->headers);
+    /* the oldest dropped first */
+    assert_null(cj_task_find(tt, ids[0]));
+    assert_null(cj_task_find(tt, ids[N - CJ_TASK_MAX_TOMBSTONES - 1]));
+    /* every one of the newest answers */
+    for (int i = N - CJ_TASK_MAX_TOMBSTONES; i < N; i++) {
+        struct cj_task *t = cj_task_find(tt, ids[i]);
+        assert_non_null(t);
+        assert_int_equal(t->state, i % 3 == 0 ? CJ_TASK_FAILED : CJ_TASK_DONE);
+        assert_string_equal(t->server_id, "9b2c0c1e-tas2");
+        assert_string_equal(t->name, "train");
+        if (i % 3 == 0) assert_string_equal(t->why, "worker died");
+        bool full = i >= N - CJ_TASK_FULL_TOMBSTONES;
+        assert_true(full ? t->headers != NULL : t->headers == NULL);
+        assert_int_equal(t->n_refs, full ? 1 : 0);
+        if (full) assert_string_equal(t->refs[0].ref_id, REF_C9);
+        char rt[64];
+        cj_task_refs_text(t->refs, t->n_refs, rt, sizeof rt);   /* compacted: "none", no crash */
+    }
+    /* a compacted tombstone refuses result refs instead of writing into freed memory */
+    struct cj_task *old = cj_task_find(tt, ids[N - CJ_TASK_MAX_TOMBSTONES]);
+    assert_int_equal(cj_task_set_result_refs(old, p, len, why, sizeof why), -1);
+    assert_non_null(strstr(why, "no longer holds refs"));
+    /* the latest finished one answers a duplicate by server id */
+    assert_ptr_equal(cj_task_find_server(tt, "9b2c0c1e-tas2"), cj_task_find(tt, ids[N - 1]));
+    assert_ptr_equal(cj_task_find_server(tt, "9b2c0c1e-task"), live);
+    /* the heap stops growing once the table is full (0 under ASan's allocator) */
+    assert_true(heap_end < heap_at_2000 + 64 * 1024);
+    /* arrival order is kept: the task in flight first, then the newest tombstones */
+    assert_ptr_equal(cj_task_first(tt), live);
+    free(q);
     free(p);
     cj_task_table_free(tt);
 }
@@ -357,6 +439,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add_vector02),
         cmocka_unit_test(test_duplicate_and_states),
+        cmocka_unit_test(test_tombstones_bounded),
         cmocka_unit_test(test_bad_payloads),
         cmocka_unit_test(test_too_many_refs_added_failed),
         cmocka_unit_test(test_reply_reading),
