@@ -1,25 +1,42 @@
 #!/bin/sh
-# make bench: a first benchmark harness (issue 7). It reports numbers; nothing here fails
-# on a timing. Each job is the real thing:
-#   cjrelay-sim (FL server) <- cjrelayd (site-1.J1) <- cjrelay-worker (launched by the relay)
-# in a temporary directory, over a Unix socket between relay and worker.
+# make bench (issue 7): numbers a site operator can compare; nothing here fails on a timing.
+# Each job is the real thing in a temporary directory:
+#   cjrelay-sim (FL server) <- cjrelayd (site-1.J1) <- cjrelay-worker, over a Unix socket
 #
-#   1. memory vs model size: relay idle RSS and peak RSS (VmHWM) for 64M, 512M, 2G models
-#      (1 round, 1 worker, numpy, pass-through), and the growth from smallest to largest
-#   2. throughput through the relay: the sim's MiB/s for a 512M round, median of 3 runs
-#      (the direct link, a worker talking to the sim without a relay, does not exist yet)
-#   3. task latency: many rounds of a tiny model, ms per round
+#   1. throughput: one worker downloads the same model (a) through the relay and (b) straight
+#      from the simulator (cjrelay-worker --direct); MiB/s as the worker measures it (task in ->
+#      every item downloaded and transformed: the same code and clock in both), median of
+#      BENCH_TPUT_RUNS runs, a and b alternating so machine drift cancels
+#   2. memory vs model size: relay VmRSS at start, VmRSS after the round (idle), VmHWM (peak),
+#      per mode in BENCH_MODES; growth of the peak from the smallest model to the largest
+#   3. task latency: BENCH_LAT_ROUNDS rounds of a 4K model; the relay's own time per task from its
+#      log (1 ms resolution): get_task reply received -> task_ready sent, and result_ready
+#      accepted -> submit_update sent (this one includes the __task_check__ round trip to the
+#      server the relay makes first, as FLARE's client does); plus the sim's time per round
+#   4. fan-in: BENCH_FANIN workers download at once through the relay (each a
+#      cjrelay-worker --direct --cell site-1.J1.bN on the relay's socket: the simulator gives one
+#      task per requesting cell); aggregate MiB/s, slowest worker, relay VmHWM
+#   5. CPU per byte: relay instructions per relayed MiB under valgrind --tool=callgrind (perf has
+#      no hardware counters here): Ir(BENCH_CPU_MODEL) - Ir(4K) over the MiB; top functions
 #
 # Prints a table and writes build/bench/results.json (printf only, no Python).
-# Environment knobs (defaults in brackets): BENCH_MODELS [64M 512M 2G],
-# BENCH_TPUT_MODEL [512M], BENCH_TPUT_RUNS [3], BENCH_LAT_ROUNDS [200], BENCH_SIM_ARGS [],
-# BENCH_JOB_TIMEOUT [240 s per job].
-MODELS=${BENCH_MODELS:-64M 512M 2G}
-TPUT_MODEL=${BENCH_TPUT_MODEL:-512M}
+# Knobs [defaults]: BENCH_TPUT_MODEL [1G], BENCH_TPUT_RUNS [3], BENCH_MODELS [64M 512M 2G],
+# BENCH_MODES [pass_through spool pass_through+nopace] (a mode the relay refuses is reported as n/a;
+# "X+nopace" runs mode X with CJRELAY_PACE=0: the router's pacing off, see lib/cell/router.c),
+# BENCH_LAT_ROUNDS [1000], BENCH_FANIN [16], BENCH_FANIN_MODEL [64M per worker],
+# BENCH_CPU_MODEL [256M], BENCH_CPU [1; 0 skips callgrind], BENCH_SIM_ARGS [] (extra sim flags,
+# e.g. "--window 4M"), BENCH_JOB_TIMEOUT [300 s per job], BENCH_SECTIONS [tput mem lat fanin cpu].
+TPUT_MODEL=${BENCH_TPUT_MODEL:-1G}
 TPUT_RUNS=${BENCH_TPUT_RUNS:-3}
-LAT_ROUNDS=${BENCH_LAT_ROUNDS:-200}
-JOB_TIMEOUT=${BENCH_JOB_TIMEOUT:-240}
-# Extra cjrelay-sim flags for every job (e.g. BENCH_SIM_ARGS="--window 4M"), for experiments.
+MODELS=${BENCH_MODELS:-64M 512M 2G}
+MODES=${BENCH_MODES:-pass_through spool pass_through+nopace}
+LAT_ROUNDS=${BENCH_LAT_ROUNDS:-1000}
+FANIN=${BENCH_FANIN:-16}
+FANIN_MODEL=${BENCH_FANIN_MODEL:-64M}
+CPU_MODEL=${BENCH_CPU_MODEL:-256M}
+CPU_ON=${BENCH_CPU:-1}
+JOB_TIMEOUT=${BENCH_JOB_TIMEOUT:-300}
+SECTIONS=${BENCH_SECTIONS:-tput mem lat fanin cpu}
 SIM_EXTRA=${BENCH_SIM_ARGS:-}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,25 +48,22 @@ for f in "$S" "$D" "$C" "$WK"; do
 done
 
 W=$(mktemp -d /tmp/cjrelay-bench.XXXXXX) || exit 1
-SIM=; RELAY=; WORKERS=
+SIM=; RELAY=; WORKERS=; DIRECTS=
 
-# The relay's children (its workers), by parent pid: never by name.
+# ---- process control (by pid only) --------------------------------------------------------
 children_of() { [ -n "$1" ] && ps -o pid= --ppid "$1" 2>/dev/null | tr -d ' '; }
+note_workers() { [ -n "$RELAY" ] && WORKERS="$WORKERS $(children_of "$RELAY")"; }
+alive_any() { for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
 stop_job() {
-    [ -n "$RELAY" ] && WORKERS="$WORKERS $(children_of "$RELAY")"
-    for p in $RELAY $SIM; do kill -TERM "$p" 2>/dev/null; done
+    note_workers
+    for p in $DIRECTS $RELAY $SIM; do kill -TERM "$p" 2>/dev/null; done
     _i=0
-    while [ $_i -lt 30 ]; do
-        _alive=0
-        for p in $RELAY $SIM $WORKERS; do kill -0 "$p" 2>/dev/null && _alive=1; done
-        [ $_alive -eq 0 ] && break
-        sleep 0.1; _i=$((_i + 1))
-    done
-    for p in $RELAY $SIM $WORKERS; do kill -KILL "$p" 2>/dev/null; done
-    for p in $RELAY $SIM; do wait "$p" 2>/dev/null; done
-    SIM=; RELAY=; WORKERS=
+    while [ $_i -lt 100 ] && alive_any $RELAY $SIM $WORKERS $DIRECTS; do sleep 0.1; _i=$((_i + 1)); done
+    for p in $RELAY $SIM $WORKERS $DIRECTS; do kill -KILL "$p" 2>/dev/null; done
+    for p in $DIRECTS $RELAY $SIM; do wait "$p" 2>/dev/null; done
+    SIM=; RELAY=; WORKERS=; DIRECTS=
 }
-cleanup() { stop_job; rm -rf "$W"; }
+cleanup() { stop_job; [ -n "$BENCH_KEEP" ] && echo "bench: kept $W" || rm -rf "$W"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -60,169 +74,313 @@ wait_for() { # wait_for SECS cmd...
     while [ $_i -lt $((_t * 10)) ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; _i=$((_i + 1)); done
     return 1
 }
-# wait_exit PID SECS: wait for PID to end (at most SECS); its exit status, 124 on timeout.
+# wait_exit PID SECS: its exit status, 124 on timeout
 wait_exit() {
     _i=0
     while kill -0 "$1" 2>/dev/null; do
         [ $_i -ge $(($2 * 10)) ] && return 124
-        # Note the workers while the relay is alive, so stop_job can reap them by pid.
-        [ -n "$RELAY" ] && WORKERS="$WORKERS $(children_of "$RELAY")"
+        note_workers
         sleep 0.1; _i=$((_i + 1))
     done
     wait "$1"
 }
-dedup_workers() { WORKERS=$(echo $WORKERS | tr ' ' '\n' | sort -u | tr '\n' ' '); }
+median() { sort -n | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]}'; }
+pct() { # pct P < numbers (sorted or not): nearest-rank percentile
+    sort -n | awk -v p="$1" '{v[NR] = $1} END {if (!NR) exit; i = int(NR * p / 100 + 0.999999); if (i < 1) i = 1; if (i > NR) i = NR; print v[i]}'
+}
+json_num() { [ -n "$1" ] && echo "$1" || echo null; }
 
-# start_job NAME SIM-ARGS...: sim + relay (1 worker, on_end_run = wait); sets SIM RELAY T0.
-start_job() {
-    n=$1; shift
-    "$S" --listen tcp://127.0.0.1:0 --job-id J1 "$@" $SIM_EXTRA > "$W/$n.sim" 2> "$W/$n.simlog" & SIM=$!
-    if ! wait_for 10 grep -q '^SIM READY' "$W/$n.sim"; then
-        echo "bench: $n: the simulator did not start" >&2; sed 's/^/  /' "$W/$n.simlog" >&2; return 1
+# start_sim NAME SIM-ARGS...: sets SIM PORT
+start_sim() {
+    _n=$1; shift
+    "$S" --listen tcp://127.0.0.1:0 --job-id J1 "$@" $SIM_EXTRA > "$W/$_n.sim" 2> "$W/$_n.simlog" & SIM=$!
+    if ! wait_for 10 grep -q '^SIM READY' "$W/$_n.sim"; then
+        echo "bench: $_n: the simulator did not start" >&2; sed 's/^/  /' "$W/$_n.simlog" >&2; return 1
     fi
-    port=$(awk '/^SIM READY/ {print $3}' "$W/$n.sim")
-    cat > "$W/$n.ini" <<EOF
-[relay]
-site = site-1
-job_id = J1
-on_end_run = wait
-[upstream]
-url = tcp://127.0.0.1:$port
-[workers]
-listen = unix:$W/$n.w.sock
-command = $WK
-count = 1
-heartbeat_interval = 1
-heartbeat_timeout = 10
-shutdown_grace = 2
-[status]
-socket = $W/$n.status.sock
-EOF
+    PORT=$(awk '/^SIM READY/ {print $3}' "$W/$_n.sim")
+}
+# start_relay NAME MODE COUNT [PREFIX...]: COUNT launched workers (0: none, workers come by
+# themselves); PREFIX runs the daemon under a tool (valgrind).  Sets RELAY, T0.
+start_relay() {
+    _n=$1; _mode=$2; _count=$3; shift 3
+    _env=   # a mode "X+nopace" is mode X with the router's pacing off (CJRELAY_PACE=0, lib/cell/router.c)
+    case $_mode in *+nopace) _env=CJRELAY_PACE=0; _mode=${_mode%+nopace} ;; esac
+    {
+        printf '[relay]\nsite = site-1\njob_id = J1\non_end_run = wait\nmode = %s\n' "$_mode"
+        [ "$_mode" = spool ] && printf 'spool_dir = %s\nspool_allow_tmpfs = true\n' "$W/spool-$_n"
+        printf '[upstream]\nurl = tcp://127.0.0.1:%s\n' "$PORT"
+        printf '[workers]\nlisten = unix:%s\nheartbeat_interval = 1\nheartbeat_timeout = 10\nshutdown_grace = 2\n' \
+            "$W/$_n.w.sock"
+        [ "$_count" -gt 0 ] && printf 'command = %s\ncount = %s\n' "$WK" "$_count"
+        printf '[status]\nsocket = %s\n' "$W/$_n.status.sock"
+        printf '[log]\nlevel = info\n'
+    } > "$W/$_n.ini"
+    [ "$_mode" = spool ] && mkdir -p "$W/spool-$_n"
     T0=$(now)
-    "$D" -c "$W/$n.ini" > "$W/$n.relay" 2>&1 & RELAY=$!
-    return 0
+    env $_env "$@" "$D" -c "$W/$_n.ini" > "$W/$_n.relay" 2>&1 & RELAY=$!
+    _i=0   # up to 60 s (valgrind is slow to start), less if the relay exits (a refused config)
+    while [ $_i -lt 600 ] && kill -0 "$RELAY" 2>/dev/null; do
+        "$C" -s "$W/$_n.status.sock" show info >/dev/null 2>&1 && return 0
+        sleep 0.1; _i=$((_i + 1))
+    done
+    return 1
 }
-# finish_job NAME: wait for the sim (JOB_TIMEOUT), shut the relay down; sets RC T1.
-finish_job() {
-    wait_exit "$SIM" "$JOB_TIMEOUT"; RC=$?
-    T1=$(now)
-    [ $RC -eq 124 ] && echo "bench: $1: the simulator did not finish in ${JOB_TIMEOUT}s" >&2
-    [ $RC -eq 0 ] || { tail -3 "$W/$1.sim" | sed 's/^/  sim: /' >&2; tail -5 "$W/$1.relay" | sed 's/^/  relay: /' >&2; }
-}
-end_job() {
-    WORKERS="$WORKERS $(children_of "$RELAY")"
+end_relay() { # end_relay NAME: orderly shutdown (lets a tool write its output), then stop_job
+    note_workers
     "$C" -s "$W/$1.status.sock" shutdown >/dev/null 2>&1
-    wait_exit "$RELAY" 10 >/dev/null
-    dedup_workers
+    wait_exit "$RELAY" "${2:-15}" >/dev/null
     stop_job
 }
-# mib_s NAME: MiB/s of the first verified round
-mib_s() { sed -n 's/^ROUND .* verified .*MiB\/s=\([0-9.]*\).*/\1/p' "$W/$1.sim" | head -1; }
-median() { sort -n | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]}'; }
+# the worker's own measure, relayed into the relay's log: "downloaded ... (X MiB/s)"
+worker_mib_s() { sed -n 's/.*: downloaded [0-9]* items .* in [0-9.]* s (\([0-9.]*\) MiB\/s).*/\1/p' "$1" | head -1; }
+direct_field() { sed -n "s|^DIRECT .* $2=\\([0-9.]*\\).*|\\1|p" "$1" | head -1; }
 
 mkdir -p "$OUT"
-echo "bench: in $W ($(nproc) cores); binaries from $B"
+echo "bench: in $W ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)); binaries from $B"
+has() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
 
-# ---- 1. memory vs model size ------------------------------------------------------------
-MEM_JSON=; FIRST_PEAK=; LAST_PEAK=; FIRST_M=; LAST_M=
-MEM_ROWS=
-for m in $MODELS; do
-    n=mem-$m
-    echo "bench: memory, model $m ..."
-    start_job "$n" --rounds 1 --model-size "$m" --tensors 8 --format numpy || { stop_job; continue; }
-    # idle: as soon as the status socket answers (the relay is up, its worker starting);
-    # small models may already be in flight, so "after" (the round done) is shown too.
-    wait_for 15 "$C" -s "$W/$n.status.sock" show info
-    idle=$(kb "$RELAY" VmRSS)
-    finish_job "$n"
-    after=$(kb "$RELAY" VmRSS)
-    peak=$(kb "$RELAY" VmHWM)
-    tp=$(mib_s "$n")
-    end_job "$n"
-    ok=false; [ $RC -eq 0 ] && grep -q '^SIM OK rounds=1' "$W/$n.sim" && ok=true
-    MEM_ROWS="$MEM_ROWS$(printf '  %-6s %12s %12s %12s %10s %6s' "$m" "${idle:-?}" "${after:-?}" "${peak:-?}" "${tp:-?}" "$ok")
+# ---- 1. throughput: relay vs direct ---------------------------------------------------------
+tput_relay() { # one run through the relay; prints MiB/s or nothing
+    n=tput-a-$1
+    start_sim "$n" --rounds 1 --model-size "$TPUT_MODEL" --tensors 8 --format numpy || { stop_job; return; }
+    start_relay "$n" pass_through 1
+    _i=0
+    while [ $_i -lt $((JOB_TIMEOUT * 10)) ] && [ -z "$(worker_mib_s "$W/$n.relay")" ] && kill -0 "$SIM" 2>/dev/null; do
+        note_workers; sleep 0.1; _i=$((_i + 1))
+    done
+    worker_mib_s "$W/$n.relay"
+    stop_job   # the result's way back is not part of this measure
+}
+tput_direct() {
+    n=tput-b-$1
+    start_sim "$n" --rounds 1 --model-size "$TPUT_MODEL" --tensors 8 --format numpy || { stop_job; return; }
+    "$WK" --direct "tcp://127.0.0.1:$PORT" --job-id J1 > "$W/$n.out" 2> "$W/$n.err" & DIRECTS=$!
+    wait_exit "$DIRECTS" "$JOB_TIMEOUT" >/dev/null
+    direct_field "$W/$n.out" 'MiB/s'
+    stop_job
+}
+TPUT_A=; TPUT_B=
+if has tput; then
+    i=1
+    while [ $i -le "$TPUT_RUNS" ]; do
+        echo "bench: throughput $TPUT_MODEL, run $i/$TPUT_RUNS: (a) through the relay ..."
+        v=$(tput_relay $i); [ -n "$v" ] && TPUT_A="$TPUT_A $v"
+        echo "bench: throughput $TPUT_MODEL, run $i/$TPUT_RUNS: (b) direct ..."
+        v=$(tput_direct $i); [ -n "$v" ] && TPUT_B="$TPUT_B $v"
+        i=$((i + 1))
+    done
+fi
+A_MED=$(echo $TPUT_A | tr ' ' '\n' | median)
+B_MED=$(echo $TPUT_B | tr ' ' '\n' | median)
+RATIO=; SLOWER=
+if [ -n "$A_MED" ] && [ -n "$B_MED" ]; then
+    RATIO=$(awk -v a="$A_MED" -v b="$B_MED" 'BEGIN {printf "%.3f", b / a}')
+    SLOWER=$(awk -v a="$A_MED" -v b="$B_MED" 'BEGIN {printf "%.1f", 100 * (b - a) / b}')
+fi
+
+# ---- 2. memory vs model size ----------------------------------------------------------------
+MEM_ROWS=; MEM_JSON=; GROWTH_ROWS=; GROWTH_JSON=
+if has mem; then
+    for mode in $MODES; do
+        FIRST_PEAK=; LAST_PEAK=; FIRST_M=; LAST_M=
+        for m in $MODELS; do
+            n=mem-$(echo "$mode" | tr '+' '-')-$m
+            echo "bench: memory, $mode, model $m ..."
+            start_sim "$n" --rounds 1 --model-size "$m" --tensors 8 --format numpy || { stop_job; continue; }
+            start=; idle=; peak=; ok=false; tp=
+            if start_relay "$n" "$mode" 1; then
+                start=$(kb "$RELAY" VmRSS)
+                wait_exit "$SIM" "$JOB_TIMEOUT"; RC=$?
+                sleep 0.5   # the relay settles (result acknowledged, buffers freed)
+                idle=$(kb "$RELAY" VmRSS); peak=$(kb "$RELAY" VmHWM)
+                [ $RC -eq 0 ] && grep -q '^SIM OK rounds=1' "$W/$n.sim" && ok=true
+                tp=$(worker_mib_s "$W/$n.relay")
+            else
+                why=$(sed -n 's/.*error: cannot start: //p' "$W/$n.relay" | head -1)
+                echo "bench: $mode: the relay did not start: ${why:-see $n.relay}" >&2
+                end_relay "$n"
+                MEM_ROWS="$MEM_ROWS$(printf '  %-19s n/a: the relay refused it: %s' "$mode" "${why:-did not start}")
 "
-    MEM_JSON="$MEM_JSON${MEM_JSON:+,}$(printf '\n    {"model": "%s", "idle_rss_kib": %s, "after_rss_kib": %s, "peak_rss_kib": %s, "round_mib_s": %s, "ok": %s}' \
-        "$m" "${idle:-null}" "${after:-null}" "${peak:-null}" "${tp:-null}" "$ok")"
-    if [ -z "$FIRST_PEAK" ]; then FIRST_PEAK=$peak; FIRST_M=$m; fi
-    LAST_PEAK=$peak; LAST_M=$m
-done
-GROWTH=null
-[ -n "$FIRST_PEAK" ] && [ -n "$LAST_PEAK" ] && GROWTH=$((LAST_PEAK - FIRST_PEAK))
+                MEM_JSON="$MEM_JSON${MEM_JSON:+,}$(printf '\n    {"mode": "%s", "refused": "%s"}' "$mode" "$(echo "$why" | tr -d '"\\')")"
+                continue 2
+            fi
+            end_relay "$n"
+            if [ "$ok" != true ]; then
+                echo "bench: $n did not complete" >&2
+                tail -2 "$W/$n.sim" | sed 's/^/  sim: /' >&2; grep -E 'error|warning' "$W/$n.relay" | tail -3 | sed 's/^/  relay: /' >&2
+            fi
+            MEM_ROWS="$MEM_ROWS$(printf '  %-19s %-6s %10s %10s %10s %8s %6s' "$mode" "$m" "${start:-?}" "${idle:-?}" "${peak:-?}" "${tp:-?}" "$ok")
+"
+            MEM_JSON="$MEM_JSON${MEM_JSON:+,}$(printf '\n    {"mode": "%s", "model": "%s", "start_rss_kib": %s, "idle_rss_kib": %s, "peak_rss_kib": %s, "worker_mib_s": %s, "ok": %s}' \
+                "$mode" "$m" "$(json_num "$start")" "$(json_num "$idle")" "$(json_num "$peak")" "$(json_num "$tp")" "$ok")"
+            if [ "$ok" = true ]; then
+                [ -z "$FIRST_PEAK" ] && { FIRST_PEAK=$peak; FIRST_M=$m; }
+                LAST_PEAK=$peak; LAST_M=$m
+            fi
+        done
+        g=; [ -n "$FIRST_PEAK" ] && [ "$FIRST_M" != "$LAST_M" ] && g=$((LAST_PEAK - FIRST_PEAK))
+        GROWTH_ROWS="$GROWTH_ROWS$(printf '  growth of peak RSS, %s, %s -> %s: %s KiB' "$mode" "${FIRST_M:-?}" "${LAST_M:-?}" "${g:-n/a}")
+"
+        GROWTH_JSON="$GROWTH_JSON${GROWTH_JSON:+, }\"$mode\": $(json_num "$g")"
+    done
+fi
 
-# ---- 2. throughput through the relay -----------------------------------------------------
-TPUT_LIST=
-i=1
-while [ $i -le "$TPUT_RUNS" ]; do
-    n=tput-$i
-    echo "bench: throughput, model $TPUT_MODEL, run $i/$TPUT_RUNS ..."
-    if start_job "$n" --rounds 1 --model-size "$TPUT_MODEL" --tensors 8 --format numpy; then
-        finish_job "$n"
-        tp=$(mib_s "$n")
-        [ $RC -eq 0 ] && [ -n "$tp" ] && TPUT_LIST="$TPUT_LIST $tp"
-        end_job "$n"
+# ---- 3. task latency ---------------------------------------------------------------------------
+LAT_OK=false; LD50=; LD99=; LDMEAN=; LS50=; LS99=; LSMEAN=; LR50=; LR99=; LRMEAN=; LAT_N=0
+if has lat; then
+    n=lat
+    echo "bench: latency, $LAT_ROUNDS rounds of a 4K model ..."
+    if start_sim "$n" --rounds "$LAT_ROUNDS" --model-size 4K --tensors 1 --format numpy --wait-time 0; then
+        start_relay "$n" pass_through 1
+        wait_exit "$SIM" "$JOB_TIMEOUT"; RC=$?
+        end_relay "$n"
+        got=$(grep -c '^ROUND .* verified' "$W/$n.sim")
+        [ $RC -eq 0 ] && [ "$got" -eq "$LAT_ROUNDS" ] && LAT_OK=true
+        # the relay's own lines (not its workers' relayed stderr), per relay task id
+        awk '
+        function t(s) { split(substr(s, 12, 12), a, ":"); return a[1] * 3600 + a[2] * 60 + a[3] }
+        $2 !~ /^cjrelayd\[/ || $4 != "task" { next }
+        { id = $5; sub(/:$/, "", id) }
+        / received \047/                  { rcv[id] = t($1) }
+        / sent to /                       { if (!(id in snt)) snt[id] = t($1) }
+        / result from .* accepted/        { res[id] = t($1) }
+        /: submit_update .* attempt 1\//  { sub_[id] = t($1) }
+        END {
+            for (id in rcv) if (id in snt) printf "D %.3f\n", 1000 * (snt[id] - rcv[id])
+            for (id in res) if (id in sub_) printf "S %.3f\n", 1000 * (sub_[id] - res[id])
+        }' "$W/$n.relay" > "$W/lat.ms"
+        awk '$1 == "D" {print $2}' "$W/lat.ms" > "$W/lat.d"
+        awk '$1 == "S" {print $2}' "$W/lat.ms" > "$W/lat.s"
+        sed -n 's/^ROUND .* verified .*secs=\([0-9.]*\).*/\1/p' "$W/$n.sim" | awk '{printf "%.3f\n", 1000 * $1}' > "$W/lat.r"
+        LAT_N=$(wc -l < "$W/lat.d" | tr -d ' ')
+        mean() { awk '{s += $1} END {if (NR) printf "%.2f", s / NR}' "$1"; }
+        LD50=$(pct 50 < "$W/lat.d"); LD99=$(pct 99 < "$W/lat.d"); LDMEAN=$(mean "$W/lat.d")
+        LS50=$(pct 50 < "$W/lat.s"); LS99=$(pct 99 < "$W/lat.s"); LSMEAN=$(mean "$W/lat.s")
+        LR50=$(pct 50 < "$W/lat.r"); LR99=$(pct 99 < "$W/lat.r"); LRMEAN=$(mean "$W/lat.r")
     else
         stop_job
     fi
-    i=$((i + 1))
-done
-TPUT_MED=$(echo $TPUT_LIST | tr ' ' '\n' | median)
-TPUT_JSON=$(echo $TPUT_LIST | tr ' ' ',')
-
-# ---- 3. task latency ----------------------------------------------------------------------
-n=lat
-echo "bench: latency, $LAT_ROUNDS rounds of a 4K model ..."
-LAT_WALL=; LAT_P50=; LAT_P99=; LAT_MEAN=; LAT_OK=false
-if start_job "$n" --rounds "$LAT_ROUNDS" --model-size 4K --tensors 1 --format numpy --wait-time 0; then
-    finish_job "$n"
-    end_job "$n"
-    got=$(grep -c '^ROUND .* verified' "$W/$n.sim")
-    [ $RC -eq 0 ] && [ "$got" -eq "$LAT_ROUNDS" ] && LAT_OK=true
-    # Per round: the sim's secs (task sent -> result verified), in ms.
-    sed -n 's/^ROUND .* verified .*secs=\([0-9.]*\).*/\1/p' "$W/$n.sim" | sort -n > "$W/lat.secs"
-    if [ -s "$W/lat.secs" ]; then
-        LAT_P50=$(awk '{v[NR] = $1} END {printf "%.2f", 1000 * v[int((NR + 1) / 2)]}' "$W/lat.secs")
-        LAT_P99=$(awk '{v[NR] = $1} END {i = int(NR * 0.99 + 0.999); if (i > NR) i = NR; printf "%.2f", 1000 * v[i]}' "$W/lat.secs")
-        LAT_MEAN=$(awk '{s += $1} END {printf "%.2f", 1000 * s / NR}' "$W/lat.secs")
-    fi
-    # Wall clock: relay start -> sim exit, less the sim's 1 s linger after __end_run__;
-    # includes relay start-up and the worker's launch, so it is an upper bound.
-    LAT_WALL=$(awk -v a="$T0" -v b="$T1" -v r="$got" 'BEGIN {if (r > 0) printf "%.2f", 1000 * (b - a - 1) / r}')
-else
-    stop_job
 fi
 
-# ---- table and JSON ---------------------------------------------------------------------
+# ---- 4. fan-in ------------------------------------------------------------------------------------
+FAN_AGG=; FAN_MIN=; FAN_MAX=; FAN_SHARE=; FAN_PEAK=; FAN_OKN=0; FAN_SECS=
+if has fanin; then
+    n=fanin
+    echo "bench: fan-in, $FANIN workers x $FANIN_MODEL at once through the relay ..."
+    if start_sim "$n" --rounds "$FANIN" --model-size "$FANIN_MODEL" --tensors 8 --format numpy --wait-time 0.1 &&
+        start_relay "$n" pass_through 0; then
+        f0=$(now)
+        i=1
+        while [ $i -le "$FANIN" ]; do
+            "$WK" --direct "unix:$W/$n.w.sock" --job-id J1 --cell "site-1.J1.b$i" > "$W/$n.$i.out" 2> "$W/$n.$i.err" &
+            DIRECTS="$DIRECTS $!"
+            i=$((i + 1))
+        done
+        for p in $DIRECTS; do wait_exit "$p" "$JOB_TIMEOUT" >/dev/null; done
+        f1=$(now)
+        FAN_PEAK=$(kb "$RELAY" VmHWM)
+        end_relay "$n"
+        cat "$W"/$n.*.out | grep '^DIRECT round' > "$W/fan.lines"
+        FAN_OKN=$(wc -l < "$W/fan.lines" | tr -d ' ')
+        if [ "$FAN_OKN" -gt 0 ]; then
+            FAN_SECS=$(awk -v a="$f0" -v b="$f1" 'BEGIN {printf "%.2f", b - a}')
+            FAN_AGG=$(awk -v s="$FAN_SECS" '{for (i = 1; i <= NF; i++) if ($i ~ /^bytes=/) {sub(/bytes=/, "", $i); t += $i}}
+                END {printf "%.1f", t / 1048576 / s}' "$W/fan.lines")
+            sed -n 's/.*MiB\/s=\([0-9.]*\).*/\1/p' "$W/fan.lines" | sort -n > "$W/fan.mibs"
+            FAN_MIN=$(head -1 "$W/fan.mibs"); FAN_MAX=$(tail -1 "$W/fan.mibs")
+            # the slowest worker's rate against a fair share of the aggregate (1.00 = fair)
+            FAN_SHARE=$(awk -v m="$FAN_MIN" -v a="$FAN_AGG" -v k="$FAN_OKN" 'BEGIN {printf "%.2f", m / (a / k)}')
+        fi
+    else
+        stop_job
+    fi
+fi
+
+# ---- 5. CPU per byte (callgrind) -----------------------------------------------------------------
+CPU_IR=; CPU_IR0=; CPU_PER_MIB=; CPU_NOTE=
+cg_run() { # cg_run NAME MODEL: relay under callgrind, one direct worker through it; prints Ir
+    n=$1
+    start_sim "$n" --rounds 1 --model-size "$2" --tensors 8 --format numpy || { stop_job; return; }
+    if start_relay "$n" pass_through 0 valgrind --tool=callgrind --callgrind-out-file="$W/$n.cg" --log-file="$W/$n.vg"; then
+        "$WK" --direct "unix:$W/$n.w.sock" --job-id J1 --cell site-1.J1.c1 > "$W/$n.out" 2> "$W/$n.err" & DIRECTS=$!
+        wait_exit "$DIRECTS" "$JOB_TIMEOUT" >/dev/null
+        DIRECTS=
+        end_relay "$n" 60
+    else
+        stop_job
+    fi
+    grep -q '^DIRECT round' "$W/$n.out" 2>/dev/null && [ -s "$W/$n.cg" ] &&
+        awk '/^(summary|totals):/ {print $2; exit}' "$W/$n.cg"
+}
+if has cpu && [ "$CPU_ON" = 1 ]; then
+    if command -v valgrind >/dev/null 2>&1; then
+        echo "bench: CPU, relay under callgrind: $CPU_MODEL, then a 4K baseline ..."
+        CPU_IR=$(cg_run cpu "$CPU_MODEL")
+        CPU_IR0=$(cg_run cpu0 4K)
+        if [ -n "$CPU_IR" ] && [ -n "$CPU_IR0" ]; then
+            mib=$(awk -v m="$CPU_MODEL" 'BEGIN {u = substr(m, length(m)); v = m + 0;
+                print (u == "G" ? v * 1024 : u == "M" ? v : u == "K" ? v / 1024 : v / 1048576)}')
+            CPU_PER_MIB=$(awk -v a="$CPU_IR" -v b="$CPU_IR0" -v m="$mib" 'BEGIN {printf "%.0f", (a - b) / m}')
+            callgrind_annotate --inclusive=no "$W/cpu.cg" 2>/dev/null > "$OUT/callgrind-relay.txt"
+            cp "$W/cpu.cg" "$OUT/callgrind.out.relay" 2>/dev/null
+        else
+            CPU_NOTE="callgrind run failed"
+        fi
+    else
+        CPU_NOTE="valgrind not installed"
+    fi
+fi
+# top self-cost functions: "pct function" lines
+cg_top() {
+    [ -s "$OUT/callgrind-relay.txt" ] || return
+    sed -n 's/^ *[0-9,][0-9,]* ( *\([0-9.]*%\))  *\([^ ]*\) \[\(.*\)\]$/\1 \2 \3/p' "$OUT/callgrind-relay.txt" |
+        grep -v 'PROGRAM' | head -10 |
+        awk '{f = $2; sub(/^.*:/, "", f); o = $3; sub(/^.*\//, "", o); printf "    %7s  %s (%s)\n", $1, f, o}'
+}
+
+# ---- table and JSON ----------------------------------------------------------------------------------
+DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 echo
-echo "cjrelay bench ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $(uname -m))"
+echo "cjrelay bench ($DATE, $(nproc) cores, $(uname -m), load $(cut -d' ' -f1-3 /proc/loadavg))"
 echo
-echo "1. relay memory vs model size (1 round, 1 worker, numpy, pass-through; KiB)"
-printf '  %-6s %12s %12s %12s %10s %6s\n' model "idle VmRSS" "after VmRSS" "peak VmHWM" "MiB/s" ok
+echo "1. throughput, $TPUT_MODEL model, 1 worker, numpy (worker's MiB/s: task in -> all items transformed; median of $TPUT_RUNS)"
+echo "  (a) through the relay (unix socket): ${A_MED:-?}   runs:${TPUT_A:- none}"
+echo "  (b) direct to the simulator:         ${B_MED:-?}   runs:${TPUT_B:- none}"
+echo "  ratio b/a: ${RATIO:-n/a}   (the relay is ${SLOWER:-?}% slower than direct)"
+echo
+echo "2. relay memory vs model size (1 round, 1 worker, numpy; KiB; idle = after the round)"
+printf '  %-19s %-6s %10s %10s %10s %8s %6s\n' mode model "start RSS" "idle RSS" "peak HWM" "MiB/s" ok
 printf '%s' "$MEM_ROWS"
-echo "  growth of peak RSS, $FIRST_M -> $LAST_M: $GROWTH KiB"
+printf '%s' "$GROWTH_ROWS"
 echo
-echo "2. throughput, model $TPUT_MODEL, 1 worker (MiB/s of the round, median of $TPUT_RUNS)"
-echo "  through the relay (unix socket): ${TPUT_MED:-?}   runs:${TPUT_LIST:- none}"
-echo "  direct, no relay:                n/a (needs a direct mode: no worker can talk to the sim without a relay yet)"
-echo "  ratio direct/relay:              n/a"
+echo "3. task latency, $LAT_ROUNDS rounds, 4K model (ms; relay log resolution 1 ms; $LAT_N tasks matched)"
+echo "  relay: get_task reply in -> task_ready out:        p50 ${LD50:-?}  p99 ${LD99:-?}  mean ${LDMEAN:-?}"
+echo "  relay: result in -> submit_update out (incl. __task_check__ round trip): p50 ${LS50:-?}  p99 ${LS99:-?}  mean ${LSMEAN:-?}"
+echo "  sim: task sent -> result verified (whole round):  p50 ${LR50:-?}  p99 ${LR99:-?}  mean ${LRMEAN:-?}   all verified: $LAT_OK"
 echo
-echo "3. task latency, $LAT_ROUNDS rounds, 4K model, 1 tensor, wait-time 0 (ms per round; the sim prints secs to 1 ms)"
-echo "  per round (sim: task sent -> result verified): p50 ${LAT_P50:-?}  p99 ${LAT_P99:-?}  mean ${LAT_MEAN:-?}"
-echo "  wall clock / rounds (incl. relay start-up):    ${LAT_WALL:-?}   all rounds verified: $LAT_OK"
+echo "4. fan-in, $FANIN workers x $FANIN_MODEL at once through the relay ($FAN_OKN finished in ${FAN_SECS:-?} s)"
+echo "  aggregate ${FAN_AGG:-?} MiB/s; per worker min ${FAN_MIN:-?} max ${FAN_MAX:-?} MiB/s; slowest/fair share ${FAN_SHARE:-?}; relay peak ${FAN_PEAK:-?} KiB"
+echo
+echo "5. CPU per byte: relay instructions per relayed MiB (callgrind, $CPU_MODEL minus a 4K run): ${CPU_PER_MIB:-n/a} ${CPU_NOTE}"
+[ -n "$CPU_IR" ] && { echo "  top functions by own instructions (of $CPU_IR):"; cg_top; }
 
 {
-    printf '{\n  "date": "%s",\n  "cores": %s,\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(nproc)"
-    printf '  "memory": {\n    "mode": "pass-through", "workers": 1, "format": "numpy", "rounds": 1,\n'
-    printf '    "models": [%s\n    ],\n' "$MEM_JSON"
-    printf '    "peak_growth_kib": %s, "from": "%s", "to": "%s"\n  },\n' "$GROWTH" "$FIRST_M" "$LAST_M"
-    printf '  "throughput": {\n    "model": "%s", "runs_mib_s": [%s],\n' "$TPUT_MODEL" "$TPUT_JSON"
-    printf '    "relay_mib_s_median": %s,\n' "${TPUT_MED:-null}"
-    printf '    "direct_mib_s_median": null, "ratio_direct_over_relay": null,\n'
-    printf '    "direct_note": "n/a: needs a direct mode (a worker talking to the sim without a relay)"\n  },\n'
-    printf '  "latency": {\n    "rounds": %s, "model": "4K", "all_verified": %s,\n' "$LAT_ROUNDS" "$LAT_OK"
-    printf '    "round_ms_p50": %s, "round_ms_p99": %s, "round_ms_mean": %s,\n' \
-        "${LAT_P50:-null}" "${LAT_P99:-null}" "${LAT_MEAN:-null}"
-    printf '    "wall_ms_per_round": %s\n  }\n}\n' "${LAT_WALL:-null}"
+    printf '{\n  "date": "%s",\n  "cores": %s,\n  "load": "%s",\n' "$DATE" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
+    printf '  "throughput": {\n    "model": "%s", "workers": 1, "format": "numpy", "measure": "worker: task in -> all items downloaded and transformed",\n' "$TPUT_MODEL"
+    printf '    "relay_runs_mib_s": [%s], "direct_runs_mib_s": [%s],\n' "$(echo $TPUT_A | tr ' ' ',')" "$(echo $TPUT_B | tr ' ' ',')"
+    printf '    "relay_mib_s_median": %s, "direct_mib_s_median": %s, "ratio_direct_over_relay": %s, "relay_slower_pct": %s\n  },\n' \
+        "$(json_num "$A_MED")" "$(json_num "$B_MED")" "$(json_num "$RATIO")" "$(json_num "$SLOWER")"
+    printf '  "memory": {\n    "workers": 1, "format": "numpy", "rounds": 1,\n    "rows": [%s\n    ],\n' "$MEM_JSON"
+    printf '    "peak_growth_kib": {%s}\n  },\n' "$GROWTH_JSON"
+    printf '  "latency": {\n    "rounds": %s, "model": "4K", "all_verified": %s, "tasks_matched": %s, "resolution_ms": 1,\n' "$LAT_ROUNDS" "$LAT_OK" "$LAT_N"
+    printf '    "dispatch_ms": {"p50": %s, "p99": %s, "mean": %s},\n' "$(json_num "$LD50")" "$(json_num "$LD99")" "$(json_num "$LDMEAN")"
+    printf '    "submit_ms": {"p50": %s, "p99": %s, "mean": %s},\n' "$(json_num "$LS50")" "$(json_num "$LS99")" "$(json_num "$LSMEAN")"
+    printf '    "round_ms": {"p50": %s, "p99": %s, "mean": %s}\n  },\n' "$(json_num "$LR50")" "$(json_num "$LR99")" "$(json_num "$LRMEAN")"
+    printf '  "fanin": {\n    "workers": %s, "model": "%s", "finished": %s, "secs": %s,\n' "$FANIN" "$FANIN_MODEL" "$FAN_OKN" "$(json_num "$FAN_SECS")"
+    printf '    "aggregate_mib_s": %s, "min_mib_s": %s, "max_mib_s": %s, "slowest_over_fair_share": %s, "relay_peak_kib": %s\n  },\n' \
+        "$(json_num "$FAN_AGG")" "$(json_num "$FAN_MIN")" "$(json_num "$FAN_MAX")" "$(json_num "$FAN_SHARE")" "$(json_num "$FAN_PEAK")"
+    printf '  "cpu": {\n    "tool": "callgrind", "model": "%s", "instructions": %s, "baseline_instructions": %s, "instructions_per_mib": %s\n  }\n}\n' \
+        "$CPU_MODEL" "$(json_num "$CPU_IR")" "$(json_num "$CPU_IR0")" "$(json_num "$CPU_PER_MIB")"
 } > "$OUT/results.json"
 echo
 echo "bench: wrote $OUT/results.json"

@@ -8,14 +8,19 @@
 # Bounds (exit 1 when one fails, with a summary line either way):
 #   - every round accounted for: SIM OK rounds=N, N "ROUND ... verified" lines, and every
 #     TASK the simulator handed out is verified or FAILED (a failed one is re-issued)
-#   - relay RSS at the end within SOAK_RSS_PCT (1) % of its RSS after round 100
-#   - relay open fds (ls /proc/PID/fd) at the end equal to their count after round 100
-# "After round 100" and "at the end" are both measured mid-run, right before the kill of
-# that boundary (all workers up, between the same kind of rounds): round 100 and the last
-# multiple of SOAK_KILL_EVERY before N (at least 100 rounds later), so the two samples
-# see the same state.  Each sample is the largest of SOAK_SAMPLES readings 50 ms apart.
+#   - relay RSS at the end within SOAK_RSS_PCT (1) % of its RSS at round SOAK_BASE
+#   - relay open fds (ls /proc/PID/fd) at the end equal to their count at round SOAK_BASE
+# "At round SOAK_BASE" and "at the end" are both measured mid-run, right before the kill
+# of that boundary (all workers up, between the same kind of rounds): round SOAK_BASE and
+# the last multiple of SOAK_KILL_EVERY before N, so the two samples see the same state.
+# Each sample is the largest of SOAK_SAMPLES readings 50 ms apart.
+# The baseline is round SOAK_KILL_EVERY (100), as issue 8 states the bound.  The relay's
+# bounded tables are sized to be full by then (512 stream states on its own endpoint,
+# about 7 a round; 64 finished tasks), so growth after it is drift.  SOAK_BASE=1000
+# measures from mid-run instead (steady state), for comparison.
 #
-# Environment: SOAK_ROUNDS (2000), SOAK_KILL_EVERY (100), SOAK_WORKERS (4),
+# Environment: SOAK_ROUNDS (2000), SOAK_KILL_EVERY (100), SOAK_BASE (a multiple of
+# SOAK_KILL_EVERY below the last boundary; default SOAK_KILL_EVERY), SOAK_WORKERS (4),
 # SOAK_MODEL (256K), SOAK_TENSORS (4), SOAK_RSS_PCT (1), SOAK_SAMPLES (5),
 # SOAK_TIMEOUT (seconds for the whole run; default 1 s per round + 120), KEEP=1 keeps
 # the work directory, CJ_BIN / CJ_SAN as in tests/e2e/lib.sh.
@@ -51,6 +56,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 [ "$N" -ge $((2 * EVERY)) ] || { echo "soak: SOAK_ROUNDS ($N) must be at least 2 x SOAK_KILL_EVERY ($EVERY)"; exit 2; }
+LAST=$(( (N - 1) / EVERY * EVERY ))   # the last kill boundary before the end
+BASE=${SOAK_BASE:-$EVERY}
+[ "$BASE" -ge "$EVERY" ] || BASE=$EVERY
+[ $((BASE % EVERY)) -eq 0 ] && [ "$BASE" -lt "$LAST" ] ||
+    { echo "soak: SOAK_BASE ($BASE) must be a multiple of $EVERY below the last boundary ($LAST)"; exit 2; }
 
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$RELAY/status" 2>/dev/null; }    # kB
 nfd() { ls "/proc/$RELAY/fd" 2>/dev/null | wc -l; }
@@ -97,16 +107,17 @@ EOF
 $D -c "$W/relay.ini" > "$W/relay.log" 2>&1 & RELAY=$!
 
 T0=$(date +%s)
-LAST=$(( (N - 1) / EVERY * EVERY ))   # the last kill boundary before the end
-next=$EVERY; kills=0; R100=; F100=; REND=; FEND=; k=0
+next=$EVERY; kills=0; R100=; RBASE=; FBASE=; REND=; FEND=; k=0
 echo "soak: $N rounds of $MODEL ($TENSORS tensors), $NW workers, a worker killed every $EVERY rounds; relay pid $RELAY"
 while kill -0 "$SIM" 2>/dev/null; do
     if [ $(($(date +%s) - T0)) -gt "$TMO" ]; then echo "soak: timed out after $TMO s"; break; fi
     v=$(verified)
     if [ "$v" -ge "$next" ] && [ "$next" -lt "$N" ]; then
-        if [ "$next" -eq "$EVERY" ] || [ "$next" -eq "$LAST" ]; then
+        if [ "$next" -eq "$EVERY" ] || [ "$next" -eq "$BASE" ] || [ "$next" -eq "$LAST" ]; then
             sample
-            if [ "$next" -eq "$EVERY" ]; then R100=$S_RSS; F100=$S_FD; else REND=$S_RSS; FEND=$S_FD; fi
+            [ "$next" -eq "$EVERY" ] && R100=$S_RSS
+            if [ "$next" -eq "$BASE" ]; then RBASE=$S_RSS; FBASE=$S_FD; fi
+            if [ "$next" -eq "$LAST" ]; then REND=$S_RSS; FEND=$S_FD; fi
             echo "soak: round $v: relay RSS $S_RSS kB, $S_FD fds, $(ready_workers) workers up, show tasks $($C -s "$W/status.sock" show tasks json | jq '.tasks | length') rows, show refs $($C -s "$W/status.sock" show refs json | jq '.refs | length') rows"
         fi
         set -- $(worker_pids)
@@ -133,18 +144,18 @@ problem() { echo "soak: FAIL: $*"; bad=1; }
 [ "$SIMRC" -eq 0 ] && grep -q "^SIM OK rounds=$N\$" "$W/sim.out" || problem "simulator: $(tail -1 "$W/sim.out") (exit $SIMRC)"
 [ "$v" -eq "$N" ] || problem "$v of $N rounds verified"
 [ "$unacc" -eq 0 ] || problem "$unacc of $tasks tasks neither verified nor failed"
-if [ -n "$R100" ] && [ -n "$REND" ]; then
-    drift=$(awk -v a="$R100" -v b="$REND" 'BEGIN { printf "%+.2f", (b - a) * 100.0 / a }')
-    awk -v a="$R100" -v b="$REND" -v p="$PCT" 'BEGIN { d = b - a; if (d < 0) d = -d; exit !(d * 100.0 <= p * a) }' ||
-        problem "relay RSS drifted $drift % (bound $PCT %)"
-    [ "$FEND" -eq "$F100" ] || problem "relay fds $F100 after round $EVERY, $FEND at round $LAST"
+if [ -n "$RBASE" ] && [ -n "$REND" ]; then
+    drift=$(awk -v a="$RBASE" -v b="$REND" 'BEGIN { printf "%+.2f", (b - a) * 100.0 / a }')
+    awk -v a="$RBASE" -v b="$REND" -v p="$PCT" 'BEGIN { d = b - a; if (d < 0) d = -d; exit !(d * 100.0 <= p * a) }' ||
+        problem "relay RSS drifted $drift % from round $BASE to round $LAST (bound $PCT %)"
+    [ "$FEND" -eq "$FBASE" ] || problem "relay fds $FBASE at round $BASE, $FEND at round $LAST"
 else
     drift=n/a; problem "no RSS sample (rounds reached: $v)"
 fi
 if [ "$CJ_SAN" = 1 ]; then echo "soak: (ASan build: the RSS figures include shadow memory)"; fi
 echo "SOAK rounds=$N verified=$v tasks=$tasks failed_rounds=$failed kills=$kills" \
-     "rss_after_$EVERY=${R100:-?}kB rss_at_$LAST=${REND:-?}kB drift=${drift}%" \
-     "fds_after_$EVERY=${F100:-?} fds_at_$LAST=${FEND:-?} elapsed=${T}s result=$([ $bad -eq 0 ] && echo PASS || echo FAIL)"
+     "rss_after_$EVERY=${R100:-?}kB rss_at_$BASE=${RBASE:-?}kB rss_at_$LAST=${REND:-?}kB drift=${drift}%" \
+     "fds_at_$BASE=${FBASE:-?} fds_at_$LAST=${FEND:-?} elapsed=${T}s result=$([ $bad -eq 0 ] && echo PASS || echo FAIL)"
 if [ $bad -ne 0 ]; then
     echo "# relay log (last 15 lines):"; tail -15 "$W/relay.log" | sed 's/^/# /'
     echo "# simulator (last 5 lines):"; tail -5 "$W/sim.out" | sed 's/^/# /'

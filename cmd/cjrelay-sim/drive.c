@@ -12,7 +12,19 @@
  * Fault injection: --drive-fail R sends an EXECUTION_EXCEPTION result for the
  * first task of round R (the server must issue the round again);
  * --drive-corrupt R changes one element of round R's result (the server must
- * say SIM FAIL).  Any unexpected answer ends it with "DRIVE FAIL <why>", exit 1. */
+ * say SIM FAIL).  Any unexpected answer ends it with "DRIVE FAIL <why>", exit 1.
+ *
+ * --drive-source-failure R plays a relay whose worker died inside its result
+ * barrier (download.md §2 "Source-failure notice", §6.1 step 1, §7):
+ *   attempt 1 of round R: the result's ref names a worker cell <me>.sf_trainer
+ *     that never answers (the server's pulls to it are dropped, one
+ *     "DRIVE DROPPED" line each); at the first pull a sibling cell
+ *     <me>.sf_sibling (not the parent) sends a notice for it — the server must
+ *     refuse it — and then this cell (the parent) sends one, which the server
+ *     must accept and which must fail the download at once ("DRIVE NOTICE" lines);
+ *   attempt 2: the same (source, ref) again: the server must fail it before its
+ *     first pull (no DROPPED line);
+ *   attempt 3: a normal result. */
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -67,6 +79,12 @@ struct drive {
     uint64_t items_ok;
     char res_ref[CJ_DL_REF_ID_MAX + 1];
     struct evbuffer *submit;
+    /* --drive-source-failure */
+    char sf_child[CJ_FQCN_MAX + 1], sf_sibling[CJ_FQCN_MAX + 1];
+    char sf_ref[CJ_DL_REF_ID_MAX + 1];
+    struct cj_stream_ep *sib_ep;         /* the sibling cell's endpoint (same link) */
+    long sf_attempt;                     /* tasks of round R taken so far */
+    bool sf_notified;                    /* attempt 1's notices are out */
 };
 
 static void drive_end(struct drive *d, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -220,6 +238,12 @@ static int envelope(const msgpack_sbuffer *res, msgpack_sbuffer *out)
     return rc ? -1 : 0;
 }
 
+/* --drive-source-failure: this attempt's result names the dead worker (attempts 1 and 2). */
+static bool sf_dead_source(const struct drive *d)
+{
+    return d->o->drive_source_failure == d->round && d->sf_attempt >= 1 && d->sf_attempt <= 2;
+}
+
 /* The submit_update payload: a failure report, or the DXO result with a fresh ref. */
 static int build_submit(struct drive *d, bool failure, msgpack_sbuffer *out)
 {
@@ -232,17 +256,30 @@ static int build_submit(struct drive *d, bool failure, msgpack_sbuffer *out)
         return cj_splice_failed_result("EXECUTION_EXCEPTION", d->task, d->task_len, NULL, NULL, root, d->site,
                                        d->o->job_id, out, &e);
     size_t n = (size_t)d->o->tensors;
-    uint64_t *sizes = calloc(n, sizeof *sizes);
-    if (!sizes) return -1;
-    for (size_t i = 0; i < n; i++) sizes[i] = sim_item_size(d->dot, i, d->nelem);
-    struct cj_dl_ref_cfg rc = {.n_items = n, .sizes = sizes, .item_fn = result_item, .num_receivers = 1,
-                               .done = result_ref_done, .ctx = d};
-    int ret = cj_dl_producer_add_ref(d->prod, &rc, d->res_ref);
-    free(sizes);
-    if (ret) return -1;
+    int ret;
+    const char *source = d->me;
+    if (sf_dead_source(d)) {   /* a ref of a "dead worker": nobody serves it */
+        if (d->sf_attempt == 1) {
+            cj_dl_new_uuid4(id);
+            cj_fobs_uuid_str(id, d->sf_ref);
+        }
+        snprintf(d->res_ref, sizeof d->res_ref, "%s", d->sf_ref);
+        source = d->sf_child;
+        printf("DRIVE SF %ld attempt=%ld result ref=%s from=%s (never served)\n", d->round, d->sf_attempt, d->res_ref,
+               source);
+    } else {
+        uint64_t *sizes = calloc(n, sizeof *sizes);
+        if (!sizes) return -1;
+        for (size_t i = 0; i < n; i++) sizes[i] = sim_item_size(d->dot, i, d->nelem);
+        struct cj_dl_ref_cfg rc = {.n_items = n, .sizes = sizes, .item_fn = result_item, .num_receivers = 1,
+                                   .done = result_ref_done, .ctx = d};
+        ret = cj_dl_producer_add_ref(d->prod, &rc, d->res_ref);
+        free(sizes);
+        if (ret) return -1;
+    }
     static const uint8_t hdrs[] = "\x81\xb0__content_type__\xa3" "DXO";
     struct cj_dxo_out o = {.headers = hdrs, .headers_len = sizeof hdrs - 1, .dot = d->dot, .n_tensors = n,
-                           .current_round = d->round, .source = d->me, .ref_id = d->res_ref};
+                           .current_round = d->round, .source = source, .ref_id = d->res_ref};
     msgpack_sbuffer res, env;
     msgpack_sbuffer_init(&res);
     msgpack_sbuffer_init(&env);
@@ -401,6 +438,7 @@ static void take_task(struct drive *d, const uint8_t *p, size_t len, const struc
     d->round = (long)x.current_round;
     d->dot = x.dot;
     d->items_ok = 0;
+    if (d->o->drive_source_failure == d->round) d->sf_attempt++;
     for (size_t i = 0; i < n; i++) d->item_tensor[i] = -1;
     for (size_t i = 0; i < n; i++) d->item_tensor[d->ts[i].item] = tensor_index(&d->ts[i]);
     printf("DRIVE GOT %ld task=%s ref=%s from=%s dot=%u\n", d->round, d->task_id, x.ref_id, x.fqcn, x.dot);
@@ -462,6 +500,53 @@ static void poll_task(struct drive *d)
         drive_end(d, 1, "cannot send get_task");
 }
 
+/* ---- --drive-source-failure: the notices ---------------------------------------------- */
+
+static int send_notice(struct drive *d, struct cj_stream_ep *ep, const char *reason, cj_stream_reply_fn fn)
+{
+    msgpack_sbuffer sb;
+    struct cj_err e = {0};
+    const char *ids[1] = {d->sf_ref};
+    msgpack_sbuffer_init(&sb);
+    if (cj_dl_encode_source_failure(&sb, d->sf_child, ids, 1, reason, &e)) {
+        msgpack_sbuffer_destroy(&sb);
+        return -1;
+    }
+    struct evbuffer *b = to_evbuffer(&sb);
+    msgpack_sbuffer_destroy(&sb);
+    if (!b) return -1;
+    struct cj_stream_msg m = {.encoding = "fobs"};
+    return cj_stream_request(ep, d->server, CJ_DL_CHANNEL, CJ_DL_TOPIC_SOURCE_FAILURE, &m, b, 5.0, fn, d, NULL, NULL);
+}
+
+static void on_parent_notice(void *arg, struct cj_stream_reply *r)
+{
+    struct drive *d = arg;
+    printf("DRIVE NOTICE %ld from=%s source=%s rc=%s error=%s\n", d->round, d->me, d->sf_child, r->return_code,
+           r->error[0] ? r->error : "-");
+}
+
+static void on_sibling_notice(void *arg, struct cj_stream_reply *r)
+{
+    struct drive *d = arg;
+    printf("DRIVE NOTICE %ld from=%s source=%s rc=%s error=%s\n", d->round, d->sf_sibling, d->sf_child,
+           r->return_code, r->error[0] ? r->error : "-");
+    if (send_notice(d, d->ep, "sf_trainer killed by the drive (test)", on_parent_notice))
+        drive_end(d, 1, "cannot send the source_failure notice");
+}
+
+/* A message for a cell of ours that does not exist (the dead worker). */
+static void dead_cell_msg(struct drive *d, const struct cj_hdr *h)
+{
+    printf("DRIVE DROPPED %s %s for %s round=%ld attempt=%ld\n", h->topic, h->sm_tp[0] ? h->sm_tp : "-",
+           h->destination, d->round, d->sf_attempt);
+    if (d->sf_notified || strcmp(h->destination, d->sf_child)) return;
+    d->sf_notified = true;
+    /* first a sibling worker claims the failure (not the parent: refused), then the relay */
+    if (send_notice(d, d->sib_ep, "sf_trainer killed (claimed by its sibling)", on_sibling_notice))
+        drive_end(d, 1, "cannot send the sibling's source_failure notice");
+}
+
 /* ---- link and endpoint --------------------------------------------------------------- */
 
 static void on_up(struct cj_link *l, void *ctx)
@@ -475,7 +560,15 @@ static void on_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
 {
     (void)l;
     struct drive *d = ctx;
-    if (!strcmp(m->hdr.channel, CJ_STREAM_CHANNEL)) cj_stream_input(d->ep, &m->hdr, m->payload);
+    if (strcmp(m->hdr.channel, CJ_STREAM_CHANNEL)) {
+        /* not for a stream endpoint */
+    } else if (d->sib_ep && !strcmp(m->hdr.destination, d->sf_sibling)) {
+        cj_stream_input(d->sib_ep, &m->hdr, m->payload);
+    } else if (d->sib_ep && strcmp(m->hdr.destination, d->me)) {
+        dead_cell_msg(d, &m->hdr);
+    } else {
+        cj_stream_input(d->ep, &m->hdr, m->payload);
+    }
     cj_msg_free(m);
 }
 
@@ -517,13 +610,16 @@ int sim_drive(const struct sim_opts *o)
     if (o->drive_as[0]) snprintf(d.me, sizeof d.me, "%s", o->drive_as);
     else snprintf(d.me, sizeof d.me, "site-1.%s", o->job_id);
     snprintf(d.site, sizeof d.site, "%.*s", (int)strcspn(d.me, "."), d.me);
+    snprintf(d.sf_child, sizeof d.sf_child, "%.*s.sf_trainer", (int)sizeof d.sf_child - 12, d.me);
+    snprintf(d.sf_sibling, sizeof d.sf_sibling, "%.*s.sf_sibling", (int)sizeof d.sf_sibling - 12, d.me);
     d.nelem = (uint64_t)((o->model_size / o->tensors) & ~(int64_t)3) / 4;
     struct event *sig = NULL;
     struct cj_link_cfg lc = {.name = "server", .me = d.me};
     struct cj_stream_io io = {.ctx = &d, .send = io_send};
     if (!(d.base = event_base_new()) || !(d.timer = evtimer_new(d.base, on_timer, &d)) ||
         !(d.ep = cj_stream_new(d.base, d.me, &io, NULL)) || !(d.prod = cj_dl_producer_new(d.base, d.ep, NULL)) ||
-        !(sig = evsignal_new(d.base, SIGTERM, on_signal, &d)) || event_add(sig, NULL)) {
+        !(sig = evsignal_new(d.base, SIGTERM, on_signal, &d)) || event_add(sig, NULL) ||
+        (o->drive_source_failure && !(d.sib_ep = cj_stream_new(d.base, d.sf_sibling, &io, NULL)))) {
         printf("DRIVE FAIL cannot start\n");
         goto out;
     }
@@ -541,6 +637,7 @@ out:
     if (d.prod) cj_dl_producer_free(d.prod);
     if (d.link) cj_link_free(d.link);
     d.link = NULL;
+    if (d.sib_ep) cj_stream_free(d.sib_ep);
     if (d.ep) cj_stream_free(d.ep);
     if (d.submit) evbuffer_free(d.submit);
     if (d.timer) event_free(d.timer);

@@ -10,7 +10,15 @@
  * checked (headers, DXO), its ref downloaded from the FQCN its datum names,
  * every element compared with task + 1.0f, and only then answered ok.  A
  * failed round (failed result, failed download, task timeout, undeliverable
- * task) is issued again as a new task, up to --max-failures times. */
+ * task) is issued again as a new task, up to --max-failures times.
+ *
+ * Source-failure notices (download.md §2, §6.1 step 1): a notice from the FQCN
+ * parent of its source_fqcn (the relay, for its workers) is answered ok, each
+ * (source, ref) is tombstoned for SF_TOMB_SECS (at most SF_TOMB_MAX, oldest
+ * dropped first), an active result download of one of them fails at once with
+ * the notice's reason (no retry: the round fails and is issued again), and a
+ * later result naming a tombstoned ref fails before its first pull.  Any other
+ * origin gets invalid_request with cn__error. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -39,6 +47,9 @@
 #define MAX_WAITERS 4               /* submit_update copies answered together */
 #define MAX_SUBMIT ((size_t)64 << 20) /* a result payload with refs is small; inline ones are not */
 #define ID_LEN 36
+#define SF_TOMB_SECS 1800.0         /* a source-failure tombstone lives this long */
+#define SF_TOMB_MAX 4096            /* tombstones kept at most (the oldest goes first) */
+#define SF_REASON_KEEP 256          /* bytes of the reason kept with a tombstone */
 
 enum tstate { T_SENDING, T_ISSUED, T_VERIFYING, T_DONE, T_FAILED };
 
@@ -70,6 +81,14 @@ struct task {
     bool reply_pending;                  /* the get_task reply carrying it is being sent */
 };
 
+/* (source, ref) named by an accepted source-failure notice. */
+struct sf_tomb {
+    char source[CJ_DL_FQCN_MAX + 1];
+    char ref[CJ_DL_REF_ID_MAX + 1];
+    char reason[SF_REASON_KEEP];
+    double until;                        /* monotonic */
+};
+
 struct sim_fl {
     struct sim *s;
     const struct sim_opts *o;
@@ -84,6 +103,10 @@ struct sim_fl {
     bool end_sent;
     bool closing;                        /* sim_fl_stop ran: callbacks do nothing */
     uint64_t polls, syncs, heartbeats, checks;
+    /* source-failure tombstones: a ring in insertion (so expiry) order, allocated at the first notice */
+    struct sf_tomb *tombs;
+    size_t tomb_head, n_tombs;
+    uint64_t sf_accepted, sf_refused;
 };
 
 static double now_mono(void)
@@ -764,11 +787,11 @@ out:
     return rc;
 }
 
-static void on_result_done(void *ctx, bool ok, const char *why)
+/* The end of a result download (t->fetch already gone): verified, failed
+ * (issued again), or fatal (a wrong element). */
+static void result_done(struct task *t, bool ok, const char *why)
 {
-    struct task *t = ctx;
     struct sim_fl *fl = t->fl;
-    t->fetch = NULL;
     if (t->fail[0]) {
         sim_finish(fl->s, 1, "round %ld task=%s: %s", t->round, t->id, t->fail);
         return;
@@ -783,6 +806,55 @@ static void on_result_done(void *ctx, bool ok, const char *why)
         return;
     }
     round_verified(t);
+}
+
+static void on_result_done(void *ctx, bool ok, const char *why)
+{
+    struct task *t = ctx;
+    t->fetch = NULL;
+    result_done(t, ok, why);
+}
+
+/* ---- source-failure tombstones --------------------------------------------------------- */
+
+/* Drops the expired tombstones (the oldest are at the head). */
+static void tombs_expire(struct sim_fl *fl, double now)
+{
+    while (fl->n_tombs && fl->tombs[fl->tomb_head].until <= now) {
+        fl->tomb_head = (fl->tomb_head + 1) % SF_TOMB_MAX;
+        fl->n_tombs--;
+    }
+}
+
+static const struct sf_tomb *tomb_find(struct sim_fl *fl, const char *source, const char *ref)
+{
+    if (!fl->tombs) return NULL;
+    tombs_expire(fl, now_mono());
+    for (size_t i = 0; i < fl->n_tombs; i++) {
+        const struct sf_tomb *tb = &fl->tombs[(fl->tomb_head + i) % SF_TOMB_MAX];
+        if (!strcmp(tb->ref, ref) && !strcmp(tb->source, source)) return tb;
+    }
+    return NULL;
+}
+
+/* Tombstones (source, ref) for SF_TOMB_SECS; a full table drops its oldest.  A
+ * pair already tombstoned keeps its first expiry.  -1: no memory. */
+static int tomb_add(struct sim_fl *fl, const char *source, const char *ref, const char *reason)
+{
+    if (!fl->tombs && !(fl->tombs = calloc(SF_TOMB_MAX, sizeof *fl->tombs))) return -1;
+    if (tomb_find(fl, source, ref)) return 0;
+    struct sf_tomb *tb;
+    if (fl->n_tombs == SF_TOMB_MAX) {
+        tb = &fl->tombs[fl->tomb_head];
+        fl->tomb_head = (fl->tomb_head + 1) % SF_TOMB_MAX;
+    } else {
+        tb = &fl->tombs[(fl->tomb_head + fl->n_tombs++) % SF_TOMB_MAX];
+    }
+    snprintf(tb->source, sizeof tb->source, "%s", source);
+    snprintf(tb->ref, sizeof tb->ref, "%s", ref);
+    snprintf(tb->reason, sizeof tb->reason, "%.*s", (int)sizeof tb->reason - 1, reason);
+    tb->until = now_mono() + SF_TOMB_SECS;
+    return 0;
 }
 
 /* layer<t>.weight -> t, or -1. */
@@ -901,6 +973,15 @@ static int start_verification(struct task *t, const struct req *r, char *why, si
     t->res_dot = d.dot;
     snprintf(t->res_from, sizeof t->res_from, "%s", d.fqcn);
     snprintf(t->res_ref, sizeof t->res_ref, "%s", d.ref_id);
+    const struct sf_tomb *tb = tomb_find(fl, d.fqcn, d.ref_id);
+    if (tb) {   /* download.md §6.1 step 1: fail before the first request */
+        *fatal = false;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "downloading result ref %s from %s failed: %s (tombstoned by a source_failure "
+                 "notice; no request sent)", d.ref_id, d.fqcn, tb->reason);
+        snprintf(why, wl, "%.*s", (int)wl - 1, msg);
+        goto out;
+    }
     struct cj_dl_fetch_cfg fc;
     cj_dl_fetch_cfg_default(&fc);
     fc.request_timeout = fl->o->fetch_timeout;
@@ -1069,6 +1150,103 @@ static int on_isolated(void *arg, struct cj_stream_blob *b)
     return 0;
 }
 
+/* ---- source-failure notices ---------------------------------------------------------------- */
+
+/* s with control characters replaced, for one stdout line. */
+static void printable(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
+/* Answers rq with rc and a cn__error header. */
+static void reply_error(struct sim_fl *fl, const struct cj_stream_reqctx *rq, const char *rc, const char *error)
+{
+    msgpack_sbuffer hv;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&hv);
+    msgpack_packer_init(&pk, &hv, msgpack_sbuffer_write);
+    size_t n = strlen(error);
+    struct evbuffer *b = evbuffer_new();
+    if (b && msgpack_pack_str(&pk, n) == 0 && msgpack_pack_str_body(&pk, error, n) == 0) {
+        struct cj_stream_hv h = {"cn__error", hv.data, hv.size};
+        struct cj_stream_msg m = {.hdrs = &h, .n_hdrs = 1, .encoding = "none"};
+        if (cj_stream_reply(fl->s->ep, rq, rc, &m, b, NULL, NULL) < 0)
+            cj_log_warning("sim: cannot send the %s reply to %s", rq->topic, rq->origin);
+        b = NULL;   /* taken */
+    }
+    if (b) evbuffer_free(b);
+    msgpack_sbuffer_destroy(&hv);
+}
+
+/* The open task whose active result download is (source, one of the refs). */
+static struct task *sf_victim(struct sim_fl *fl, const struct cj_dl_source_failure *sf)
+{
+    for (struct task *t = fl->tasks; t; t = t->next) {
+        if (!t->fetch || strcmp(t->res_from, sf->source_fqcn)) continue;
+        for (size_t i = 0; i < sf->n_ref_ids; i++)
+            if (!strcmp(t->res_ref, sf->ref_ids[i])) return t;
+    }
+    return NULL;
+}
+
+static int on_source_failure(void *arg, struct cj_stream_blob *b)
+{
+    struct sim_fl *fl = arg;
+    struct cj_dl_source_failure *sf = malloc(sizeof *sf);
+    struct cj_err e = {0};
+    char why[512], parent[CJ_FQCN_MAX + 1];
+    size_t len;
+    const uint8_t *p = blob_bytes(b->data, 1 << 20, &len);
+    why[0] = '\0';
+    if (!sf) {
+        snprintf(b->error, sizeof b->error, "out of memory");
+        return -1;
+    }
+    if (!p) snprintf(why, sizeof why, "empty or oversized source_failure notice (%zu bytes)", len);
+    else if (cj_dl_decode_source_failure(p, len, sf, &e)) snprintf(why, sizeof why, "bad source_failure notice: %s", e.msg);
+    else if (!cj_fqcn_valid(sf->source_fqcn)) snprintf(why, sizeof why, "source_fqcn is not a valid FQCN");
+    else if (cj_fqcn_parent(sf->source_fqcn, parent, sizeof parent) || strcmp(parent, b->origin))
+        snprintf(why, sizeof why, "origin %s is not the parent of source %s", b->origin, sf->source_fqcn);
+    if (why[0]) {
+        char src[CJ_DL_FQCN_MAX + 1] = "?";
+        if (p && !e.msg[0] && sf->source_fqcn[0]) snprintf(src, sizeof src, "%s", sf->source_fqcn);
+        printable(src);
+        fl->sf_refused++;
+        printf("REFUSED source_failure from=%s source=%s: %s\n", b->origin, src, why);
+        cj_log_warning("sim: source_failure notice from %s refused: %s", b->origin, why);
+        if (b->req.has_ri) reply_error(fl, &b->req, "invalid_request", why);
+        free(sf);
+        return 0;
+    }
+    fl->sf_accepted++;
+    const char *reason = sf->reason[0] ? sf->reason : "the source reported a failure (no reason given)";
+    size_t failed = 0;
+    for (size_t i = 0; i < sf->n_ref_ids; i++)
+        if (tomb_add(fl, sf->source_fqcn, sf->ref_ids[i], reason))
+            cj_log_error("sim: out of memory: ref %s of %s not tombstoned", sf->ref_ids[i], sf->source_fqcn);
+    /* Reply first: the relay's notice is done whatever the rounds do next. */
+    if (b->req.has_ri) send_reply(fl, &b->req, NULL, NULL, NULL, NULL);
+    char shown[CJ_DL_REASON_BUF];
+    snprintf(shown, sizeof shown, "%s", reason);
+    printable(shown);
+    printf("SOURCE_FAILURE from=%s source=%s refs=%zu reason=%s\n", b->origin, sf->source_fqcn, sf->n_ref_ids, shown);
+    /* Each victim leaves the search once its fetch is gone (round_failed or sim_finish). */
+    for (struct task *t; !fl->closing && (t = sf_victim(fl, sf));) {
+        cj_dl_fetch_cancel(t->fetch);
+        t->fetch = NULL;
+        failed++;
+        cj_log_warning("sim: round %ld: result ref %s from %s: source failure: %s", t->round, t->res_ref,
+                       t->res_from, reason);
+        snprintf(why, sizeof why, "%.200s (source_failure notice from %s)", shown, b->origin);
+        result_done(t, false, why);
+    }
+    cj_log_info("sim: source_failure from %s for %s: %zu ref(s) tombstoned, %zu active download(s) failed", b->origin,
+                sf->source_fqcn, sf->n_ref_ids, failed);
+    free(sf);
+    return 0;
+}
+
 /* ---- setup ------------------------------------------------------------------------------- */
 
 int sim_fl_setup(struct sim *s, struct cj_err *err)
@@ -1093,6 +1271,7 @@ int sim_fl_setup(struct sim *s, struct cj_err *err)
         {CH_CMD, "get_task", on_get_task},
         {CH_CMD, "submit_update", on_submit_update},
         {CJ_DL_CHANNEL, SIM_FL_ISOLATED_TOPIC, on_isolated},
+        {CJ_DL_CHANNEL, CJ_DL_TOPIC_SOURCE_FAILURE, on_source_failure},
     };
     for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
         if (cj_stream_on(s->ep, h[i].ch, h[i].tp, h[i].fn, fl) < 0)
@@ -1131,6 +1310,7 @@ void sim_fl_free(struct sim *s)
     }
     if (fl->exit_ev) event_free(fl->exit_ev);
     if (fl->dlog) fclose(fl->dlog);
+    free(fl->tombs);
     free(fl->round_state);
     free(fl);
     s->fl = NULL;

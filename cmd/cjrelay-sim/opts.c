@@ -18,7 +18,8 @@ static const char USAGE[] =
     "                   [--task-timeout SECS] [--max-failures N] [--fetch-timeout SECS]\n"
     "                   [--log-headers FILE] [--window SIZE] [--heartbeat SECS] [--log-level LEVEL]\n"
     "       cjrelay-sim --drive tcp://HOST:PORT --job-id J1 [--drive-as FQCN] [--drive-fail R]\n"
-    "                   [--drive-corrupt R] [--rounds/--model-size/--tensors as given to the server]\n"
+    "                   [--drive-corrupt R] [--drive-source-failure R]\n"
+    "                   [--rounds/--model-size/--tensors as given to the server]\n"
     "       cjrelay-sim --self-test | --help | --version\n"
     "\n"
     "Plays the FL server: the cells `server` and `server.<job>`.  Prints \"SIM READY <port>\" once\n"
@@ -59,6 +60,11 @@ static const char USAGE[] =
     "  --drive-as FQCN the cell name (default site-1.<job>; a deeper name is not a relay cell)\n"
     "  --drive-fail R  answer round R's first task with an EXECUTION_EXCEPTION result\n"
     "  --drive-corrupt R  change one element of round R's result\n"
+    "  --drive-source-failure R  round R's result names a worker cell <me>.sf_trainer that never\n"
+    "                  answers; at the server's first pull a sibling cell, then this cell (its\n"
+    "                  parent) send download_service__source_failure for it; the next task of\n"
+    "                  round R names the same ref again, the third one is normal (the server needs\n"
+    "                  --max-failures 2 or more)\n"
     "\n"
     "Transport tests (issue 4): direct task/ping, stream test/echo, test/blob \"N\" (N pattern bytes).\n"
     "  --log-headers FILE  append each received request's first header block as one key=value line\n"
@@ -71,6 +77,9 @@ static const char USAGE[] =
     "  TASK r task=<id> to=<site FQCN> ref=<ref_id|inline> tensors=N bytes=B\n"
     "  DOWNLOAD ref=<ref_id> by=<FQCN> bytes=B status=<ok|failed|incomplete> round=r\n"
     "  REFUSED download from=<FQCN> ref=<ref_id> (--isolate)\n"
+    "  SOURCE_FAILURE from=<FQCN> source=<FQCN> refs=N reason=<text>   (a notice accepted: the refs\n"
+    "                  are tombstoned for 1800 s and an active result download of them fails now)\n"
+    "  REFUSED source_failure from=<FQCN> source=<FQCN>: <why>   (answered invalid_request)\n"
     "  RESULT r task=<id> ref=<ref_id|inline> from=<FQCN> items=N bytes=B secs=T\n"
     "  ROUND r task=<id> tensors=N bytes=B served_to=<FQCN[,FQCN]|inline|none> result_from=<FQCN>\n"
     "        verified secs=T MiB/s=X       (T: task sent -> result verified; X: (B + result bytes)/T)\n"
@@ -82,7 +91,8 @@ static const char USAGE[] =
 enum {
     O_LISTEN = 1, O_TLS_DIR, O_JOB_ID, O_LOG_HEADERS, O_WINDOW, O_HEARTBEAT, O_LOG_LEVEL, O_ROUNDS, O_MODEL_SIZE,
     O_TENSORS, O_FORMAT, O_ISOLATE, O_INLINE, O_DOWNLOAD_LOG, O_WAIT_TIME, O_TASK_TIMEOUT, O_MAX_FAILURES,
-    O_FETCH_TIMEOUT, O_SELF_TEST, O_DRIVE, O_DRIVE_AS, O_DRIVE_FAIL, O_DRIVE_CORRUPT, O_HELP, O_VERSION,
+    O_FETCH_TIMEOUT, O_SELF_TEST, O_DRIVE, O_DRIVE_AS, O_DRIVE_FAIL, O_DRIVE_CORRUPT, O_DRIVE_SOURCE_FAILURE, O_HELP,
+    O_VERSION,
 };
 
 static const struct option LONGOPTS[] = {
@@ -109,6 +119,7 @@ static const struct option LONGOPTS[] = {
     {"drive-as", required_argument, NULL, O_DRIVE_AS},
     {"drive-fail", required_argument, NULL, O_DRIVE_FAIL},
     {"drive-corrupt", required_argument, NULL, O_DRIVE_CORRUPT},
+    {"drive-source-failure", required_argument, NULL, O_DRIVE_SOURCE_FAILURE},
     {"help", no_argument, NULL, O_HELP},
     {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
@@ -217,6 +228,7 @@ static int one_option(struct sim_opts *o, int c, const char *arg)
         return copy_arg(o->drive_as, sizeof o->drive_as, "--drive-as", arg);
     case O_DRIVE_FAIL: return positive_long("--drive-fail", arg, &o->drive_fail);
     case O_DRIVE_CORRUPT: return positive_long("--drive-corrupt", arg, &o->drive_corrupt);
+    case O_DRIVE_SOURCE_FAILURE: return positive_long("--drive-source-failure", arg, &o->drive_source_failure);
     default: return usage_error("unknown option%s%s", "", "");
     }
 }

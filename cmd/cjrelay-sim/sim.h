@@ -22,6 +22,9 @@
  *   server_command/submit_update        -> downloads the result's ref from its FQCN,
  *                                          checks every element == task + 1.0f, replies ok
  *   download_service__/download_service__download -> the producer (lib/dl/producer.h)
+ *   download_service__/download_service__source_failure -> from the source's FQCN parent:
+ *                                          ok, tombstones, fails the active result download
+ *                                          at once; from anyone else invalid_request
  * Tensors and items: model.c (DESIGN-fl.md "Conventions").
  *
  * It talks to links and a stream endpoint directly: the router's policy is
@@ -76,6 +79,7 @@ struct sim_opts {
     char drive_as[CJ_FQCN_MAX + 1]; /* --drive-as FQCN (default site-1.<job>) */
     long drive_fail;             /* --drive-fail R: an EXECUTION_EXCEPTION result for round R's first task */
     long drive_corrupt;          /* --drive-corrupt R: one wrong element in round R's result */
+    long drive_source_failure;   /* --drive-source-failure R: round R's result source "dies" (drive.c) */
 };
 
 struct sim_fl;

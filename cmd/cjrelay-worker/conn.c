@@ -114,6 +114,10 @@ static const char *io_next_hop(void *ctx, const char *destination)
 static void on_up(struct cj_link *l, void *ctx)
 {
     struct wk *w = ctx;
+    if (w->direct) {
+        wk_direct_link_up(w);
+        return;
+    }
     if (strcmp(cj_link_peer(l), w->bs.cj_fqcn))
         cj_log_warning("the relay at %s calls itself %s, not %s (bootstrap cj_fqcn)", w->bs.connect_url,
                        cj_link_peer(l), w->bs.cj_fqcn);
@@ -146,6 +150,11 @@ static void on_down(struct cj_link *l, const char *why, void *ctx)
     w->link = NULL;
     if (w->exiting) return;
     snprintf(w->last_error, sizeof w->last_error, "%s", why && *why ? why : "link closed");
+    if (w->direct) {   /* a benchmark run: no reconnects */
+        printf("DIRECT FAIL link to %s lost: %s\n", w->bs.connect_url, w->last_error);
+        wk_exit(w, WK_EXIT_RELAY_LOST, "direct mode: the link to the server is gone: %s", w->last_error);
+        return;
+    }
     if (w->phase == WK_READY) {
         if (!w->link_lost_at) w->link_lost_at = wk_now();
         cj_log_warning("link to the relay lost: %s; reconnecting every %.0f s", w->last_error, WK_RETRY_EVERY);
@@ -215,7 +224,7 @@ static int setup(struct wk *w)
     if (!w->m || !w->ep || !w->tick || !w->hb_timer || !w->retry || !w->flush || !w->sig_term || !w->sig_int)
         return -1;
     if (!(w->prod = cj_dl_producer_new(w->base, w->ep, NULL))) return -1;
-    if (wk_session_register(w)) return -1;
+    if (!w->direct && wk_session_register(w)) return -1;
     evsignal_add(w->sig_term, NULL);
     evsignal_add(w->sig_int, NULL);
     struct timeval tv = tv_of(WK_PID_POLL);
@@ -250,6 +259,7 @@ int wk_run(const struct wk_opts *o, const struct cj_bootstrap *bs)
     }
     w->opts = *o;
     w->bs = *bs;
+    w->direct = o->direct[0] != '\0';
     w->phase = WK_CONNECTING;
     w->started = wk_now();
     if (setup(w)) {
@@ -262,8 +272,12 @@ int wk_run(const struct wk_opts *o, const struct cj_bootstrap *bs)
     w->pid_watch = bs->cj_pid > 0 && (kill((pid_t)bs->cj_pid, 0) == 0 || errno == EPERM);
     if (bs->cj_pid > 0 && !w->pid_watch)
         cj_log_warning("relay pid %lld is not visible; not watching it", (long long)bs->cj_pid);
-    cj_log_info("starting: %s connecting to %s (relay %s, job %s, site %s, secure_mode %s)", bs->trainer_fqcn,
-                bs->connect_url, bs->cj_fqcn, bs->job_id, bs->site_name, bs->secure_mode ? "true" : "false");
+    if (w->direct)
+        cj_log_info("starting in direct mode: %s connecting to the server at %s (job %s, no relay)",
+                    bs->trainer_fqcn, bs->connect_url, bs->job_id);
+    else
+        cj_log_info("starting: %s connecting to %s (relay %s, job %s, site %s, secure_mode %s)", bs->trainer_fqcn,
+                    bs->connect_url, bs->cj_fqcn, bs->job_id, bs->site_name, bs->secure_mode ? "true" : "false");
     wk_connect(w);
     event_base_dispatch(w->base);
     int code = w->exiting ? w->exit_code : WK_EXIT_FAIL;

@@ -1,6 +1,7 @@
 /* cjrelay-worker — the reference Client API worker (interface.md, DESIGN-fl.md).
  *
  *   cjrelay-worker [--bootstrap FILE] [--connect-window SECS] [--log-level LEVEL]
+ *   cjrelay-worker --direct tcp://HOST:PORT --job-id J [--site S]   (benchmarks: no relay)
  *
  * Table of contents:
  *   worker.h   what the worker does, its state, exit codes (read this first)
@@ -11,7 +12,9 @@
  *              connect window), heartbeats, relay-silence and relay-pid
  *              watchdogs, abort, shutdown, log
  *   task.c     task_ready: DXO, download, +1.0f, task_accepted, result ref,
- *              result_ready, settle, metric */
+ *              result_ready, settle, metric
+ *   direct.c   direct mode: one task straight from the server, downloaded and
+ *              timed like a relayed one (bench/run.sh compares the two) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,11 +34,20 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: cjrelay-worker [--bootstrap FILE] [--connect-window SECS] [--log-level LEVEL]\n"
+            "       cjrelay-worker --direct URL --job-id JOB [--site SITE] [--cell FQCN] [--log-level LEVEL]\n"
             "       cjrelay-worker --version | --help\n"
             "  --bootstrap FILE       the bootstrap JSON written by the relay (default: $%s)\n"
             "  --connect-window SECS  how long to retry connect / hello / session_ready, and to\n"
             "                         reconnect a lost link (default %g)\n"
             "  --log-level LEVEL      error | warning | info (default) | debug\n"
+            "  --direct URL           benchmarks: no bootstrap, no session; connect to the server at\n"
+            "                         URL (tcp://HOST:PORT) as the cell SITE.JOB, take one task\n"
+            "                         (get_task), download and transform its model as usual, print\n"
+            "                         'DIRECT round=R task=ID bytes=B secs=T MiB/s=X', exit 0\n"
+            "  --job-id JOB, --site SITE  the job and site in direct mode (SITE default site-1)\n"
+            "  --cell FQCN            direct mode's cell name (default SITE.JOB); a child of a relay\n"
+            "                         (SITE.JOB.LEAF) with URL the relay's worker socket goes through\n"
+            "                         the relay's router instead\n"
             "exit: 0 shutdown, 1 abort or fatal error, 2 usage or bootstrap refused,\n"
             "      3 no session with the relay, 4 relay lost\n",
             CJ_BOOTSTRAP_ENV, WK_CONNECT_WINDOW);
@@ -68,6 +80,21 @@ static int parse_args(int argc, char **argv, struct wk_opts *o)
                 fprintf(stderr, "cjrelay-worker: --connect-window %s: %s\n", v, why ? why : "must be > 0");
                 return -1;
             }
+        } else if (!strcmp(a, "--direct") || !strcmp(a, "--job-id") || !strcmp(a, "--site") ||
+                   !strcmp(a, "--cell")) {
+            char *dst = !strcmp(a, "--direct")   ? o->direct
+                        : !strcmp(a, "--job-id") ? o->job_id
+                        : !strcmp(a, "--site")   ? o->site
+                                                 : o->cell;
+            size_t cap = !strcmp(a, "--direct")   ? sizeof o->direct
+                         : !strcmp(a, "--job-id") ? sizeof o->job_id
+                         : !strcmp(a, "--site")   ? sizeof o->site
+                                                  : sizeof o->cell;
+            if (!*v || strlen(v) >= cap) {
+                fprintf(stderr, "cjrelay-worker: %s: empty or too long\n", a);
+                return -1;
+            }
+            snprintf(dst, cap, "%s", v);
         } else if (!strcmp(a, "--log-level")) {
             if ((o->log_level = cj_log_level_from_name(v)) < 0) {
                 fprintf(stderr, "cjrelay-worker: --log-level %s: use error, warning, info or debug\n", v);
@@ -149,7 +176,7 @@ int main(int argc, char **argv)
         return rc > 0 ? WK_EXIT_OK : WK_EXIT_USAGE;
     }
     cj_log_set_level(o.log_level);
-    if (load_bootstrap(&o, &bs)) return WK_EXIT_USAGE;
+    if (o.direct[0] ? wk_direct_bootstrap(&o, &bs) : load_bootstrap(&o, &bs)) return WK_EXIT_USAGE;
     rc = wk_run(&o, &bs);
     explicit_bzero(&bs, sizeof bs);
     return rc;

@@ -178,6 +178,10 @@ static void fail_task(struct wk *w, struct wk_task *t, const char *why)
     if (!t->answered) answer_task(w, &t->req, t->id, why);
     t->answered = true;
     task_free(w, t);
+    if (w->direct) {
+        printf("DIRECT FAIL %s\n", why);
+        wk_exit(w, WK_EXIT_FAIL, "direct mode: the task failed");
+    }
 }
 
 void wk_task_drop(struct wk *w)
@@ -329,6 +333,15 @@ static void model_ready(struct wk *w, struct wk_task *t)
                 " float32 elements + 1.0",
                 t->id, t->inline_model ? "read" : "downloaded", t->n, (double)t->bytes_in / MIB,
                 t->inline_model ? "the task" : t->src, dt, dt > 0 ? (double)t->bytes_in / MIB / dt : 0.0, t->floats);
+    if (w->direct) {   /* no relay to answer, no result: the measurement is done */
+        char id[CJ_CAPI_ID_MAX + 1];
+        int64_t round = t->round;
+        uint64_t bytes = t->bytes_in;
+        snprintf(id, sizeof id, "%s", t->id);
+        task_free(w, t);
+        wk_direct_done(w, round, id, bytes, dt);
+        return;
+    }
     /* The stock trainer accepts the task only once its downloads are done. */
     answer_task(w, &t->req, t->id, NULL);
     t->answered = true;
@@ -718,26 +731,36 @@ int wk_task_ready(void *arg, struct cj_stream_blob *b)
         answer_task(w, &b->req, m->task_id, why);
         return 0;
     }
+    wk_task_begin(w, p, n, m, &b->req);
+    return 0;
+}
+
+void wk_task_begin(struct wk *w, uint8_t *p, size_t n, const struct cj_capi_msg *m,
+                   const struct cj_stream_reqctx *req)
+{
+    char why[700];
     struct wk_task *t = calloc(1, sizeof *t);
     if (!t) {
-        answer_task(w, &b->req, m->task_id, "out of memory");
-        return 0;
+        if (req) answer_task(w, (struct cj_stream_reqctx *)req, m->task_id, "out of memory");
+        else wk_exit(w, WK_EXIT_FAIL, "out of memory");
+        return;
     }
     w->task = t;
     t->t0 = wk_now();
-    t->req = b->req;
+    if (req) t->req = *req;
+    else t->answered = true;   /* direct mode: nobody to answer */
     snprintf(t->id, sizeof t->id, "%s", m->task_id);
     snprintf(t->name, sizeof t->name, "%s", m->task_name);
     if (n == 0 || read_model(t, p, n, m, why, sizeof why)) {
         fail_task(w, t, n ? why : "empty task_ready");
-        return 0;
+        return;
     }
     if (t->inline_model) {
         cj_log_info("task %s ('%s', round %" PRId64 "): %zu inline %s tensors", t->id, t->name, t->round, t->n,
                     t->dot == CJ_DXO_DOT_NUMPY ? "numpy" : "torch");
         t->got = t->n;
         model_ready(w, t);
-        return 0;
+        return;
     }
     cj_log_info("task %s ('%s', round %" PRId64 "): downloading %zu %s tensors from %s (ref %s)", t->id, t->name,
                 t->round, t->n, t->dot == CJ_DXO_DOT_NUMPY ? "numpy" : "torch", t->src, t->src_ref);
@@ -746,5 +769,4 @@ int wk_task_ready(void *arg, struct cj_stream_blob *b)
         snprintf(why, sizeof why, "cannot start downloading ref %s from %s", t->src_ref, t->src);
         fail_task(w, t, why);
     }
-    return 0;
 }

@@ -30,10 +30,17 @@
  *
  * Exit codes: see WK_EXIT_* below.
  *
+ * Direct mode (--direct URL, for benchmarks): no relay and no session; the
+ * worker connects to the server itself as the cell <site>.<job>, asks
+ * server.<job> for one task (__sync_runner__, get_task), turns it into the
+ * task_ready a relay would have sent (cj_splice_task_ready) and runs the very
+ * same download and transform (task.c), timed the same way; then it prints
+ * one DIRECT line on stdout and exits 0, without sending a result.
+ *
  * Files: main.c (table of contents, command line), conn.c (event loop,
  * link, stream endpoint, reconnects, exit), session.c (handshake, heartbeats,
  * watchdogs, abort, shutdown, log), task.c (task_ready, download, transform,
- * result, settle). */
+ * result, settle), direct.c (direct mode). */
 #ifndef CJ_WORKER_H
 #define CJ_WORKER_H
 
@@ -45,12 +52,14 @@
 
 #include "fl/bootstrap.h"
 #include "fl/capi.h"
+#include "wire/fqcn.h"
 
 struct cj_link;
 struct evbuffer;
 struct cj_stream_ep;
 struct cj_stream_blob;
 struct cj_stream_reply;
+struct cj_stream_reqctx;
 struct cj_dl_producer;
 struct wk_task;
 
@@ -72,6 +81,10 @@ struct wk_opts {
     char bootstrap[4096];        /* --bootstrap FILE, else $NVFLARE_CLIENT_API_BOOTSTRAP */
     double connect_window;       /* --connect-window SECS (tests), default WK_CONNECT_WINDOW */
     int log_level;               /* --log-level */
+    char direct[512];            /* --direct URL: no relay (benchmarks); "" = normal */
+    char job_id[128];            /* --job-id (direct mode) */
+    char site[128];              /* --site (direct mode, default site-1) */
+    char cell[256];              /* --cell FQCN (direct mode, default <site>.<job>) */
 };
 
 enum wk_phase {
@@ -119,6 +132,11 @@ struct wk {
 
     struct wk_task *task;               /* NULL while idle */
     uint64_t tasks_done;
+
+    /* direct mode */
+    bool direct;
+    char server[CJ_FQCN_MAX + 1];       /* server.<job> */
+    int direct_tries;
 };
 
 /* ---- conn.c ------------------------------------------------------------------------ */
@@ -170,5 +188,19 @@ int wk_task_ready(void *arg, struct cj_stream_blob *b);
 bool wk_task_live(const struct wk *w);
 /* Drops the current task (exit paths): cancels the download, removes the ref. */
 void wk_task_drop(struct wk *w);
+/* Starts a task from a decoded task_ready (m, over the mutable payload p, n):
+ * read the model, download and transform it.  req: the request to answer
+ * (NULL in direct mode). */
+void wk_task_begin(struct wk *w, uint8_t *p, size_t n, const struct cj_capi_msg *m,
+                   const struct cj_stream_reqctx *req);
+
+/* ---- direct.c ------------------------------------------------------------------------ */
+
+/* Fills a bootstrap for direct mode (cell <site>.<job> talking to the server at url). */
+int wk_direct_bootstrap(const struct wk_opts *o, struct cj_bootstrap *bs);
+/* The link to the server is up: sync, then poll for a task. */
+void wk_direct_link_up(struct wk *w);
+/* The model is in (t0 -> now = secs): print the DIRECT line and exit 0. */
+void wk_direct_done(struct wk *w, int64_t round, const char *task_id, uint64_t bytes, double secs);
 
 #endif

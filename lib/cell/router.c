@@ -18,6 +18,18 @@
 #define DROP_LOG_WINDOW 10.0   /* seconds */
 #define DROP_LOG_BURST 20      /* drop lines per window before suppressing */
 
+/* Pacing (see pace_wanted): the queue a reading worker may have before the
+ * upstream waits for it, how long without draining that much before a worker
+ * counts as not reading, and how recent a worker's traffic must be for it to
+ * count as possibly waiting on the upstream. */
+#define WORKER_PACE ((size_t)2 << 20)
+/* CJRELAY_PACE=0 in the environment turns pacing off (the relay then holds up
+ * to one sender window per worker, as before pacing): for comparisons (make
+ * bench) and as a way back should pacing misbehave somewhere. */
+#define PACE_ENV "CJRELAY_PACE"
+#define PACE_STALL 5.0         /* seconds */
+#define PACE_ACTIVE 1.0        /* seconds */
+
 enum role { ROLE_UPSTREAM = 1, ROLE_WORKER = 2 };
 
 /* Per-link router data (cj_link_set_data). */
@@ -27,6 +39,10 @@ struct rlink {
     char fqcn[CJ_FQCN_MAX + 1];
     size_t stall_queued;       /* queued bytes when the link was last seen over its bound */
     double stall_since;        /* monotonic time it stopped draining; 0 = not stalled */
+    uint64_t fwd;              /* bytes forwarded into this worker link */
+    uint64_t drain_mark;       /* drained bytes (fwd - queued) when read_at was last set */
+    double read_at;            /* monotonic time it last drained a pace's worth; 0 = never */
+    double active_at;          /* monotonic time of its last forwarded traffic, either way */
 };
 
 struct handler {
@@ -77,6 +93,10 @@ struct cj_router {
     size_t link_buffer, shared_slack;
     double stall_timeout;
     struct event *stall_timer;
+    size_t pace;               /* min(link_buffer, WORKER_PACE) with pacing, else link_buffer: the
+                                  worker links' own bound */
+    bool pacing;               /* on unless PACE_ENV is "0" */
+    struct cj_link *paced_on;  /* the worker the upstream is paused for (pacing), or NULL */
 
     struct cj_router_counters c;
 };
@@ -106,7 +126,9 @@ static struct rlink *rl(const struct cj_link *l) { return cj_link_data(l); }
 
 static bool is_upstream(const struct cj_link *l) { return l && rl(l) && rl(l)->role == ROLE_UPSTREAM; }
 
-static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_link *dst);
+static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_link *dst, double now);
+static void unpace(struct cj_router *r);
+static void upstream_sent(struct cj_router *r, struct cj_link *dst, struct cj_link *src);
 static void drop_log(struct cj_router *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void drop_log(struct cj_router *r, const char *fmt, ...)
 {
@@ -326,28 +348,113 @@ static void forward(struct cj_router *r, struct cj_msg *m)
         return;
     }
     msgpack_sbuffer_destroy(&sb);
+    struct cj_link *src = m->from;
+    now = mono_now();   /* from here on: the pacing clock */
     if (is_upstream(dst)) {
         r->c.up_msgs++;
         r->c.up_bytes += bytes;
+        upstream_sent(r, dst, src);
     } else {
         r->c.down_msgs++;
         r->c.down_bytes += bytes;
+        if (rl(dst)) {
+            rl(dst)->fwd += bytes;
+            rl(dst)->active_at = now;
+        }
     }
-    struct cj_link *src = m->from;
+    if (src && rl(src) && !is_upstream(src)) rl(src)->active_at = now;
     cj_msg_free(m);
-    if (src && !upstream_slack(r, src, dst) && cj_link_throttle(src, dst)) r->c.throttles++;
+    if (src && !upstream_slack(r, src, dst, now) && cj_link_throttle(src, dst)) r->c.throttles++;
+}
+
+/* Pacing.  A worker link's own bound (link_buffer of its cj_link) is r->pace,
+ * a few MiB.  When the upstream feeds a worker past it:
+ *   - if the worker is reading (it drained a pace's worth within PACE_STALL)
+ *     and no other worker may be waiting on the upstream (none had traffic
+ *     within PACE_ACTIVE while holding less than half a pace), the upstream
+ *     pauses until the worker has drained to half a pace: the sender's window
+ *     then waits in the server's socket, not in the relay, so the relay's
+ *     memory does not grow with the window or the model;
+ *   - otherwise the worker's queue may grow (the upstream's slack) so that a
+ *     worker that stops reading, or a slow one, does not stall the others.
+ * A pace is lifted as soon as anything else needs the upstream: another
+ * worker (or this cell) sends upstream, another worker drains, the paced
+ * worker goes away or stops reading (check_stalls). */
+static bool worker_reading(struct cj_router *r, struct cj_link *l, double now)
+{
+    struct rlink *d = rl(l);
+    size_t q = cj_link_queued(l);
+    uint64_t drained = d->fwd > q ? d->fwd - q : 0;
+    if (drained >= d->drain_mark + r->pace) {
+        d->drain_mark = drained;
+        d->read_at = now;
+    }
+    return d->read_at > 0 && now - d->read_at < PACE_STALL;
+}
+
+static bool other_worker_waiting(struct cj_router *r, struct cj_link *dst, double now)
+{
+    for (size_t i = 0; i < r->n_links; i++) {
+        struct cj_link *l = r->links[i];
+        struct rlink *d = rl(l);
+        if (l == dst || !d || d->role != ROLE_WORKER || !d->up) continue;
+        if (now - d->active_at < PACE_ACTIVE && cj_link_queued(l) < r->pace / 2) return true;
+    }
+    return false;
+}
+
+static void pace(struct cj_router *r, struct cj_link *up, struct cj_link *dst)
+{
+    if (r->paced_on || !cj_link_reading(up)) return;
+    r->paced_on = dst;
+    r->c.throttles++;
+    cj_log_debug("router %s: upstream paced for %s (%zu bytes queued toward it)", r->me, rl(dst)->fqcn,
+                 cj_link_queued(dst));
+    cj_link_pause_reading(up);
+}
+
+static void unpace(struct cj_router *r)
+{
+    if (!r->paced_on) return;
+    cj_log_debug("router %s: upstream pace for %s lifted (%zu bytes queued toward it)", r->me,
+                 rl(r->paced_on) ? rl(r->paced_on)->fqcn : "?", cj_link_queued(r->paced_on));
+    r->paced_on = NULL;
+    if (r->up_link) cj_link_resume_reading(r->up_link);
+}
+
+/* Something went out on the upstream link dst (src: the link it came from,
+ * NULL when this cell originated it): unless it is the paced worker's own
+ * traffic (its ACKs), someone may wait for an answer: lift the pace. */
+static void upstream_sent(struct cj_router *r, struct cj_link *dst, struct cj_link *src)
+{
+    if (r->paced_on && is_upstream(dst) && src != r->paced_on) unpace(r);
+}
+
+/* A worker link drained below half its bound after being over it. */
+static void worker_drained(struct cj_link *l, void *ctx)
+{
+    struct cj_router *r = ctx;
+    struct rlink *d = rl(l);
+    if (!r->paced_on || !d) return;
+    if (l == r->paced_on || mono_now() - d->active_at < PACE_ACTIVE) unpace(r);
 }
 
 /* A worker that stops reading must not stall the shared upstream, and with it
- * every other worker.  Its queue may grow past link_buffer by shared_slack (one
- * sender window: a sender that respects its window cannot fill it) before the
- * upstream pauses; past link_buffer the worker counts as stalled, and a stalled
- * worker that drains nothing for stall_timeout is closed (check_stalls). */
-static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_link *dst)
+ * every other worker.  Unless pacing applies (above), its queue may grow past
+ * its bound, up to link_buffer + shared_slack (one sender window: a sender
+ * that respects its window cannot fill it), before the upstream pauses; past
+ * link_buffer the worker counts as stalled, and a stalled worker that drains
+ * nothing for stall_timeout is closed (check_stalls).  True: no throttle. */
+static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_link *dst, double now)
 {
-    if (!is_upstream(src) || is_upstream(dst) || !cj_link_over(dst)) return false;
-    if (cj_link_queued(dst) > r->link_buffer + r->shared_slack) return false;
-    r->c.slack_used++;
+    if (!is_upstream(src) || is_upstream(dst) || !rl(dst) || !cj_link_over(dst)) return false;
+    size_t q = cj_link_queued(dst);
+    if (q > r->link_buffer + r->shared_slack) return false;
+    if (r->pacing && worker_reading(r, dst, now) && !other_worker_waiting(r, dst, now)) {
+        pace(r, src, dst);
+        return true;   /* paused by the pace, not by a throttle */
+    }
+    if (q > r->link_buffer) r->c.slack_used++;
     return true;
 }
 
@@ -357,13 +464,15 @@ static void check_stalls(evutil_socket_t fd, short what, void *arg)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    if (r->paced_on && !worker_reading(r, r->paced_on, now)) unpace(r);   /* it stopped reading */
     for (size_t i = 0; i < r->n_links; i++) {
         struct cj_link *l = r->links[i];
         struct rlink *d = rl(l);
         if (!d || d->role != ROLE_WORKER || !d->up) continue;
         size_t q = cj_link_queued(l);
-        if (!cj_link_over(l) || q < d->stall_queued) {   /* under the bound, or draining */
-            d->stall_since = cj_link_over(l) ? now : 0;
+        bool over = q > r->link_buffer;
+        if (!over || q < d->stall_queued) {   /* under the bound, or draining */
+            d->stall_since = over ? now : 0;
             d->stall_queued = q;
             continue;
         }
@@ -435,6 +544,7 @@ static int send_built(struct cj_router *r, struct cj_msg *msg, bool bulk, struct
         return -1;
     }
     r->c.sent_msgs++;
+    upstream_sent(r, dst, NULL);
     return 0;
 }
 
@@ -459,6 +569,7 @@ int cj_router_send_block(struct cj_router *r, const char *destination, const uin
         return cj_fail(err, CJ_E_INVALID, 0, "cannot send to %s: link %s refused the frame", destination,
                        cj_link_name(dst));
     r->c.sent_msgs++;
+    upstream_sent(r, dst, NULL);
     return 0;
 }
 
@@ -657,6 +768,7 @@ static void worker_down(struct cj_link *l, const char *why, void *ctx)
 {
     struct cj_router *r = ctx;
     struct rlink *d = rl(l);
+    if (r->paced_on == l) unpace(r);
     remove_link(r, l);
     cj_link_set_data(l, NULL);
     if (d && d->up && r->ev.worker_down) r->ev.worker_down(r, d->fqcn, why, r->ev_ctx);
@@ -665,6 +777,7 @@ static void worker_down(struct cj_link *l, const char *why, void *ctx)
 
 static const struct cj_link_ops worker_ops = {
     .on_up = worker_up, .on_msg = link_msg, .on_down = worker_down, .on_hello = worker_hello,
+    .on_drain = worker_drained,
 };
 
 int cj_router_accept(struct cj_router *r, evutil_socket_t fd, const char *peer_addr)
@@ -779,6 +892,7 @@ static void upstream_down(struct cj_link *l, const char *why, void *ctx)
     cj_link_set_data(l, NULL);
     free(d);
     r->up_link = NULL;
+    r->paced_on = NULL;   /* the next upstream link starts reading */
     /* A link that stayed up a while was healthy: start the back-off over.
      * One the server drops right after READY keeps backing off. */
     if (was_up && mono_now() - r->up_since > 2 * r->rmax) r->attempt = 0;
@@ -887,6 +1001,14 @@ struct cj_router *cj_router_new(struct event_base *base, const struct cj_router_
         cfg->upstream_dead_after > 0 ? cfg->upstream_dead_after : 3 * r->upstream_cfg.heartbeat_interval;
     r->link_buffer = cfg->link_buffer ? cfg->link_buffer : (size_t)64 << 20;
     r->shared_slack = cfg->shared_slack ? cfg->shared_slack : r->link_buffer;
+    const char *pe = getenv(PACE_ENV);
+    r->pacing = !(pe && !strcmp(pe, "0"));
+    r->pace = r->pacing && r->link_buffer > WORKER_PACE ? WORKER_PACE : r->link_buffer;
+    r->worker_cfg.link_buffer = r->pace;   /* over it, pacing or the slack decide (upstream_slack) */
+    /* Toward the server (results the server downloads from a worker): a worker
+     * feeding the upstream past the pace stops being read until it drains to
+     * half (cj_link_throttle); only that worker waits, so no slack is needed. */
+    r->upstream_cfg.link_buffer = r->pace;
     r->stall_timeout = cfg->stall_timeout > 0 ? cfg->stall_timeout : r->worker_cfg.dead_after;
     struct timeval one = {1, 0};
     r->stall_timer = event_new(base, -1, EV_PERSIST, check_stalls, r);

@@ -24,7 +24,9 @@
 #define CJ_TASK_ID_LEN        32    /* local task id: 32 lower-case hex */
 #define CJ_TASK_MAX_REFS      16    /* refs kept per task or result (one DOT-3 + one DOT-6 in practice) */
 #define CJ_TASK_TOMBSTONE_SECS 1800
-#define CJ_TASK_MAX_TOMBSTONES 256  /* finished tasks kept at most (newest by finishing order) */
+#define CJ_TASK_MAX_TOMBSTONES 64   /* finished tasks kept at most (newest by finishing order): a
+                                     * few per worker answer late messages; a small table fills
+                                     * early, so RSS is flat after the first rounds (R3) */
 #define CJ_TASK_FULL_TOMBSTONES 16  /* of those, the newest keep headers and refs */
 #define CJ_TASK_STR_MAX       256
 

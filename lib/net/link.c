@@ -167,14 +167,18 @@ static void set_need(struct cj_link *l, size_t need)
 bool cj_link_reading(const struct cj_link *l) { return !l->paused_owner && !l->blocked_on; }
 
 /* Applies the pause state to the bufferevent; frames already buffered are
- * handled from the kick event (no new read event will announce them). */
+ * handled from the kick event (no new read event will announce them).  The
+ * kick runs even with nothing buffered: a pause taken right after a frame
+ * leaves the read low watermark at that frame's length (process_input stopped
+ * before lowering it to a prefix), and smaller frames arriving later would
+ * then never wake the reader. */
 static void apply_reading(struct cj_link *l)
 {
     if (!l->bev || l->state == CJ_LINK_CLOSED) return;
     if (cj_link_reading(l)) {
         bufferevent_enable(l->bev, EV_READ);
         l->last_rx = mono_now();           /* our pause is not the peer's silence */
-        if (evbuffer_get_length(bufferevent_get_input(l->bev)) > 0) event_active(l->kick_ev, 0, 0);
+        event_active(l->kick_ev, 0, 0);
     } else {
         bufferevent_disable(l->bev, EV_READ);
     }

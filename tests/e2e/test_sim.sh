@@ -14,6 +14,12 @@
 #   (g) --inline tasks
 #   (h) the sim's own memory stays near two items for a 256 MiB model
 #   (i) without a relay it keeps waiting; SIGTERM: exit 0 when idle, 1 (SIM FAIL) mid-run
+#   (j) download_service__source_failure (download.md §2, §6.1 step 1): a notice from a
+#       sibling of the source (not its FQCN parent) is refused (invalid_request with
+#       cn__error, REFUSED line) and fails nothing; the parent's notice is accepted (ok,
+#       SOURCE_FAILURE line) and fails the active result download at once with its
+#       reason (well before --fetch-timeout); the same (source, ref) in the next result
+#       fails before its first pull; the third attempt verifies
 . "$(dirname "$0")/lib.sh"
 S=$BUILD/cjrelay-sim; P=$BUILD/tests/e2e/cjpeer
 W=$(mktemp -d); SIM=; DRV=
@@ -176,5 +182,40 @@ drive sig $A --drive-as site-1.J1.x
 kill -TERM "$SIM"; sim_exit
 check "(i) SIGTERM during a run: SIM FAIL, exit 1 ($SRC)" \
     sh -c "grep -q '^SIM FAIL stopped by signal 15 after 0 of 2 rounds' '$W/sig.sim' && [ $SRC -eq 1 ]"
+
+# ---- (j) source-failure notices --------------------------------------------------------
+A="--rounds 3 --model-size 1M --tensors 2"
+start_sim sf $A --max-failures 2 --fetch-timeout 30
+t0=$(date +%s)
+drive sf $A --drive-source-failure 2
+dt=$(($(date +%s) - t0))
+sim_exit
+f=$W/sf.sim; g=$W/sf.drive
+line() { grep -n "$1" "$f" | head -1 | cut -d: -f1; }   # line PATTERN: first line number in the sim's output
+check "(j) the sibling's notice is refused: invalid_request naming the origin" \
+    grep -q '^DRIVE NOTICE 2 from=site-1.J1.sf_sibling source=site-1.J1.sf_trainer rc=invalid_request error=origin site-1.J1.sf_sibling is not the parent of source site-1.J1.sf_trainer$' "$g"
+check "(j) ... and the sim prints REFUSED" \
+    grep -q '^REFUSED source_failure from=site-1.J1.sf_sibling source=site-1.J1.sf_trainer: origin site-1.J1.sf_sibling is not the parent' "$f"
+check "(j) the parent's notice is answered ok" \
+    grep -q '^DRIVE NOTICE 2 from=site-1.J1 source=site-1.J1.sf_trainer rc=ok error=-$' "$g"
+check "(j) ... SOURCE_FAILURE line with the reason" \
+    grep -q '^SOURCE_FAILURE from=site-1.J1 source=site-1.J1.sf_trainer refs=1 reason=sf_trainer killed by the drive (test)$' "$f"
+ref=$(awk '/^DRIVE SF 2 attempt=1 / {sub("ref=", "", $6); print $6}' "$g")
+check "(j) the active download of ref $ref fails with the notice's reason" \
+    grep -q "^ROUND 2 task=.* FAILED downloading result ref $ref from site-1.J1.sf_trainer failed: sf_trainer killed by the drive (test) (source_failure notice from site-1.J1)\$" "$f"
+r=$(line REFUSED); a=$(line '^SOURCE_FAILURE'); x=$(line '^ROUND 2 .* FAILED')
+check "(j) ... only after the parent's notice, not the sibling's (lines $r < $a < $x)" \
+    sh -c "[ ${r:-0} -gt 0 ] && [ ${a:-0} -gt ${r:-0} ] && [ ${x:-0} -gt ${a:-0} ]"
+check "(j) ... at once: the whole run took $dt s (--fetch-timeout 30)" [ "$dt" -lt 15 ]
+check "(j) ... the server had pulled once, no retry" \
+    [ "$(grep -c '^DRIVE DROPPED sm__DATA download_service__download for site-1.J1.sf_trainer round=2 attempt=1$' "$g")" -eq 1 ]
+check "(j) the tombstoned ref in the next result fails before its first pull" \
+    grep -q "^ROUND 2 task=.* FAILED downloading result ref $ref from site-1.J1.sf_trainer failed: sf_trainer killed by the drive (test) (tombstoned by a source_failure notice; no request sent)\$" "$f"
+check "(j) ... nothing was sent to the dead source for it" [ "$(grep -c 'attempt=2$' "$g")" -eq 0 ]
+n=$(grep -c '^DRIVE SUBMITTED 2 .* rc=process_exception$' "$g")
+check "(j) both failed attempts answered process_exception ($n), the third verified" \
+    sh -c "[ $n -eq 2 ] && grep -q '^ROUND 2 .* verified' '$f'"
+check "(j) SIM OK rounds=3, exit 0 ($SRC); DRIVE END ($DRC)" \
+    sh -c "grep -q '^SIM OK rounds=3\$' '$f' && [ $SRC -eq 0 ] && grep -q '^DRIVE END rounds=3' '$g'"
 
 finish

@@ -42,7 +42,7 @@ upstream_is() { [ "$(info_of upstream)" = "$1" ]; }
 peer() { $P --timeout "${TMO:-20}" "$@" 2>> "$W/peer.err"; }
 mem_ok() { # mem_ok WHEN [LIMIT_MIB]: relay VmHWM within LIMIT (default 64) MiB of its value at start
     h=$(hwm); lim=${2:-64}
-    check "relay VmHWM after $1: +$(((h - H0) / 1024)) MiB (< $lim MiB)" [ $((h - H0)) -lt $((lim * 1024)) ]
+    check_mem "relay VmHWM after $1: +$(((h - H0) / 1024)) MiB (< $lim MiB)" [ $((h - H0)) -lt $((lim * 1024)) ]
 }
 
 # start_sim N PORT [ARGS]: starts the sim (output sim-N.out), sets SIM and SIM_PORT.
