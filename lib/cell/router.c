@@ -32,6 +32,19 @@
 
 enum role { ROLE_UPSTREAM = 1, ROLE_WORKER = 2 };
 
+/* A worker's request in flight through the upstream (see router.h): what its
+ * forwarder error notice needs.  Fixed size: sm__ri, cn__destination,
+ * cn__origin, sm__ch and sm__tp packed NUL-terminated into text (a request
+ * whose strings do not fit is not remembered, and counted). */
+#define INFLIGHT_TEXT 512
+struct inflight {
+    uint64_t seq;              /* 0: free slot; else the order it was remembered in (oldest: smallest) */
+    uint64_t sm_id;
+    bool sm_id_neg, has_ch, has_tp;
+    uint16_t dest, origin, ch, tp;   /* offsets into text; sm__ri is at 0 */
+    char text[INFLIGHT_TEXT];
+};
+
 /* Per-link router data (cj_link_set_data). */
 struct rlink {
     enum role role;
@@ -43,6 +56,8 @@ struct rlink {
     uint64_t drain_mark;       /* drained bytes (fwd - queued) when read_at was last set */
     double read_at;            /* monotonic time it last drained a pace's worth; 0 = never */
     double active_at;          /* monotonic time of its last forwarded traffic, either way */
+    struct inflight *inflight; /* worker: CJ_ROUTER_INFLIGHT_MAX slots, allocated at its first request */
+    unsigned n_inflight;       /* used slots */
 };
 
 struct handler {
@@ -97,6 +112,7 @@ struct cj_router {
                                   worker links' own bound */
     bool pacing;               /* on unless PACE_ENV is "0" */
     struct cj_link *paced_on;  /* the worker the upstream is paused for (pacing), or NULL */
+    uint64_t inflight_seq;     /* last struct inflight.seq given */
 
     struct cj_router_counters c;
 };
@@ -125,6 +141,13 @@ static double rand01(struct cj_router *r)
 static struct rlink *rl(const struct cj_link *l) { return cj_link_data(l); }
 
 static bool is_upstream(const struct cj_link *l) { return l && rl(l) && rl(l)->role == ROLE_UPSTREAM; }
+
+static void rlink_free(struct rlink *d)
+{
+    if (!d) return;
+    free(d->inflight);
+    free(d);
+}
 
 static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_link *dst, double now);
 static void unpace(struct cj_router *r);
@@ -254,33 +277,203 @@ static void send_return(struct cj_router *r, const struct cj_msg *m, char *note,
     msgpack_sbuffer_destroy(&sb);
 }
 
-/* streaming.md §6, forwarder error row. */
+/* What a forwarder error notice says about the stream it fails. */
+struct notice {
+    const char *origin;        /* the stream's cn__origin: where the notice goes */
+    const char *dest;          /* the stream's cn__destination (sm__fd) */
+    const char *ch, *tp, *ri;  /* NULL: absent */
+    uint64_t sm_id;
+    bool sm_id_neg;
+};
+
+/* streaming.md §6, forwarder error row: sm__em is "stream forwarding to <D>
+ * failed: <failure>"; sm__et StreamTargetUnreachable or StreamError. */
+static int send_notice(struct cj_router *r, const struct notice *n, const char *failure, bool unreachable,
+                       struct cj_err *err)
+{
+    struct cj_hb hb;
+    char em[CJ_FQCN_MAX + 320];
+    cj_hb_init(&hb);
+    if (n->sm_id_neg) cj_hb_int(&hb, "sm__id", (int64_t)n->sm_id);
+    else cj_hb_uint(&hb, "sm__id", n->sm_id);
+    cj_hb_int(&hb, "sm__dt", CJ_SM_ERROR);
+    snprintf(em, sizeof em, "stream forwarding to %s failed: %.280s", n->dest, failure);
+    cj_hb_str(&hb, "sm__em", em);
+    cj_hb_str(&hb, "sm__et", unreachable ? "StreamTargetUnreachable" : "StreamError");
+    cj_hb_str(&hb, "sm__fd", n->dest);
+    if (n->ch) cj_hb_str(&hb, "sm__ch", n->ch);
+    if (n->tp) cj_hb_str(&hb, "sm__tp", n->tp);
+    if (n->ri) cj_hb_str(&hb, "sm__ri", n->ri);
+    struct cj_hdr_msg hm = {
+        .type = CJ_MSG_REQ, .destination = n->origin, .channel = "sm__STREAM", .topic = "sm__ERROR",
+        .optional = true, .payload_encoding = "none", .payload_len = 0,
+    };
+    if (originate(r, &hb, &hm, NULL, false, true, err) < 0) return -1;
+    r->c.fwd_errors_sent++;
+    return 0;
+}
+
 static void send_forward_error(struct cj_router *r, const struct cj_msg *m, const char *rc, char *note, size_t n)
 {
     const struct cj_hdr *h = &m->hdr;
-    struct cj_hb hb;
     struct cj_err err;
-    char em[2 * CJ_FQCN_MAX];
-    cj_hb_init(&hb);
-    if (h->sm_id_neg) cj_hb_int(&hb, "sm__id", (int64_t)h->sm_id);
-    else cj_hb_uint(&hb, "sm__id", h->sm_id);
-    cj_hb_int(&hb, "sm__dt", CJ_SM_ERROR);
-    snprintf(em, sizeof em, "stream forwarding to %s failed: %s", h->destination, rc);
-    cj_hb_str(&hb, "sm__em", em);
-    cj_hb_str(&hb, "sm__et", strcmp(rc, "target_unreachable") ? "StreamError" : "StreamTargetUnreachable");
-    cj_hb_str(&hb, "sm__fd", h->destination);
-    if (cj_hdr_has(h, CJ_HK_SM_CH)) cj_hb_str(&hb, "sm__ch", h->sm_ch);
-    if (cj_hdr_has(h, CJ_HK_SM_TP)) cj_hb_str(&hb, "sm__tp", h->sm_tp);
-    if (cj_hdr_has(h, CJ_HK_SM_RI)) cj_hb_str(&hb, "sm__ri", h->sm_ri);
-    struct cj_hdr_msg hm = {
-        .type = CJ_MSG_REQ, .destination = h->origin, .channel = "sm__STREAM", .topic = "sm__ERROR",
-        .optional = true, .payload_encoding = "none", .payload_len = 0,
+    struct notice nt = {
+        .origin = h->origin, .dest = h->destination, .sm_id = h->sm_id, .sm_id_neg = h->sm_id_neg,
+        .ch = cj_hdr_has(h, CJ_HK_SM_CH) ? h->sm_ch : NULL, .tp = cj_hdr_has(h, CJ_HK_SM_TP) ? h->sm_tp : NULL,
+        .ri = cj_hdr_has(h, CJ_HK_SM_RI) ? h->sm_ri : NULL,
     };
-    if (originate(r, &hb, &hm, NULL, false, true, &err) < 0) {
+    if (send_notice(r, &nt, rc, !strcmp(rc, "target_unreachable"), &err) < 0)
         snprintf(note, n, "; no sm__ERROR notice (%s)", err.msg);
-    } else {
-        r->c.fwd_errors_sent++;
+    else
         snprintf(note, n, "; sm__ERROR notice sent to %s", h->origin);
+}
+
+/* ---- worker requests in flight through the upstream (see router.h) ------------------------- */
+
+static bool toward_upstream(const struct cj_router *r, const char *dest)
+{
+    return strcmp(dest, r->me) != 0 && !cj_fqcn_is_ancestor(r->me, dest);
+}
+
+/* The first chunk of a request stream (streaming.md §7: sm__ri, not a reply);
+ * a reliable sender's retransmission of it is told apart in inflight_track. */
+static bool is_request_start(const struct cj_hdr *h)
+{
+    return cj_hdr_has(h, CJ_HK_SM_RI) && cj_hdr_has(h, CJ_HK_SM_ID) && !strcmp(h->channel, "sm__STREAM") &&
+           !strcmp(h->topic, "sm__DATA") && strcmp(h->sm_ch, "return_only") != 0 &&
+           !(cj_hdr_has(h, CJ_HK_SM_DT) && h->sm_dt == CJ_SM_ERROR) && (!cj_hdr_has(h, CJ_HK_SM_SQ) || h->sm_sq == 0);
+}
+
+/* A message toward the requester that settles the request with its sm__ri:
+ * the reply's final chunk, or an error notice. */
+static bool ends_request(const struct cj_hdr *h)
+{
+    if (!cj_hdr_has(h, CJ_HK_SM_RI) || strcmp(h->channel, "sm__STREAM") != 0) return false;
+    if ((cj_hdr_has(h, CJ_HK_SM_DT) && h->sm_dt == CJ_SM_ERROR) || !strcmp(h->topic, "sm__ERROR") ||
+        (!strcmp(h->topic, "sm__ACK") && cj_hdr_has(h, CJ_HK_SM_EM)))
+        return true;
+    return !strcmp(h->topic, "sm__DATA") && !strcmp(h->sm_ch, "return_only") && cj_hdr_has(h, CJ_HK_SM_DT) &&
+           h->sm_dt == CJ_SM_FINAL;
+}
+
+static uint16_t pack_text(struct inflight *f, size_t *at, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    uint16_t off = (uint16_t)*at;
+    memcpy(f->text + *at, s, n);
+    *at += n;
+    return off;
+}
+
+/* Remembers the request h (its first chunk, forwarded from worker link l
+ * toward the upstream), once per stream; at the bound the oldest is forgotten. */
+static void inflight_track(struct cj_router *r, struct cj_link *l, const struct cj_hdr *h)
+{
+    struct rlink *d = rl(l);
+    if (!d || d->role != ROLE_WORKER) return;
+    bool has_ch = cj_hdr_has(h, CJ_HK_SM_CH), has_tp = cj_hdr_has(h, CJ_HK_SM_TP);
+    size_t need = strlen(h->sm_ri) + strlen(h->destination) + strlen(h->origin) + 3 +
+                  (has_ch ? strlen(h->sm_ch) + 1 : 0) + (has_tp ? strlen(h->sm_tp) + 1 : 0);
+    if (need > INFLIGHT_TEXT) {
+        r->c.inflight_untracked++;
+        cj_log_debug("router %s: request %s of %s not remembered: its names are too long", r->me, h->sm_ri, d->fqcn);
+        return;
+    }
+    if (!d->inflight && !(d->inflight = calloc(CJ_ROUTER_INFLIGHT_MAX, sizeof *d->inflight))) {
+        r->c.inflight_untracked++;
+        return;
+    }
+    struct inflight *slot = NULL, *oldest = NULL;
+    for (unsigned i = 0; i < CJ_ROUTER_INFLIGHT_MAX; i++) {
+        struct inflight *f = &d->inflight[i];
+        if (!f->seq) {
+            if (!slot) slot = f;
+            continue;
+        }
+        if (f->sm_id == h->sm_id && f->sm_id_neg == h->sm_id_neg && !strcmp(f->text, h->sm_ri)) return;   /* again */
+        if (!oldest || f->seq < oldest->seq) oldest = f;
+    }
+    if (!slot) {
+        slot = oldest;
+        d->n_inflight--;
+        r->c.inflight_untracked++;
+        cj_log_debug("router %s: %s has %d requests in flight upstream: forgot the oldest (%s)", r->me, d->fqcn,
+                     CJ_ROUTER_INFLIGHT_MAX, slot->text);
+    }
+    size_t at = 0;
+    pack_text(slot, &at, h->sm_ri);
+    slot->dest = pack_text(slot, &at, h->destination);
+    slot->origin = pack_text(slot, &at, h->origin);
+    slot->has_ch = has_ch;
+    slot->has_tp = has_tp;
+    if (has_ch) slot->ch = pack_text(slot, &at, h->sm_ch);
+    if (has_tp) slot->tp = pack_text(slot, &at, h->sm_tp);
+    slot->sm_id = h->sm_id;
+    slot->sm_id_neg = h->sm_id_neg;
+    slot->seq = ++r->inflight_seq;
+    d->n_inflight++;
+}
+
+static void inflight_forget(struct rlink *d, const char *ri)
+{
+    for (unsigned i = 0; d->n_inflight && i < CJ_ROUTER_INFLIGHT_MAX; i++) {
+        struct inflight *f = &d->inflight[i];
+        if (f->seq && !strcmp(f->text, ri)) {
+            f->seq = 0;
+            d->n_inflight--;
+            return;
+        }
+    }
+}
+
+/* Fails every request remembered for worker link l with a forwarder error
+ * notice and forgets them; one log line.  The table is taken off the link
+ * first: a send that closes l (out of memory) frees its rlink. */
+static void inflight_fail_link(struct cj_router *r, struct cj_link *l, const char *failure, bool rate_limited)
+{
+    struct rlink *d = rl(l);
+    if (!d || !d->n_inflight) return;
+    struct inflight *t = d->inflight;
+    unsigned n = d->n_inflight, sent = 0;
+    char who[CJ_FQCN_MAX + 1], first_err[256] = "";
+    snprintf(who, sizeof who, "%s", d->fqcn);
+    d->inflight = NULL;
+    d->n_inflight = 0;
+    for (unsigned i = 0; i < CJ_ROUTER_INFLIGHT_MAX; i++) {
+        struct inflight *f = &t[i];
+        if (!f->seq) continue;
+        struct notice nt = {
+            .origin = f->text + f->origin, .dest = f->text + f->dest, .ri = f->text,
+            .ch = f->has_ch ? f->text + f->ch : NULL, .tp = f->has_tp ? f->text + f->tp : NULL,
+            .sm_id = f->sm_id, .sm_id_neg = f->sm_id_neg,
+        };
+        struct cj_err err;
+        if (send_notice(r, &nt, failure, false, &err) == 0) sent++;
+        else if (!first_err[0]) snprintf(first_err, sizeof first_err, "; %u not sent: %s", n - sent, err.msg);
+        f->seq = 0;
+    }
+    r->c.inflight_failed += sent;
+    d = rl(l);
+    if (d && !d->inflight) d->inflight = t;   /* reused, all slots free */
+    else free(t);
+    if (rate_limited)
+        drop_log(r, "router %s: failed %u request%s of %s in flight through the upstream with sm__ERROR notices: %s%s",
+                 r->me, sent, sent == 1 ? "" : "s", who, failure, first_err);
+    else
+        cj_log_warning("router %s: failed %u request%s of %s in flight through the upstream with sm__ERROR notices: "
+                       "%s%s", r->me, sent, sent == 1 ? "" : "s", who, failure, first_err);
+}
+
+/* Every worker's remembered requests.  Links may go away while notices are
+ * sent (their slot in r->links is then reused): look again after each. */
+static void inflight_fail_all(struct cj_router *r, const char *failure, bool rate_limited)
+{
+    for (;;) {
+        struct cj_link *l = NULL;
+        for (size_t i = 0; i < r->n_links && !l; i++)
+            if (rl(r->links[i]) && rl(r->links[i])->n_inflight) l = r->links[i];
+        if (!l) return;
+        inflight_fail_link(r, l, failure, rate_limited);
     }
 }
 
@@ -300,6 +493,14 @@ static void unroutable(struct cj_router *r, struct cj_msg *m, uint64_t *counter,
     if (m->from) {
         if (h->msg_type == CJ_MSG_REQ && h->reply_expected) send_return(r, m, note, sizeof note);
         else if (is_optional_chunk(h)) send_forward_error(r, m, rc, note, sizeof note);
+        /* A worker's message toward the upstream while it is not connected
+         * (an ACK of a reply that stopped, a new request): its requests in
+         * flight there will never be answered. */
+        struct rlink *d = rl(m->from);
+        if (d && d->role == ROLE_WORKER && toward_upstream(r, h->destination) && !cj_router_upstream(r)) {
+            if (is_request_start(h) && !is_optional_chunk(h)) inflight_track(r, m->from, h);
+            inflight_fail_all(r, "the upstream is not connected", true);
+        }
     }
     drop_log(r, "router %s: cannot deliver %s origin=%s destination=%s channel=%s topic=%s (from %s): %s%s", r->me,
              cj_msg_type_name(h->msg_type), h->origin, h->destination, h->channel, h->topic,
@@ -353,13 +554,16 @@ static void forward(struct cj_router *r, struct cj_msg *m)
     if (is_upstream(dst)) {
         r->c.up_msgs++;
         r->c.up_bytes += bytes;
+        if (src && is_request_start(&m->hdr)) inflight_track(r, src, &m->hdr);
         upstream_sent(r, dst, src);
     } else {
         r->c.down_msgs++;
         r->c.down_bytes += bytes;
-        if (rl(dst)) {
-            rl(dst)->fwd += bytes;
-            rl(dst)->active_at = now;
+        struct rlink *d = rl(dst);
+        if (d) {
+            d->fwd += bytes;
+            d->active_at = now;
+            if (d->n_inflight && ends_request(&m->hdr)) inflight_forget(d, m->hdr.sm_ri);
         }
     }
     if (src && rl(src) && !is_upstream(src)) rl(src)->active_at = now;
@@ -772,7 +976,7 @@ static void worker_down(struct cj_link *l, const char *why, void *ctx)
     remove_link(r, l);
     cj_link_set_data(l, NULL);
     if (d && d->up && r->ev.worker_down) r->ev.worker_down(r, d->fqcn, why, r->ev_ctx);
-    free(d);
+    rlink_free(d);   /* its requests in flight are forgotten */
 }
 
 static const struct cj_link_ops worker_ops = {
@@ -902,6 +1106,11 @@ static void upstream_down(struct cj_link *l, const char *why, void *ctx)
                        r->me, (int)cj_fqcn_root_len(r->me), r->me);
     if (r->ev.upstream_down) r->ev.upstream_down(r, why, r->ev_ctx);
     report_retry(r, why, was_up);
+    if (was_up) {   /* the replies to the workers' requests in flight will not come */
+        char failure[320];
+        snprintf(failure, sizeof failure, "the upstream was lost (%.250s)", why);
+        inflight_fail_all(r, failure, false);
+    }
     upstream_backoff(r);
 }
 
@@ -1027,7 +1236,7 @@ void cj_router_free(struct cj_router *r)
     for (size_t i = 0; i < r->n_listeners; i++) cj_listener_free(r->listeners[i]);
     free(r->listeners);
     for (size_t i = 0; i < r->n_links; i++) {
-        free(rl(r->links[i]));
+        rlink_free(rl(r->links[i]));
         cj_link_set_data(r->links[i], NULL);
         cj_link_free(r->links[i]);
     }

@@ -20,6 +20,16 @@
  * from; an optional sm__DATA chunk gets an sm__ERROR forwarder notice
  * (streaming.md §6); anything else is dropped, counted and logged.
  *
+ * Worker requests through the upstream (streaming.md §6, "as a requester"):
+ * for each worker link the router remembers up to CJ_ROUTER_INFLIGHT_MAX
+ * request streams (sm__DATA chunks with sm__ri) it forwarded to the upstream,
+ * until the reply's final chunk (or an error notice with that sm__ri) goes
+ * back down that link, or the link closes.  When the upstream is lost, or a
+ * worker's message toward it is dropped because it is not connected, every
+ * remembered request gets a forwarder error notice (sm__ERROR, sm__fd = the
+ * request's destination), which fails it at once with comm_error at the
+ * worker instead of leaving it to its own timeout.
+ *
  * Messages the router originates (replies, RETURNs, notices, and whatever
  * upper layers send with cj_router_send/originate) go out as control frames
  * unless the caller asks for bulk. */
@@ -78,7 +88,13 @@ struct cj_router_counters {
     uint64_t stalled_closed;             /* worker links closed for not reading */
     uint64_t reconnects;                 /* upstream connection attempts after the first */
     uint64_t workers_accepted, workers_refused, workers_replaced;
+    uint64_t inflight_failed;            /* worker requests failed with a notice: the upstream was lost */
+    uint64_t inflight_untracked;         /* worker requests not remembered: the oldest forgotten at
+                                            CJ_ROUTER_INFLIGHT_MAX per worker, too long, or out of memory */
 };
+
+/* Worker requests in flight through the upstream remembered per worker link. */
+#define CJ_ROUTER_INFLIGHT_MAX 64
 
 /* Takes msg (free it or hand it on).  msg->from is the link it came on. */
 typedef void (*cj_router_handler_fn)(struct cj_router *r, struct cj_msg *msg, void *ctx);

@@ -135,8 +135,7 @@ check "(1) loss and reconnect logged with back-off" \
     sh -c "grep -q 'upstream lost: .*retrying every' $W/one.relay && grep -q 'upstream up' $W/one.relay"
 # The worker's download from the dead server must fail with a message saying so.
 wait_for "${DLWAIT:-8}" grep -Eq 'cjrelay-worker.*(DOWNLOAD_FAILED|download.*fail|task .* failed)' "$W/one.relay"
-known_bug "(1) the worker's interrupted download fails within ${DLWAIT:-8} s with a clear message" \
-    "after the upstream is lost the relay neither fails the worker's in-flight download streams nor answers the worker's ACKs with a RETURN ('cannot deliver ... sm__ACK (from worker): the upstream is not connected'), so the worker waits out its 600 s download request timeout" \
+check "(1) the worker's interrupted download fails within ${DLWAIT:-8} s with a clear message" \
     grep -Eq 'cjrelay-worker.*(DOWNLOAD_FAILED|download.*fail|task .* failed)' "$W/one.relay"
 if ! grep -Eq 'cjrelay-worker.*(DOWNLOAD_FAILED|download.*fail|task .* failed)' "$W/one.relay"; then
     echo "# (1) unblocking the stuck worker (pid $V) with SIGKILL so that the run can go on"

@@ -1,7 +1,8 @@
 /* test_router.c — lib/cell/router: forwarding with FLARE's header rewrite,
  * RETURN, forwarder notices, loop refusal, anti-spoofing, local dispatch and
  * built-ins, child registration and replacement, backpressure without
- * head-of-line blocking of control frames, upstream reconnect.
+ * head-of-line blocking of control frames, upstream reconnect, worker requests
+ * in flight through the upstream failed with sm__ERROR notices when it is lost.
  * The router is site-1.J1; a test "server" link listens on loopback TCP
  * (port 0); workers are socketpairs (a cj_link or a raw socket). */
 #include "testutil.h"
@@ -343,6 +344,36 @@ static struct cj_msg *make_chunk(const char *origin, const char *to, const char 
     struct cj_hdr_msg m = {
         .type = CJ_MSG_REQ, .me = origin, .to = to, .destination = dest, .channel = "sm__STREAM",
         .topic = "sm__DATA", .optional = true, .payload_encoding = "bytes", .payload_len = 5,
+        .route_time = 1.0, .send_time = 2.0,
+    };
+    struct cj_msg *msg = cj_msg_build(&hb, &m, p, &err);
+    assert_non_null(msg);
+    cj_hb_destroy(&hb);
+    evbuffer_free(p);
+    return msg;
+}
+
+/* An sm__STREAM message (topic sm__DATA or sm__ACK) with the given stream
+ * keys; ri/ch/tp NULL = absent.  DATA carries 5 payload bytes. */
+static struct cj_msg *make_sm(const char *origin, const char *dest, const char *topic, const char *ri, const char *ch,
+                              const char *tp, uint64_t id, int dt, int sq, bool optional)
+{
+    struct cj_hb hb;
+    struct cj_err err;
+    bool data = !strcmp(topic, "sm__DATA");
+    cj_hb_init(&hb);
+    if (ri) cj_hb_str(&hb, "sm__ri", ri);
+    if (ch) cj_hb_str(&hb, "sm__ch", ch);
+    if (tp) cj_hb_str(&hb, "sm__tp", tp);
+    cj_hb_uint(&hb, "sm__id", id);
+    cj_hb_int(&hb, "sm__dt", dt);
+    cj_hb_int(&hb, "sm__sq", sq);
+    cj_hb_int(&hb, "sm__os", 5 * sq);
+    struct evbuffer *p = evbuffer_new();
+    if (data) evbuffer_add(p, "chunk", 5);
+    struct cj_hdr_msg m = {
+        .type = CJ_MSG_REQ, .me = origin, .to = ME, .destination = dest, .channel = "sm__STREAM", .topic = topic,
+        .optional = optional, .payload_encoding = data ? "bytes" : "none", .payload_len = data ? 5 : 0,
         .route_time = 1.0, .send_time = 2.0,
     };
     struct cj_msg *msg = cj_msg_build(&hb, &m, p, &err);
@@ -902,6 +933,161 @@ static void test_upstream_reconnect(void **state)
     world_done(&w);
 }
 
+
+#define DL_CH "download_service__"
+#define DL_TP "download_service__download"
+#define RI_A "0b7a3c1e-1111-4000-8000-00000000000a"
+#define RI_B "0b7a3c1e-1111-4000-8000-00000000000b"
+#define RI_C "0b7a3c1e-1111-4000-8000-00000000000c"
+#define RI_D "0b7a3c1e-1111-4000-8000-00000000000d"
+
+static void assert_loss_notice(const struct cj_msg *m, const char *ri, uint64_t id, const char *failure)
+{
+    const struct cj_hdr *h = &m->hdr;
+    assert_string_equal(h->channel, "sm__STREAM");
+    assert_string_equal(h->topic, "sm__ERROR");
+    assert_string_equal(h->origin, ME);
+    assert_string_equal(h->destination, T1);
+    assert_true(h->optional);
+    assert_int_equal(h->sm_dt, CJ_SM_ERROR);
+    assert_string_equal(h->sm_ri, ri);
+    assert_true(h->sm_id == id);
+    assert_string_equal(h->sm_fd, "server.J1");
+    assert_string_equal(h->sm_ch, DL_CH);
+    assert_string_equal(h->sm_tp, DL_TP);
+    assert_string_equal(h->sm_et, "StreamError");
+    char em[256];
+    snprintf(em, sizeof em, "stream forwarding to server.J1 failed: %s", failure);
+    assert_true(h->sm_em.len >= strlen(em));
+    assert_memory_equal(h->sm_em.p, em, strlen(em));
+}
+
+/* streaming.md §6 (requester MUST): a worker's requests in flight through the
+ * upstream are failed with an sm__ERROR forwarder notice (sm__ri, sm__fd = the
+ * destination) when the upstream is lost; a request whose reply's final chunk
+ * went down, a fire-and-forget stream and the worker's own reply streams get
+ * none; each request once, however many chunks.  With the upstream down, a
+ * new request dropped on its way there is failed at once as well. */
+static void test_inflight_failed_on_upstream_loss(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 0);
+    struct rec wk;
+    worker_link(&w, T1, &wk);
+    const struct cj_router_counters *c = cj_router_counters(w.r);
+    struct cj_msg *out[] = {
+        make_sm(T1, "server.J1", "sm__DATA", RI_A, DL_CH, DL_TP, 101, CJ_SM_FINAL, 0, false),   /* one chunk */
+        make_sm(T1, "server.J1", "sm__DATA", RI_B, DL_CH, DL_TP, 102, CJ_SM_CHUNK, 0, false),   /* two chunks */
+        make_sm(T1, "server.J1", "sm__DATA", RI_B, DL_CH, DL_TP, 102, CJ_SM_CHUNK, 0, false),   /* chunk 0 again */
+        make_sm(T1, "server.J1", "sm__DATA", RI_B, DL_CH, DL_TP, 102, CJ_SM_FINAL, 1, false),
+        make_sm(T1, "server.J1", "sm__DATA", RI_C, DL_CH, DL_TP, 103, CJ_SM_FINAL, 0, false),   /* answered */
+        make_sm(T1, "server.J1", "sm__DATA", NULL, "client_api", "log", 104, CJ_SM_FINAL, 0, false),
+        make_sm(T1, "server.J1", "sm__DATA", RI_D, "return_only", "a:b", 105, CJ_SM_FINAL, 0, true),
+    };
+    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++) assert_int_equal(cj_link_send_msg(wk.link, out[i], true), 0);
+    RUN_UNTIL(&w, w.srv.nmsgs == 7, 2);
+    assert_int_equal(w.srv.nmsgs, 7);
+    /* the server: a reply chunk for A (not final), the final (only) chunk of C's reply */
+    assert_int_equal(cj_link_send_msg(w.srv.link,
+                                      make_sm("server.J1", T1, "sm__DATA", RI_A, "return_only", DL_CH ":" DL_TP, 9001,
+                                              CJ_SM_CHUNK, 0, true), true), 0);
+    assert_int_equal(cj_link_send_msg(w.srv.link,
+                                      make_sm("server.J1", T1, "sm__DATA", RI_C, "return_only", DL_CH ":" DL_TP, 9002,
+                                              CJ_SM_FINAL, 0, true), true), 0);
+    RUN_UNTIL(&w, wk.nmsgs == 2, 2);
+    assert_int_equal(wk.nmsgs, 2);
+    rec_clear(&wk);
+    assert_int_equal(c->fwd_errors_sent, 0);
+
+    /* the server goes away */
+    struct capture cap;
+    capture_start(&cap);
+    cj_link_free(w.srv.link);
+    w.srv.link = NULL;
+    w.srv.up = 0;
+    RUN_UNTIL(&w, wk.nmsgs >= 2, 2);
+    world_spin(&w, 0.05);
+    char *log = capture_end(&cap);
+    assert_non_null(strstr(log, "failed 2 requests of " T1 " in flight through the upstream"));
+    free(log);
+    assert_int_equal(wk.nmsgs, 2);
+    const char *fail = "the upstream was lost (";
+    bool a_first = !strcmp(wk.msgs[0]->hdr.sm_ri, RI_A);
+    assert_loss_notice(wk.msgs[a_first ? 0 : 1], RI_A, 101, fail);
+    assert_loss_notice(wk.msgs[a_first ? 1 : 0], RI_B, 102, fail);
+    assert_int_equal(c->inflight_failed, 2);
+    assert_int_equal(c->fwd_errors_sent, 2);
+    assert_int_equal(c->inflight_untracked, 0);
+    rec_clear(&wk);
+
+    /* upstream down (it reconnects after 0.05..0.2 s: look before): the
+     * worker's ACK toward it is dropped, with nothing left to fail */
+    assert_null(cj_router_upstream(w.r));
+    uint64_t drops = c->drops;
+    assert_int_equal(cj_link_send_msg(wk.link, make_sm(T1, "server.J1", "sm__ACK", NULL, NULL, NULL, 9001, CJ_SM_ACK, 0,
+                                                       false), true), 0);
+    /* a new (not optional) request dropped there: failed at once */
+    assert_int_equal(cj_link_send_msg(wk.link, make_sm(T1, "server.J1", "sm__DATA", RI_D, DL_CH, DL_TP, 106,
+                                                       CJ_SM_FINAL, 0, false), true), 0);
+    RUN_UNTIL(&w, wk.nmsgs == 1 && c->drops == drops + 2, 1);
+    if (c->drops == drops + 2) {   /* both went while the upstream was still down */
+        assert_int_equal(wk.nmsgs, 1);
+        assert_loss_notice(wk.msgs[0], RI_D, 106, "the upstream is not connected");
+        assert_int_equal(c->inflight_failed, 3);
+    }
+    worker_free(&wk);
+    world_done(&w);
+}
+
+/* At most CJ_ROUTER_INFLIGHT_MAX requests per worker: the oldest are
+ * forgotten (counted); a worker link that closes forgets its own. */
+static void test_inflight_bound(void **state)
+{
+    (void)state;
+    enum { EXTRA = 6, N = CJ_ROUTER_INFLIGHT_MAX + EXTRA };
+    struct world w;
+    world_init(&w, 0);
+    struct rec wk, gone;
+    worker_link(&w, T1, &wk);
+    worker_link(&w, T2, &gone);
+    const struct cj_router_counters *c = cj_router_counters(w.r);
+    char ri[64];
+    for (int i = 0; i < N; i++) {
+        snprintf(ri, sizeof ri, "req-%03d", i);
+        assert_int_equal(cj_link_send_msg(wk.link, make_sm(T1, "server.J1", "sm__DATA", ri, DL_CH, DL_TP,
+                                                           1000 + (uint64_t)i, CJ_SM_FINAL, 0, false), true), 0);
+    }
+    assert_int_equal(cj_link_send_msg(gone.link, make_sm(T2, "server.J1", "sm__DATA", "t2-req", DL_CH, DL_TP, 7,
+                                                         CJ_SM_FINAL, 0, false), true), 0);
+    RUN_UNTIL(&w, w.srv.nmsgs == N + 1, 3);
+    assert_int_equal(w.srv.nmsgs, N + 1);
+    assert_int_equal(c->inflight_untracked, EXTRA);
+    worker_free(&gone);
+    RUN_UNTIL(&w, w.worker_downs == 1, 2);
+    assert_int_equal(w.worker_downs, 1);
+
+    cj_link_free(w.srv.link);
+    w.srv.link = NULL;
+    w.srv.up = 0;
+    RUN_UNTIL(&w, wk.nmsgs == CJ_ROUTER_INFLIGHT_MAX, 3);
+    world_spin(&w, 0.05);
+    assert_int_equal(wk.nmsgs, CJ_ROUTER_INFLIGHT_MAX);
+    bool seen[N] = {false};
+    for (int i = 0; i < wk.nmsgs; i++) {
+        const struct cj_hdr *h = &wk.msgs[i]->hdr;
+        assert_string_equal(h->topic, "sm__ERROR");
+        int k = atoi(h->sm_ri + 4);
+        assert_true(k >= EXTRA && k < N);        /* the oldest were forgotten */
+        assert_false(seen[k]);
+        seen[k] = true;
+        assert_true(h->sm_id == 1000 + (uint64_t)k);
+    }
+    assert_int_equal(c->inflight_failed, CJ_ROUTER_INFLIGHT_MAX);   /* none for the closed worker */
+    worker_free(&wk);
+    world_done(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -916,6 +1102,8 @@ int main(void)
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_stalled_worker_closed),
         cmocka_unit_test(test_upstream_reconnect),
+        cmocka_unit_test(test_inflight_failed_on_upstream_loss),
+        cmocka_unit_test(test_inflight_bound),
     };
     return cmocka_run_group_tests_name("router", tests, NULL, NULL);
 }
