@@ -98,8 +98,8 @@ struct worker {
     cj_fl_shutdown_fn shut_fn;
     void *shut_arg;
     uint64_t bytes;
-    struct metric *metrics;
-    size_t n_metrics;
+    struct metric *metrics;              /* n_metrics used of cap_metrics (grows on demand) */
+    size_t n_metrics, cap_metrics;
     uint64_t metric_seq;
     struct worker *next;
 };
@@ -331,12 +331,18 @@ static void cancel_requests(struct worker *w)
     }
 }
 
+/* The retired copy keeps only the slots in use: a relaunched worker's spare capacity would
+ * otherwise stay allocated for RETIRED_MAX more worker lifetimes. */
 static void retire_metrics(struct cj_fl_sessions *s, struct worker *w)
 {
     if (!w->n_metrics || !w->fqcn[0]) { free(w->metrics); return; }
     struct retired *r = &s->retired[s->retired_next++ % RETIRED_MAX];
     free(r->metrics);
     snprintf(r->fqcn, sizeof r->fqcn, "%s", w->fqcn);
+    if (w->n_metrics < w->cap_metrics) {   /* shrink in place; on failure keep the larger block */
+        struct metric *m = realloc(w->metrics, w->n_metrics * sizeof *m);
+        if (m) w->metrics = m;
+    }
     r->metrics = w->metrics;     /* ownership moves */
     r->n = w->n_metrics;
     w->metrics = NULL;
@@ -1300,14 +1306,34 @@ static void value_text(const struct cj_capi_value *v, char *out, size_t n)
     }
 }
 
+/* A new metric slot, the array grown by doubling up to CJ_FL_MAX_METRICS; NULL when full
+ * (or out of memory).  Sized by use, not up front: a slot is ~650 bytes and a worker
+ * typically logs one or two names, so 64 slots per worker (41 KB) were mostly waste, and
+ * the retired ring kept 8 such arrays: the soak's RSS grew ~32 KB per killed worker until
+ * the ring was full (issue 8, R3). */
+static struct metric *new_metric_slot(struct worker *w)
+{
+    if (w->n_metrics == w->cap_metrics) {
+        if (w->cap_metrics >= CJ_FL_MAX_METRICS) return NULL;
+        size_t cap = w->cap_metrics ? 2 * w->cap_metrics : 2;
+        if (cap > CJ_FL_MAX_METRICS) cap = CJ_FL_MAX_METRICS;
+        struct metric *m = realloc(w->metrics, cap * sizeof *m);
+        if (!m) return NULL;
+        w->metrics = m;
+        w->cap_metrics = cap;
+    }
+    struct metric *slot = &w->metrics[w->n_metrics++];
+    memset(slot, 0, sizeof *slot);
+    return slot;
+}
+
 static void set_metric(struct worker *w, const char *name, const char *value)
 {
     struct metric *slot = NULL;
     for (size_t i = 0; i < w->n_metrics; i++)
         if (!strcmp(w->metrics[i].name, name)) slot = &w->metrics[i];
-    if (!slot && !w->metrics) w->metrics = calloc(CJ_FL_MAX_METRICS, sizeof *w->metrics);
-    if (!w->metrics) return;
-    if (!slot && w->n_metrics < CJ_FL_MAX_METRICS) slot = &w->metrics[w->n_metrics++];
+    if (!slot) slot = new_metric_slot(w);
+    if (!slot && !w->n_metrics) return;   /* out of memory, nothing to replace */
     if (!slot) {   /* full: the least recently updated name goes */
         slot = &w->metrics[0];
         for (size_t i = 1; i < w->n_metrics; i++)
