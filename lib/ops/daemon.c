@@ -2,6 +2,7 @@
 #include "ops/daemon.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <signal.h>
@@ -39,7 +40,7 @@ struct cj_daemon {
     struct cj_stream_ep *stream;  /* sm__ endpoint for the messages addressed to the relay itself */
     struct cj_flrun *fl;          /* the FL run: task loop, worker sessions, launcher */
     struct event *sig_hup, *sig_term, *sig_int, *sig_quit;
-    struct event *watchdog_timer, *status_timer, *drain_timer;
+    struct event *watchdog_timer, *status_timer, *drain_timer, *trim_timer;
     enum run_state state;
     bool paused;
     int exit_code;
@@ -318,6 +319,17 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
     cj_notify_watchdog();
 }
 
+/* Give freed heap pages back to the kernel once a second.  Bulk traffic
+ * (1 MiB chunks of many sizes, freed in another order than allocated) leaves
+ * glibc's heap fragmented: tens of MiB free but not returnable from the top,
+ * so RSS would stay at its high-water mark long after the bytes are gone.
+ * malloc_trim(0) releases the free pages anywhere in the heap (madvise) and
+ * costs well under a millisecond for a heap of this size. */
+static void on_trim_timer(evutil_socket_t fd, short what, void *arg)
+{
+    malloc_trim(0);
+}
+
 static void on_status_timer(evutil_socket_t fd, short what, void *arg)
 {
     send_status_line(arg);
@@ -337,7 +349,10 @@ static int setup_events(struct cj_daemon *d, struct cj_err *err)
     d->drain_timer = evtimer_new(d->base, on_drain_check, d);
     d->status_timer = event_new(d->base, -1, EV_PERSIST, on_status_timer, d);
     struct timeval st = {STATUS_LINE_SECS, 0};
-    if (!d->drain_timer || !d->status_timer || event_add(d->status_timer, &st) != 0)
+    d->trim_timer = event_new(d->base, -1, EV_PERSIST, on_trim_timer, d);
+    struct timeval one = {1, 0};
+    if (!d->drain_timer || !d->status_timer || event_add(d->status_timer, &st) != 0 || !d->trim_timer ||
+        event_add(d->trim_timer, &one) != 0)
         return cj_fail(err, CJ_E_NOMEM, 0, "cannot create timers");
     uint64_t wd = cj_notify_watchdog_usec();
     if (wd) {
@@ -507,7 +522,7 @@ void cj_daemon_free(struct cj_daemon *d)
     cj_router_free(d->router);
     if (d->tls) cj_tls_ctx_free(d->tls);
     struct event *evs[] = {d->sig_hup, d->sig_term, d->sig_int, d->sig_quit,
-                           d->watchdog_timer, d->status_timer, d->drain_timer};
+                           d->watchdog_timer, d->status_timer, d->drain_timer, d->trim_timer};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i]) event_free(evs[i]);
     if (d->base) event_base_free(d->base);
