@@ -22,9 +22,6 @@
 # Already covered elsewhere: a worker killed mid-download (test_fl (c)); a worker that
 # stops reading (test_transport (c)); the simulator stopped with SIGTERM between
 # transfers (test_transport (d)).
-#
-# A check that fails because of a known relay bug reported to the lead is printed as
-# "not ok ... # TODO known bug" and not counted, unless CJ_STRICT=1.
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim; P=$BUILD/tests/e2e/cjpeer
 WK=$BUILD/cjrelay-worker
@@ -42,21 +39,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-wait_for() { # wait_for SECS CMD...: polls CMD every 0.1 s
-    _wn=$(($1 * 10)); shift
-    while [ "$_wn" -gt 0 ]; do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.1; _wn=$((_wn - 1))
-    done
-    return 1
-}
-note() { sed 's/^/# /' "$@"; }
-known_bug() { # known_bug NAME WHY command...: a check failing because of a reported relay bug
-    _n=$1; _why=$2; shift 2
-    if "$@" >/dev/null 2>&1; then pass "$_n"
-    elif [ "${CJ_STRICT:-0}" = 1 ]; then fail "$_n ($_why)"
-    else echo "not ok - $_n # TODO known bug: $_why"; fi
-}
 ctl() { $C -s "$W/$N.status.sock" "$@"; }
 info_of() { ctl show info json | jq -r ".$1"; }
 stat_of() { ctl show stats json | jq -r ".$1"; }

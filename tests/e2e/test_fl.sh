@@ -17,12 +17,6 @@ cleanup() {
     rm -rf "$W"
 }
 trap cleanup EXIT
-kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null; }
-wait_for() { # wait_for SECS cmd...
-    _t=$1; shift; _i=0
-    while [ $_i -lt $((_t * 10)) ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; _i=$((_i + 1)); done
-    return 1
-}
 
 # run_job NAME COUNT ON_END SIM-ARGS...: sim + relay; sets SIM, RELAY, PORT; files in $W/NAME.*
 run_job() {

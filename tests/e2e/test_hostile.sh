@@ -37,15 +37,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-wait_for() { # wait_for SECS CMD...: polls CMD every 0.1 s
-    _wn=$(($1 * 10)); shift
-    while [ "$_wn" -gt 0 ]; do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.1; _wn=$((_wn - 1))
-    done
-    return 1
-}
-note() { sed 's/^/# /' "$@"; }
 info_of() { $C -s "$W/status.sock" show info json | jq -r ".$1"; }
 upstream_is() { [ "$(info_of upstream)" = "$1" ]; }
 nfd() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }

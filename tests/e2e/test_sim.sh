@@ -30,15 +30,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-wait_for() { # wait_for SECS CMD...
-    _wn=$(($1 * 10)); shift
-    while [ "$_wn" -gt 0 ]; do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.1; _wn=$((_wn - 1))
-    done
-    return 1
-}
-note() { sed 's/^/# /' "$@"; }
 count() { grep -c "$1" "$2"; }   # count PATTERN FILE
 
 # start_sim NAME ARGS...: sim on a free port, output $W/NAME.sim; sets SIM and PORT.

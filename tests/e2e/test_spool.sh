@@ -27,14 +27,8 @@ cleanup() {
     rm -rf "$W"
 }
 trap cleanup EXIT
-kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null; }
 jqt() { # jqt FILTER [FILE]: the filter prints true (jq 1.6's -e passes on empty input)
     jq "$@" 2>/dev/null | grep -qx true
-}
-wait_for() { # wait_for SECS cmd...
-    _t=$1; shift; _i=0
-    while [ $_i -lt $((_t * 10)) ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; _i=$((_i + 1)); done
-    return 1
 }
 files_in() { find "$1" -type f 2>/dev/null | wc -l; }
 

@@ -17,15 +17,6 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 command -v openssl >/dev/null || { skip "openssl missing"; finish; }
 
-wait_for() { # wait_for SECS CMD...: polls every 0.1 s
-    _wn=$(($1 * 10)); shift
-    while [ "$_wn" -gt 0 ]; do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.1; _wn=$((_wn - 1))
-    done
-    return 1
-}
-note() { sed 's/^/# /' "$@"; }
 K=$W/certs
 if ! sh "$ROOT/tests/unit/tls_certs.sh" "$K"; then
     fail "certificates made with openssl"; note "$K/openssl.log"; finish

@@ -25,15 +25,6 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 # wait_for SECS CMD...: polls CMD every 0.1 s until it succeeds; 1 after SECS.
-wait_for() {
-    _wn=$(($1 * 10)); shift
-    while [ "$_wn" -gt 0 ]; do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.1; _wn=$((_wn - 1))
-    done
-    return 1
-}
-note() { sed 's/^/# /' "$@"; }          # show a file (or stdin) as TAP comments
 stat_of() { $C -s "$W/status.sock" show stats json | jq -r ".$1"; }
 info_of() { $C -s "$W/status.sock" show info json | jq -r ".$1"; }
 hwm() { awk '/^VmHWM/ {print $2}' "/proc/$RELAY/status"; }    # kB
