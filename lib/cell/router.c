@@ -58,6 +58,8 @@ struct rlink {
     double active_at;          /* monotonic time of its last forwarded traffic, either way */
     struct inflight *inflight; /* worker: CJ_ROUTER_INFLIGHT_MAX slots, allocated at its first request */
     unsigned n_inflight;       /* used slots */
+    unsigned holds;            /* cj_router_hold: consumers behind on what this link brings */
+    double hold_since;         /* monotonic time the link was paused for them; 0 = not paused */
 };
 
 struct handler {
@@ -614,7 +616,7 @@ static void pace(struct cj_router *r, struct cj_link *up, struct cj_link *dst)
     r->c.throttles++;
     cj_log_debug("router %s: upstream paced for %s (%zu bytes queued toward it)", r->me, rl(dst)->fqcn,
                  cj_link_queued(dst));
-    cj_link_pause_reading(up);
+    cj_link_pause_reading(up, CJ_LINK_PAUSE_OWNER);
 }
 
 static void unpace(struct cj_router *r)
@@ -623,7 +625,7 @@ static void unpace(struct cj_router *r)
     cj_log_debug("router %s: upstream pace for %s lifted (%zu bytes queued toward it)", r->me,
                  rl(r->paced_on) ? rl(r->paced_on)->fqcn : "?", cj_link_queued(r->paced_on));
     r->paced_on = NULL;
-    if (r->up_link) cj_link_resume_reading(r->up_link);
+    if (r->up_link) cj_link_resume_reading(r->up_link, CJ_LINK_PAUSE_OWNER);
 }
 
 /* Something went out on the upstream link dst (src: the link it came from,
@@ -662,6 +664,52 @@ static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_l
     return true;
 }
 
+/* Holds.  A consumer of this cell's own streams that is behind (the spool,
+ * waiting for its disk) stops the link its source's bytes arrive on: they
+ * then wait in the peer's socket and window, not here.  A link stays paused
+ * at most HOLD_LAPSE s at a time: past that, the stream's window (its ACKs
+ * wait for the consumer) bounds what arrives, and everything else on the
+ * link (heartbeats, other streams) flows again. */
+#define HOLD_LAPSE 2.0
+
+static void hold_lift(struct cj_router *r, struct cj_link *l, bool lapsed)
+{
+    struct rlink *d = rl(l);
+    if (!d || d->hold_since == 0) return;
+    if (lapsed) {
+        r->c.holds_lapsed++;
+        cj_log_debug("router %s: hold on %s lapsed after %.1f s", r->me, d->fqcn, mono_now() - d->hold_since);
+    }
+    d->hold_since = 0;
+    cj_link_resume_reading(l, CJ_LINK_PAUSE_HOLD);
+}
+
+int cj_router_hold(struct cj_router *r, const char *source, bool on)
+{
+    const char *why;
+    struct cj_link *l = source ? cj_router_next_hop(r, source, &why) : NULL;
+    struct rlink *d = l ? rl(l) : NULL;
+    if (!d || !d->up) return -1;
+    if (!on) {
+        if (d->holds && --d->holds == 0) hold_lift(r, l, false);
+        return 0;
+    }
+    if (d->holds++ == 0) {
+        d->hold_since = mono_now();
+        r->c.holds++;
+        cj_link_pause_reading(l, CJ_LINK_PAUSE_HOLD);
+    }
+    return 0;
+}
+
+static void check_holds(struct cj_router *r, double now)
+{
+    for (size_t i = 0; i < r->n_links; i++) {
+        struct rlink *d = rl(r->links[i]);
+        if (d && d->hold_since > 0 && now - d->hold_since >= HOLD_LAPSE) hold_lift(r, r->links[i], true);
+    }
+}
+
 static void check_stalls(evutil_socket_t fd, short what, void *arg)
 {
     struct cj_router *r = arg;
@@ -669,6 +717,7 @@ static void check_stalls(evutil_socket_t fd, short what, void *arg)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
     if (r->paced_on && !worker_reading(r, r->paced_on, now)) unpace(r);   /* it stopped reading */
+    check_holds(r, now);
     for (size_t i = 0; i < r->n_links; i++) {
         struct cj_link *l = r->links[i];
         struct rlink *d = rl(l);

@@ -91,6 +91,8 @@ struct cj_router_counters {
     uint64_t inflight_failed;            /* worker requests failed with a notice: the upstream was lost */
     uint64_t inflight_untracked;         /* worker requests not remembered: the oldest forgotten at
                                             CJ_ROUTER_INFLIGHT_MAX per worker, too long, or out of memory */
+    uint64_t holds;                      /* links paused for a consumer behind (cj_router_hold) */
+    uint64_t holds_lapsed;               /* ... and resumed after the lapse, still behind */
 };
 
 /* Worker requests in flight through the upstream remembered per worker link. */
@@ -199,5 +201,12 @@ int cj_router_reply(struct cj_router *r, const struct cj_msg *req, const char *r
                     struct evbuffer *payload, const char *payload_encoding, struct cj_err *err);
 
 const struct cj_router_counters *cj_router_counters(const struct cj_router *r);
+
+/* A consumer of this cell's own streams from `source` is behind (on) or
+ * caught up (off): the link toward source stops reading while any consumer
+ * holds it, at most a couple of seconds at a time (then the stream's window
+ * bounds what arrives).  Holds are counted per link; a hold on a link that
+ * goes away goes with it.  -1: no live link toward source. */
+int cj_router_hold(struct cj_router *r, const char *source, bool on);
 
 #endif

@@ -486,12 +486,18 @@ static void srv_detach_all(struct ref *r)
 
 static void srv_got(void *token, int err, struct evbuffer *data);
 
-/* Asks for bytes of item piece `pi` from offset off (at most CJ_DL_READ_MAX). */
-static void srv_read(struct srv *s, size_t pi, uint64_t off)
+/* Asks for bytes of item piece `pi` from offset off (at most CJ_DL_READ_MAX).
+ * at: where they land in the reply stream.  A read ends on a chunk boundary
+ * of the stream when it can, so each chunk takes whole read buffers: a read
+ * straddling two chunks would be copied in part and its buffer kept, nearly
+ * empty, until the second chunk left. */
+static void srv_read(struct srv *s, size_t pi, uint64_t off, uint64_t at)
 {
     const struct cj_dl_piece *pc = &s->pieces[pi];
     uint64_t left = pc->len - off;
-    s->want_len = left < CJ_DL_READ_MAX ? (size_t)left : CJ_DL_READ_MAX;
+    uint64_t chunk = cj_stream_chunk_size(s->ep), max = CJ_DL_READ_MAX;
+    if (chunk && chunk <= CJ_DL_READ_MAX) max = (CJ_DL_READ_MAX / chunk) * chunk - at % chunk;
+    s->want_len = left < max ? (size_t)left : (size_t)max;
     s->rd_pi = pi;
     s->rd_off = off;
     s->reading = true;
@@ -539,7 +545,8 @@ static void srv_pump(struct srv *s)
             continue;
         }
         if (took_item || s->reading) break;
-        srv_read(s, s->pi, s->poff);   /* may answer at once (s->ready set, or s killed on an error) */
+        srv_read(s, s->pi, s->poff, s->fed + evbuffer_get_length(out));   /* may answer at once (s->ready set,
+                                                                          or s killed on an error) */
         if (s->reading) break;
     }
     s->in_pump = false;
@@ -677,7 +684,9 @@ static void serve_streamed(struct ref *r, const struct cj_stream_reqctx *ctx, bo
     s->next = r->srvs;
     r->srvs = s;
     size_t k = srv_first_item(s);
-    if (k < s->np) srv_read(s, k, 0);   /* the first bytes before anything is sent */
+    uint64_t at = 0;   /* the framing before it */
+    for (size_t i = 0; i < k && i < s->np; i++) at += s->pieces[i].len;
+    if (k < s->np) srv_read(s, k, 0, at);   /* the first bytes before anything is sent */
     else srv_start(s);                  /* no item bytes at all (empty items) */
     return;
 oom:

@@ -9,6 +9,25 @@
 
 #include "payload/fobs.h"
 
+/* The decoded MAIN body.  Inline items go out as references into it; the
+ * consumer may free them on another thread (the spool's I/O thread), hence
+ * the atomic count. */
+struct cj_dl_rp_block {
+    int refs;
+    size_t len;
+    uint8_t data[];
+};
+
+static void blk_unref(struct cj_dl_rp_block *b)
+{
+    if (b && __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) == 0) free(b);
+}
+
+static void blk_piece_done(const void *data, size_t len, void *arg)
+{
+    blk_unref(arg);
+}
+
 static uint64_t be64(const uint8_t *p)
 {
     uint64_t v = 0;
@@ -38,17 +57,17 @@ void cj_dl_rp_init(struct cj_dl_rp *p, uint64_t total, const struct cj_dl_rp_cb 
 
 void cj_dl_rp_clear(struct cj_dl_rp *p)
 {
-    if (p->main) evbuffer_free(p->main);
+    blk_unref(p->blk);
+    p->blk = NULL;
     free(p->state);
     free(p->items);
-    p->main = NULL;
     p->state = NULL;
     p->items = NULL;
     p->n_items = 0;
     p->have_main = false;
 }
 
-/* Hands out inline items from the buffered MAIN body until the next DatumRef
+/* Hands out inline items from the decoded MAIN body until the next DatumRef
  * item (or the end).  0 or -1. */
 static int deliver_inline(struct cj_dl_rp *p)
 {
@@ -56,25 +75,23 @@ static int deliver_inline(struct cj_dl_rp *p)
         size_t i = p->next;
         struct cj_dl_rp_item *it = &p->items[i];
         size_t off = it->ref.off, len = it->ref.len;
-        if (off < p->main_pos || off - p->main_pos > evbuffer_get_length(p->main) ||
-            len > evbuffer_get_length(p->main) - (off - p->main_pos))
+        if (off > p->blk->len || len > p->blk->len - off)
             return rp_fail(p, "inline item %zu lies outside the MAIN body", i);
-        evbuffer_drain(p->main, off - p->main_pos);
         it->cum = p->item_bytes;
         it->size = len;
         if (p->cb.item_begin(p->arg, i, len)) return rp_fail(p, "item %zu refused by the consumer", i);
         if (len) {
             struct evbuffer *x = evbuffer_new();
-            if (!x) return rp_fail(p, "out of memory handing out item %zu", i);
-            evbuffer_remove_buffer(p->main, x, len);
-            p->main_pos = off + len;
+            __atomic_add_fetch(&p->blk->refs, 1, __ATOMIC_RELAXED);
+            if (!x || evbuffer_add_reference(x, p->blk->data + off, len, blk_piece_done, p->blk)) {
+                blk_unref(p->blk);
+                if (x) evbuffer_free(x);
+                return rp_fail(p, "out of memory handing out item %zu", i);
+            }
             p->item_bytes += len;
-            int rc = evbuffer_get_length(x) == len ? p->cb.item_data(p->arg, i, x) : -2;
+            int rc = p->cb.item_data(p->arg, i, x);
             evbuffer_free(x);
-            if (rc == -2) return rp_fail(p, "out of memory handing out item %zu", i);
             if (rc) return rp_fail(p, "item %zu refused by the consumer", i);
-        } else {
-            p->main_pos = off;
         }
         p->next++;
         if (p->cb.item_end(p->arg, i)) return rp_fail(p, "item %zu refused by the consumer", i);
@@ -85,9 +102,8 @@ static int deliver_inline(struct cj_dl_rp *p)
 /* The MAIN body is complete: decode it, keep the state, list the items. */
 static int decode_main(struct cj_dl_rp *p)
 {
-    size_t n = evbuffer_get_length(p->main);
-    const uint8_t *body = evbuffer_pullup(p->main, -1);
-    if (!body) return rp_fail(p, "out of memory reading a %zu-byte MAIN section", n);
+    size_t n = p->blk->len;
+    const uint8_t *body = p->blk->data;
     struct cj_err e = { 0 };
     if (cj_dl_decode_reply_body(body, n, &p->r, NULL, 0, &e)) return rp_fail(p, "%s", e.msg);
     if (p->r.n_items > CJ_DL_RP_MAX_ITEMS)
@@ -171,14 +187,19 @@ static int step(struct cj_dl_rp *p, struct evbuffer *piece)
         if (p->main_len > CJ_DL_RP_MAX_MAIN)
             return rp_fail(p, "reply MAIN section of %" PRIu64 " bytes is over the %" PRIu64 "-byte limit", p->main_len,
                            CJ_DL_RP_MAX_MAIN);
-        if (!(p->main = evbuffer_new())) return rp_fail(p, "out of memory");
+        /* Received straight into the block (bounded by CJ_DL_RP_MAX_MAIN and the reply's size). */
+        if (!(p->blk = malloc(sizeof *p->blk + (size_t)p->main_len)))
+            return rp_fail(p, "out of memory for a %" PRIu64 "-byte MAIN section", p->main_len);
+        p->blk->refs = 1;
+        p->blk->len = 0;
         p->phase = RP_MAIN_BODY;
         return 0;
     case RP_MAIN_BODY: {
-        size_t want = (size_t)p->main_len - evbuffer_get_length(p->main), k = len < want ? len : want;
-        if (evbuffer_remove_buffer(piece, p->main, k) != (int)k) return rp_fail(p, "out of memory buffering MAIN");
+        size_t want = (size_t)p->main_len - p->blk->len, k = len < want ? len : want;
+        if (evbuffer_remove(piece, p->blk->data + p->blk->len, k) != (int)k) return rp_fail(p, "cannot read MAIN");
+        p->blk->len += k;
         p->fed += k;
-        if (evbuffer_get_length(p->main) < p->main_len) return 0;
+        if (p->blk->len < p->main_len) return 0;
         p->phase = RP_SEC_HDR;
         p->hdr_have = 0;
         p->hdr_need = CJ_LOBS_DATUM_HDR_LEN;

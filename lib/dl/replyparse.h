@@ -5,7 +5,8 @@
  * The reader buffers the MAIN section (at most CJ_DL_RP_MAX_MAIN bytes),
  * decodes it with cj_dl_decode_reply_body, then hands every item of `data` to
  * its callbacks in data order: an inline bin item straight out of the buffered
- * MAIN section, a DatumRef item as its BLOB datum section streams in.  Datum
+ * MAIN section (a reference to it, not a copy: the block lives until the last
+ * consumer of an inline item frees its piece, on whatever thread), a DatumRef item as its BLOB datum section streams in.  Datum
  * sections must come in the order of the DatumRef items that name them (as
  * NVFlare and this project's producer write them); an unknown datum, a datum
  * that is not a DOT-0 BLOB, a missing one, a MAIN section larger than the
@@ -36,6 +37,8 @@
 #define CJ_DL_RP_MAX_MAIN ((uint64_t)16 << 20)   /* refuse a MAIN section larger than 16 MiB */
 #define CJ_DL_RP_MAX_ITEMS 65536                 /* items per reply */
 
+struct cj_dl_rp_block;
+
 struct cj_dl_rp_cb {
     /* Item i (0-based in this reply) starts; size = its bytes.  -1 aborts. */
     int (*item_begin)(void *arg, size_t i, uint64_t size);
@@ -63,8 +66,8 @@ struct cj_dl_rp {
     uint8_t hdr[CJ_LOBS_DATUM_HDR_LEN];
     size_t hdr_have, hdr_need;
     uint64_t main_len;
-    struct evbuffer *main;       /* the MAIN section's body (buffered) */
-    size_t main_pos;             /* bytes of main already drained (inline items handed out) */
+    struct cj_dl_rp_block *blk;  /* the MAIN section's body (received into it; shared with the
+                                    inline items handed out) */
     bool have_main;              /* decoded: r, state, items valid */
     struct cj_dl_reply r;
     uint8_t *state;              /* copy of the state map (NULL when absent) */

@@ -94,6 +94,8 @@ struct cj_spool_ref {
     uint64_t bytes;                       /* item bytes of the renamed items */
     uint64_t written;                     /* item bytes written (all items) */
     uint64_t reserved;                    /* counted against max_bytes */
+    uint64_t unwritten;                   /* bytes received, not yet written */
+    bool behind;                          /* told the owner: unwritten passed CJ_SPOOL_BEHIND */
     struct sitem *q, *q_tail;             /* items whose finish is not queued yet */
     struct sjob *jobs, *jobs_tail;
     bool eof;
@@ -119,6 +121,24 @@ struct cj_spool {
     uint64_t on_disk;                     /* item bytes written */
     struct cj_spool_stats st;
 };
+
+/* Tells the owner when r falls behind its disk and when it caught up (or ended). */
+static void set_behind(struct cj_spool_ref *r, bool on)
+{
+    if (r->behind == on) return;
+    r->behind = on;
+    if (on) r->sp->st.behind++;
+    if (r->sp->cfg.behind) r->sp->cfg.behind(r->sp->cfg.behind_ctx, r->source, on);
+}
+
+static void count_unwritten(struct cj_spool_ref *r, uint64_t received, uint64_t written)
+{
+    r->unwritten += received;
+    r->unwritten -= written < r->unwritten ? written : r->unwritten;
+    if (r->unwritten > r->sp->st.unwritten_peak) r->sp->st.unwritten_peak = r->unwritten;
+    if (r->unwritten > CJ_SPOOL_BEHIND) set_behind(r, true);
+    else if (r->unwritten <= CJ_SPOOL_CAUGHT_UP) set_behind(r, false);
+}
 
 static double now_mono(void)
 {
@@ -495,6 +515,8 @@ static void fetch_failed(struct cj_spool_ref *r, const char *why)
     if (!r->why[0]) snprintf(r->why, sizeof r->why, "%s", why && why[0] ? why : "download failed");
     r->state = CJ_SPOOL_FAILED;
     sp->st.fetch_failures++;
+    r->unwritten = 0;
+    set_behind(r, false);
     drop_items(r);
     unreserve(r);
     r->bytes = 0;
@@ -529,6 +551,8 @@ static void fetch_done(void *ctx, bool ok, const char *why)
         return;
     }
     r->state = CJ_SPOOL_SPOOLED;
+    r->unwritten = 0;
+    set_behind(r, false);
     sp->st.fetched_refs++;
     sp->st.fetched_bytes += r->bytes;
     cj_log_info("spool: ref %s from %s spooled: %" PRIu32 " items, %" PRIu64 " bytes in %.1f s (%s)", r->ref_id, r->source,
@@ -649,6 +673,7 @@ static void on_written(void *ctx, int err)
     }
     r->written += len;
     r->sp->on_disk += len;
+    count_unwritten(r, 0, len);
     if (r->fetch) cj_dl_fetch_release(r->fetch, len);   /* may end the fetch (next pull not sent) */
 }
 
@@ -769,6 +794,7 @@ static int sink_data(void *ctx, uint64_t index, struct evbuffer *piece)
         it->hdr_len += k;
     }
     it->got += n;
+    count_unwritten(r, n, 0);
     if (evbuffer_add_buffer(it->pend, piece)) {
         fail_ref(r, "out of memory receiving item T%" PRIu64 " of ref %s", index, r->ref_id);
         return -1;
@@ -1066,6 +1092,8 @@ static void ref_stop(struct cj_spool_ref *r)
     struct cj_spool *sp = r->sp;
     r->fetched_fn = NULL;
     r->served_fn = NULL;
+    r->unwritten = 0;
+    set_behind(r, false);
     if (r->fetch) {
         struct cj_dl_fetch *f = r->fetch;
         r->fetch = NULL;

@@ -46,7 +46,16 @@ struct cj_spool_cfg {
     bool fsync;                      /* fsync each item file before its rename */
     struct cj_dl_fetch_cfg fetch;    /* retries and timeouts of upstream pulls */
     double serve_timeout;            /* idle timeout of a served ref (s); 0: 600 */
+    /* Optional: a fetch has more than CJ_SPOOL_BEHIND bytes received and not
+     * yet written (on), or is down to CJ_SPOOL_CAUGHT_UP or has ended (off).
+     * The owner stops reading the link toward source meanwhile
+     * (cj_router_hold), so what the disk has not taken waits in the sender. */
+    void (*behind)(void *ctx, const char *source, bool on);
+    void *behind_ctx;
 };
+
+#define CJ_SPOOL_BEHIND (4u << 20)
+#define CJ_SPOOL_CAUGHT_UP (1u << 20)
 
 enum cj_spool_ref_state {
     CJ_SPOOL_FETCHING = 1,
@@ -131,6 +140,8 @@ struct cj_spool_stats {
     uint64_t fetched_refs, fetched_bytes, fetch_failures;
     uint64_t served_refs, served_bytes;
     uint64_t disk_full;              /* fetches failed by ENOSPC/EDQUOT/EFBIG or max_bytes */
+    uint64_t behind;                 /* times a fetch fell CJ_SPOOL_BEHIND bytes behind its disk */
+    uint64_t unwritten_peak;         /* most bytes one fetch held received and not yet written */
 };
 void cj_spool_get_stats(const struct cj_spool *sp, struct cj_spool_stats *st);
 

@@ -62,11 +62,12 @@ struct cj_link {
 
     /* bulk queue */
     struct evbuffer *bulk;
+    struct evbuffer *small;      /* empty between add_small calls */
     struct bulk_ent *fifo;
     size_t fifo_cap, fifo_head, fifo_n;
 
     /* backpressure */
-    bool paused_owner;
+    unsigned paused_owner;       /* CJ_LINK_PAUSE_* bits */
     bool was_over;
     struct cj_link *blocked_on;    /* destination we wait for */
     TAILQ_HEAD(, cj_link) waiters; /* sources waiting for us */
@@ -140,6 +141,7 @@ static void really_free(struct cj_link *l)
     if (l->reaper) event_free(l->reaper);
     free(l->fifo);
     if (l->bulk) evbuffer_free(l->bulk);
+    if (l->small) evbuffer_free(l->small);
     free(l);
 }
 
@@ -247,6 +249,20 @@ static int send_hello(struct cj_link *l, uint8_t type)
     return rc;
 }
 
+/* Appends a small piece (a frame prefix, a header block) to dst in a chain of
+ * its own.  evbuffer_add would size a new chain like dst's last one: after a
+ * 1 MiB payload chain, 1 MiB for 16 bytes, so every queued bulk frame held
+ * twice its size.  Frames also start on a chain boundary this way, so moving
+ * whole frames between buffers (refill_wire) moves chains and copies nothing. */
+static int add_small(struct cj_link *l, struct evbuffer *dst, const void *a, size_t an, const void *b, size_t bn)
+{
+    if (evbuffer_add(l->small, a, an) < 0 || (bn && evbuffer_add(l->small, b, bn) < 0)) {
+        evbuffer_drain(l->small, evbuffer_get_length(l->small));
+        return -1;
+    }
+    return evbuffer_add_buffer(dst, l->small);
+}
+
 static int fifo_push(struct cj_link *l, uint32_t hlen, uint32_t body)
 {
     if (l->fifo_n == l->fifo_cap) {
@@ -275,7 +291,7 @@ static void refill_wire(struct cj_link *l)
         l->fifo_n--;
         uint8_t pre[CJ_FRAME_PREFIX_LEN];
         data_prefix(l, CJ_FRAME_PREFIX_LEN + e.body, (uint16_t)e.hlen, pre);
-        if (evbuffer_add(out, pre, sizeof pre) < 0 || evbuffer_remove_buffer(l->bulk, out, e.body) != (int)e.body) {
+        if (add_small(l, out, pre, sizeof pre, NULL, 0) < 0 || evbuffer_remove_buffer(l->bulk, out, e.body) != (int)e.body) {
             link_down(l, CJ_LOG_ERROR, "out of memory moving a frame to the wire");
             return;
         }
@@ -294,12 +310,11 @@ int cj_link_send(struct cj_link *l, const uint8_t *hblk, size_t hlen, struct evb
         struct evbuffer *out = bufferevent_get_output(l->bev);
         uint8_t pre[CJ_FRAME_PREFIX_LEN];
         data_prefix(l, CJ_FRAME_PREFIX_LEN + body, (uint16_t)hlen, pre);
-        rc = evbuffer_add(out, pre, sizeof pre);
-        if (rc == 0) rc = evbuffer_add(out, hblk, hlen);
+        rc = add_small(l, out, pre, sizeof pre, hblk, hlen);
         if (rc == 0 && plen) rc = evbuffer_add_buffer(out, payload);
         if (rc == 0) count_out(l, CJ_FRAME_PREFIX_LEN + body);
     } else {
-        rc = evbuffer_add(l->bulk, hblk, hlen);
+        rc = add_small(l, l->bulk, hblk, hlen, NULL, 0);
         if (rc == 0 && plen) rc = evbuffer_add_buffer(l->bulk, payload);
         if (rc == 0) rc = fifo_push(l, (uint32_t)hlen, body);
         if (rc == 0) refill_wire(l);
@@ -365,15 +380,15 @@ static void check_drained(struct cj_link *l)
     }
 }
 
-void cj_link_pause_reading(struct cj_link *l)
+void cj_link_pause_reading(struct cj_link *l, unsigned why)
 {
-    l->paused_owner = true;
+    l->paused_owner |= why;
     apply_reading(l);
 }
 
-void cj_link_resume_reading(struct cj_link *l)
+void cj_link_resume_reading(struct cj_link *l, unsigned why)
 {
-    l->paused_owner = false;
+    l->paused_owner &= ~why;
     apply_reading(l);
 }
 
@@ -852,10 +867,11 @@ static struct cj_link *link_new(struct event_base *base, bool active, SSL_CTX *t
     cj_frame_counters_init(&l->fc);
     TAILQ_INIT(&l->waiters);
     l->bulk = evbuffer_new();
+    l->small = evbuffer_new();
     l->reaper = event_new(base, -1, 0, reaper_cb, l);
     l->hs_timer = event_new(base, -1, 0, hs_timeout_cb, l);
     struct timeval tv = tv_of(l->hs_timeout);
-    if (!l->bulk || !l->reaper || !l->hs_timer || event_add(l->hs_timer, &tv) < 0) {
+    if (!l->bulk || !l->small || !l->reaper || !l->hs_timer || event_add(l->hs_timer, &tv) < 0) {
         free_event(&l->hs_timer);
         really_free(l);
         return NULL;

@@ -137,9 +137,12 @@ bool cj_link_over(const struct cj_link *l);
  * paused.  A src already paused for another destination stays on that one. */
 bool cj_link_throttle(struct cj_link *src, struct cj_link *dst);
 
-/* The owner's own pause (independent of throttling). */
-void cj_link_pause_reading(struct cj_link *l);
-void cj_link_resume_reading(struct cj_link *l);
+/* The owner's own pauses (independent of throttling), one bit per reason:
+ * the link reads again when every reason is lifted. */
+#define CJ_LINK_PAUSE_OWNER 1u   /* the owner's general pause (pacing) */
+#define CJ_LINK_PAUSE_HOLD 2u    /* a consumer behind (cj_router_hold) */
+void cj_link_pause_reading(struct cj_link *l, unsigned why);
+void cj_link_resume_reading(struct cj_link *l, unsigned why);
 /* Reading enabled (neither paused by the owner nor throttled)? */
 bool cj_link_reading(const struct cj_link *l);
 

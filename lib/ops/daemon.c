@@ -108,6 +108,10 @@ static void sync_stats(struct cj_daemon *d)
     cj_stats.workers_refused += c->workers_refused - d->synced_refused;
     d->synced_refused = c->workers_refused;
     cj_stats.stalled_closed = c->stalled_closed;
+    cj_stats.inflight_failed = c->inflight_failed;
+    cj_stats.inflight_untracked = c->inflight_untracked;
+    cj_stats.holds = c->holds;
+    cj_stats.holds_lapsed = c->holds_lapsed;
 }
 
 static void send_status_line(struct cj_daemon *d)

@@ -273,6 +273,8 @@ static int make_sessions(struct cj_flrun *f, struct cj_stream_ep *ep, const stru
 /* Spool mode: the directory checks, leftovers of an earlier run removed (the
  * loop is not running yet, so blocking here is allowed), then the I/O thread,
  * the relay's producer, the store and the stage. */
+static void spool_behind(void *ctx, const char *source, bool on);
+
 static int make_spool(struct cj_flrun *f, struct cj_stream_ep *ep, const struct cj_config *cfg, struct cj_err *err)
 {
     char why[512];
@@ -288,6 +290,8 @@ static int make_spool(struct cj_flrun *f, struct cj_stream_ep *ep, const struct 
         return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the relay's download producer");
     struct cj_spool_cfg sc = {
         .dir = f->spool_dir,
+        .behind = spool_behind,
+        .behind_ctx = f,
         .max_bytes = cfg->relay.spool_max_bytes > 0 ? (uint64_t)cfg->relay.spool_max_bytes : 0,
     };
     cj_dl_fetch_cfg_default(&sc.fetch);
@@ -595,6 +599,14 @@ void cj_flrun_show_session_stats(struct cj_flrun *f, struct cj_out *o)
 
 /* ---- spool mode ---------------------------------------------------------------------------- */
 
+/* A spool fetch is behind its disk: stop reading the link its bytes come on. */
+static void spool_behind(void *ctx, const char *source, bool on)
+{
+    struct cj_flrun *f = ctx;
+    cj_log_debug("spool: fetch from %s %s", source, on ? "behind its disk: reading from it held" : "caught up");
+    cj_router_hold(f->router, source, on);
+}
+
 void cj_flrun_show_spool_stats(struct cj_flrun *f, struct cj_out *o)
 {
     if (!f || !f->spool) return;
@@ -613,6 +625,8 @@ void cj_flrun_show_spool_stats(struct cj_flrun *f, struct cj_out *o)
     cj_out_u64(o, "spool_served_refs", ss.served_refs);
     cj_out_u64(o, "spool_served_bytes", ss.served_bytes);
     cj_out_u64(o, "spool_disk_full", ss.disk_full);
+    cj_out_u64(o, "spool_behind", ss.behind);
+    cj_out_u64(o, "spool_unwritten_peak", ss.unwritten_peak);
     cj_out_u64(o, "spool_tasks_spooled", ts.tasks_spooled);
     cj_out_u64(o, "spool_tasks_failed", ts.tasks_failed);
     cj_out_u64(o, "spool_tasks_requeued", ts.requeued);

@@ -294,6 +294,11 @@ fail:
     return NULL;
 }
 
+uint32_t cj_stream_chunk_size(const struct cj_stream_ep *ep)
+{
+    return ep->lim.chunk_size;
+}
+
 void cj_stream_free(struct cj_stream_ep *ep)
 {
     if (!ep) return;

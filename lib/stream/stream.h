@@ -175,6 +175,10 @@ struct cj_stream_ep;
 struct cj_stream_ep *cj_stream_new(struct event_base *base, const char *me, const struct cj_stream_io *io,
                                    const struct cj_stream_limits *lim);
 
+/* The chunk size this endpoint sends with (owners of source streams align
+ * their feeds to it: a chunk then moves whole buffers, copying nothing). */
+uint32_t cj_stream_chunk_size(const struct cj_stream_ep *ep);
+
 /* Frees everything.  Pending sends and requests are reported failed
  * ("endpoint closed") first; their callbacks must not use ep. */
 void cj_stream_free(struct cj_stream_ep *ep);

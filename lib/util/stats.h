@@ -27,6 +27,10 @@ struct cj_stats {
     uint64_t throttles;           /* times a sender was paused for a full destination */
     uint64_t workers_refused;     /* worker connections refused (name, token, ...) */
     uint64_t stalled_closed;      /* worker links closed for not reading */
+    uint64_t inflight_failed;     /* worker requests failed with a notice: the upstream was lost */
+    uint64_t inflight_untracked;  /* worker requests through the upstream not remembered (bound) */
+    uint64_t holds;               /* links paused while a spool fetch waited for its disk */
+    uint64_t holds_lapsed;        /* ... resumed after the lapse with the fetch still behind */
     uint64_t retries;             /* request retries of any kind */
     uint64_t timeouts;            /* requests that timed out */
     uint64_t errors;              /* other errors logged */

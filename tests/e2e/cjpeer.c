@@ -372,7 +372,7 @@ static void blob_chunk(struct peer *p, const struct cj_hdr *h, struct evbuffer *
     }
     if (p->cmd == C_STALL && !p->stalled) {
         p->stalled = true;
-        cj_link_pause_reading(p->link);
+        cj_link_pause_reading(p->link, CJ_LINK_PAUSE_OWNER);
         struct timeval tv = {(time_t)p->stall_secs, (suseconds_t)((p->stall_secs - (time_t)p->stall_secs) * 1e6)};
         evtimer_assign(p->later, p->base, stall_over, p);
         evtimer_add(p->later, &tv);

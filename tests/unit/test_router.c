@@ -903,6 +903,47 @@ static void test_stalled_worker_closed(void **state)
     world_done(&w);
 }
 
+/* cj_router_hold: a consumer behind stops the link toward its source, holds
+ * are counted, and a hold lapses after a couple of seconds. */
+static void test_hold(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 0);
+    struct rec t1;
+    worker_link(&w, T1, &t1);
+    struct cj_link *up = cj_router_upstream(w.r), *wl = cj_router_child(w.r, T1);
+    assert_non_null(wl);
+    const struct cj_router_counters *c = cj_router_counters(w.r);
+    assert_int_equal(cj_router_hold(w.r, "server.J1", true), 0);
+    assert_false(cj_link_reading(up));
+    assert_true(cj_link_reading(wl));
+    assert_int_equal(cj_router_hold(w.r, T1, true), 0);
+    assert_int_equal(cj_router_hold(w.r, T1, true), 0);
+    assert_false(cj_link_reading(wl));
+    assert_int_equal(cj_router_hold(w.r, T1, false), 0);
+    assert_false(cj_link_reading(wl));       /* one holder left */
+    assert_int_equal(cj_router_hold(w.r, T1, false), 0);
+    assert_true(cj_link_reading(wl));
+    assert_int_equal(cj_router_hold(w.r, "server.J1", false), 0);
+    assert_true(cj_link_reading(up));
+    assert_int_equal(c->holds, 2);
+    assert_int_equal(cj_router_hold(w.r, ME ".nobody", true), -1);   /* no link toward it */
+    /* a message sent while the upstream is held arrives once it is lifted */
+    assert_int_equal(cj_router_hold(w.r, "server.J1", true), 0);
+    assert_int_equal(cj_link_send_msg(w.srv.link, make_req("server.J1", ME, T1, "t", "held", false, 64), false), 0);
+    world_spin(&w, 0.2);
+    assert_int_equal(t1.nmsgs, 0);
+    RUN_UNTIL(&w, t1.nmsgs == 1, 4);          /* the hold lapses (HOLD_LAPSE 2 s) */
+    assert_int_equal(t1.nmsgs, 1);
+    assert_true(cj_link_reading(up));
+    assert_int_equal(c->holds_lapsed, 1);
+    assert_int_equal(cj_router_hold(w.r, "server.J1", false), 0);   /* the holder lets go: nothing to undo */
+    assert_true(cj_link_reading(up));
+    worker_free(&t1);
+    world_done(&w);
+}
+
 static void test_upstream_reconnect(void **state)
 {
     (void)state;
@@ -1106,6 +1147,7 @@ int main(void)
         cmocka_unit_test(test_listen_unix),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_stalled_worker_closed),
+        cmocka_unit_test(test_hold),
         cmocka_unit_test(test_upstream_reconnect),
         cmocka_unit_test(test_inflight_failed_on_upstream_loss),
         cmocka_unit_test(test_inflight_bound),
