@@ -14,6 +14,7 @@
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include "net/addr.h"
@@ -35,6 +36,7 @@ struct cj_link {
     struct bufferevent *bev;
     SSL_CTX *tls;
     bool active;
+    bool reneg_refused;          /* the TLS peer asked to renegotiate (refused: tls.c) */
     enum cj_link_state state;
 
     /* connecting (active side) */
@@ -717,7 +719,12 @@ static void process_input(struct cj_link *l)
         size_t need;
         /* Only the 16 pulled-up bytes are contiguous: cj_frame_next sees those
          * and reports the whole frame's length in need. */
-        int rc = pre ? cj_frame_next(pre, CJ_FRAME_PREFIX_LEN, l->max_frame, &p, &need, &err)
+        /* Before HELLO/READY only small frames make sense: a peer nobody has
+         * identified yet may not make us buffer up to max_message_size. */
+        uint32_t limit = l->state == CJ_LINK_UP || l->max_frame < CJ_LINK_HANDSHAKE_FRAME_MAX
+                             ? l->max_frame
+                             : CJ_LINK_HANDSHAKE_FRAME_MAX;
+        int rc = pre ? cj_frame_next(pre, CJ_FRAME_PREFIX_LEN, limit, &p, &need, &err)
                      : cj_fail(&err, CJ_E_NOMEM, 0, "out of memory");
         if (rc < 0) {
             link_down(l, CJ_LOG_ERROR, "malformed frame: %s", err.msg);
@@ -819,18 +826,21 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         if (l->tls) {
             tls_error_text(l, t, sizeof t);
             const char *hint = cj_tls_alert_hint(t);
-            const char *when = l->state == CJ_LINK_TLS ? "TLS handshake failed"
+            const char *when = l->reneg_refused ? "TLS: the peer ended the link after its renegotiation was refused"
+                               : l->state == CJ_LINK_TLS ? "TLS handshake failed"
                                : l->state == CJ_LINK_HANDSHAKE && l->active
                                    ? "TLS: the peer ended the connection after the handshake (under TLS 1.3 "
                                      "a refused client certificate is reported on the first read)"
                                    : "TLS error";
+            if (l->reneg_refused) hint = NULL;   /* its alert is the answer to ours, not a cipher mismatch */
             link_down(l, CJ_LOG_ERROR, "%s: %s%s%s", when, t, hint ? " -- " : "", hint ? hint : "");
         } else {
             int e = EVUTIL_SOCKET_ERROR();
             link_down(l, CJ_LOG_WARNING, "connection error: %s", e ? strerror(e) : "unknown");
         }
     } else if (what & BEV_EVENT_EOF) {
-        const char *when = l->state == CJ_LINK_TLS        ? " during the TLS handshake"
+        const char *when = l->reneg_refused ? " after its TLS renegotiation was refused"
+                           : l->state == CJ_LINK_TLS        ? " during the TLS handshake"
                            : l->state == CJ_LINK_HANDSHAKE && l->active && l->tls
                                ? " before READY (over TLS 1.3 this is how a server refuses the client certificate: "
                                  "check that cert_file is signed by the server's CA, is not expired, and that its "
@@ -889,6 +899,20 @@ static void ready_cb(evutil_socket_t fd, short what, void *arg)
     leave(l);
 }
 
+/* OpenSSL tells us when it refuses a renegotiation (tls.c sets
+ * SSL_OP_NO_RENEGOTIATION): it sends a no_renegotiation alert. */
+static void tls_info_cb(const SSL *ssl, int where, int ret)
+{
+    struct cj_link *l = SSL_get_app_data(ssl);
+    if (!l || (where & SSL_CB_WRITE_ALERT) != SSL_CB_WRITE_ALERT || (ret & 0xff) != SSL_AD_NO_RENEGOTIATION) return;
+    if (!l->reneg_refused) {
+        char lb[CJ_LINK_NAME_MAX + CJ_FQCN_MAX + CJ_ADDR_TEXT_MAX + 8];
+        cj_log_warning("link %s: the peer asked for a TLS renegotiation: refused (cjrelay never renegotiates)",
+                       label(l, lb, sizeof lb));
+    }
+    l->reneg_refused = true;
+}
+
 /* Wraps the connected fd in a bufferevent (OpenSSL for TLS links). */
 static int attach_bev(struct cj_link *l, evutil_socket_t fd)
 {
@@ -898,6 +922,8 @@ static int attach_bev(struct cj_link *l, evutil_socket_t fd)
     if (l->tls) {
         SSL *ssl = SSL_new(l->tls);
         if (!ssl) return -1;
+        SSL_set_app_data(ssl, l);
+        SSL_set_info_callback(ssl, tls_info_cb);
         l->bev = bufferevent_openssl_socket_new(l->base, fd, ssl,
                                                 l->active ? BUFFEREVENT_SSL_CONNECTING : BUFFEREVENT_SSL_ACCEPTING,
                                                 BEV_OPT_CLOSE_ON_FREE);

@@ -68,7 +68,7 @@ static SSL_CTX *fail_ctx(SSL_CTX *ctx, struct cj_err *err, const char *what, con
     return NULL;
 }
 
-/* Settings both sides share: TLS >= 1.2, small idle buffers. */
+/* Settings both sides share: TLS >= 1.2, small idle buffers, no renegotiation. */
 static SSL_CTX *new_ctx(const SSL_METHOD *method, struct cj_err *err)
 {
     ERR_clear_error();
@@ -81,6 +81,11 @@ static SSL_CTX *new_ctx(const SSL_METHOD *method, struct cj_err *err)
      * NVFlare's Python side does exactly that, so treat it as a plain EOF. */
     SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
 #endif
+    /* TLS 1.2 renegotiation is refused (a no_renegotiation alert; TLS 1.3 has
+     * none): a link's peer identity is checked once, at the handshake, and
+     * FLARE never renegotiates; a peer asking for it repeatedly would only
+     * cost us CPU. */
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
     return ctx;
 }
 

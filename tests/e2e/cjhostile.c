@@ -8,6 +8,7 @@
  *       Before a handshake:
  *         garbage     an HTTP request instead of SFM frames
  *         oversized   a prefix claiming a 4 GiB frame
+ *         bighello    a prefix claiming a 1 MiB HELLO (under max_message_size)
  *         shortlen    a prefix whose length (8) is shorter than the prefix itself
  *         hdrlie      a HELLO whose header_len (4000) runs past its length (40)
  *         badhello    a HELLO whose payload is malformed msgpack (map of 3, 1 entry)
@@ -242,6 +243,8 @@ static int do_conn(const char *url, const char *kind, const char *name)
         n = strlen(g);
     } else if (!strcmp(kind, "oversized")) {
         n = put_prefix(f, 0xfffffff0u, 0, 4, 0, 1, 1);
+    } else if (!strcmp(kind, "bighello")) {
+        n = put_prefix(f, 1u << 20, 0, 4, 0, 1, 1);
     } else if (!strcmp(kind, "junk")) {
         uint8_t j[4096];
         for (size_t x = 0; x < sizeof j; x++) j[x] = (uint8_t)(x * 7);

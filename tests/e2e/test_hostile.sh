@@ -6,7 +6,7 @@
 #       header_len lies: each a relay log line naming the upstream, the link closed, the
 #       relay retries with back-off and comes up once the real simulator listens there
 #   (w) worker sockets (unix and loopback tcp): garbage, oversized, short and lying
-#       prefixes, malformed HELLO msgpack, a truncated HELLO, DATA before HELLO, invalid
+#       prefixes, a 1 MiB HELLO (frames before the handshake are capped at 64 KiB), malformed HELLO msgpack, a truncated HELLO, DATA before HELLO, invalid
 #       FQCNs (empty part, bad character, too long, our own name, deeper than a child);
 #       after a good HELLO: a lying header_len, a malformed header block, a 3 GiB frame
 #       and half a frame.  Each: a log line naming the peer and the connection closed,
@@ -18,7 +18,8 @@
 #       the daemon keeps answering
 #   (t) TLS: a client certificate whose CN is not the site is refused at start
 #       (--check-config and a real start, exit 1); a server speaking plain TCP on
-#       an stcp:// url; a server closing mid-record during the handshake; the TLS
+#       an stcp:// url; a server closing mid-record during the handshake; a TLS 1.2
+#       server asking to renegotiate (refused, logged); the TLS
 #       simulator SIGKILLed in the middle of a blob (mid-record) and restarted: the
 #       relay reconnects, no crash, fd count back to its baseline
 # Already covered elsewhere (not repeated here): a non-child HELLO and a spoofed
@@ -125,6 +126,7 @@ for u in "unix unix:$W/w.sock" "tcp tcp://127.0.0.1:$WPORT"; do
     set -- $u; L=$1; U=$2
     worker "$L" "$U" garbage 'malformed frame: (frame type 72 at offset 6 is unknown|frame length 1195725856 at offset 0 exceeds the limit)'
     worker "$L" "$U" oversized 'frame length 4294967280 at offset 0 exceeds the limit'
+    worker "$L" "$U" bighello 'frame length 1048576 at offset 0 exceeds the limit'   # 64 KiB before HELLO
     worker "$L" "$U" shortlen 'frame length 8 at offset 0 is below the 16-byte prefix'
     worker "$L" "$U" hdrlie 'header_len 4000 at offset 4 does not fit'
     worker "$L" "$U" badhello 'malformed HELLO payload'
@@ -222,6 +224,20 @@ $D -c "$W/tls.ini" > "$LOG" 2>&1 & RELAY=$!
 wait_for 10 test -S "$W/status.sock"
 upstream plain 'TLS handshake failed: .*wrong version number -- the peer does not speak TLS'
 upstream tlsmid 'peer closed the connection during the TLS handshake'
+# A TLS 1.2 server asking to renegotiate once the link is established (openssl
+# s_server's R command, sent when it printed the session): refused and logged.
+mark "$LOG"; TFDR=$(nfd "$RELAY")
+rm -f "$W/ssctl"; mkfifo "$W/ssctl"; exec 7<>"$W/ssctl"
+openssl s_server -tls1_2 -accept "$UP" -cert "$K/server.crt" -key "$K/server.key" -CAfile "$K/rootCA.pem" \
+    -Verify 1 < "$W/ssctl" > "$W/sserver.out" 2>&1 & SRV=$!
+wait_for 10 grep -q '^CIPHER is' "$W/sserver.out"
+printf 'R\n' >&7
+wait_for 10 logged "$LOG" 'renegotiation was refused'
+check "(t) a server asking for a TLS renegotiation: refused and logged: $(since "$LOG" | grep -Eo 'the peer asked for a TLS renegotiation.*' | head -1)" \
+    logged "$LOG" 'link upstream .*: the peer asked for a TLS renegotiation: refused'
+check "(t) ... the link's end says why: $(since "$LOG" | grep -Eo '(closed|unreachable): .*renegotiation was refused' | head -1 | cut -c1-90)" \
+    logged "$LOG" '(closed|unreachable): .*renegotiation was refused'
+exec 7>&-; kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null; SRV=
 check "(t) relay alive after the broken TLS servers" kill -0 "$RELAY"
 
 $S --listen "stcp://127.0.0.1:$UP" --tls-dir "$K" --job-id J1 > "$W/tsim1.out" 2> "$W/tsim1.err" & SIM=$!
