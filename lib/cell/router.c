@@ -989,10 +989,27 @@ static int worker_hello(struct cj_link *l, const char *peer, char *why, size_t n
         snprintf(why, n, "'%s' is not a child of %s (expected %s.<name>)", peer, r->me, r->me);
         return -1;
     }
+    /* sfm.md: a newer connection from the same name evicts the older one, so
+     * that a worker can reconnect.  A worker reconnects when its connection
+     * broke, and a broken local connection is seen at once on both ends, or
+     * goes silent: the old link answers our PINGs no more.  A name whose link
+     * is alive (heard from within two heartbeat intervals) is taken: the
+     * newcomer is refused, so that a second process claiming a live worker's
+     * name cannot cut it off or receive its traffic. */
     struct cj_link *old = cj_router_child(r, peer);
-    if (old && old != l) {           /* FLARE: the newer connection wins */
+    if (old && old != l) {
+        double idle = cj_link_rx_idle(old), live = 2 * r->worker_cfg.heartbeat_interval;
+        if (idle < live) {
+            r->c.workers_refused++;
+            snprintf(why, n,
+                     "'%s' is taken by a live connection (%s, heard from %.1f s ago); a new connection gets the "
+                     "name once the old one has closed or gone silent for %.0f s",
+                     peer, cj_link_addr(old), idle, live);
+            return -1;
+        }
         r->c.workers_replaced++;
-        cj_link_close(old, "replaced by a newer connection from %s (%s)", peer, cj_link_addr(l));
+        cj_link_close(old, "replaced by a newer connection from %s (%s); this one was silent for %.1f s", peer,
+                      cj_link_addr(l), idle);
     }
     return 0;
 }

@@ -10,9 +10,10 @@
 #     line naming it, stops it (SIGKILL reaches a stopped process) and launches another;
 #     the rounds still verify
 # (3) a hostile Client API worker: a result for a task it was never given, and a second
-#     result for its task: both rejected (result_rejected), logged; an impostor presenting
-#     the real worker's FQCN with a wrong launch token: hello_rejected, logged, and the
-#     real worker keeps its session and verifies the next round
+#     result for its task: both rejected (result_rejected), logged; an impostor connecting
+#     as the live real worker's FQCN (with a wrong launch token): its cell HELLO refused
+#     (the name is taken by a live connection), logged, and the real worker keeps its
+#     link and session and verifies the next round
 # (4) 16 workers downloading at once through the relay, every byte checked against the
 #     simulator's pattern: all finish; the spread of finish times is reported
 # (5) a worker started outside the relay ([workers] launch_token_file, no command): a
@@ -196,9 +197,12 @@ check "(3) the real worker relaunched and ready ($(worker_state))" [ "$(worker_s
 BS=$(ls "$W"/client_api_bootstrap_*.json 2>/dev/null | tail -1)
 REAL=$(jq -r .trainer_fqcn "$BS" 2>/dev/null)
 $P --timeout 10 capi wrong-token "$BS" > "$W/impostor.out" 2> "$W/impostor.err"
-check "(3) an impostor claiming $REAL with a wrong launch token: $(cut -c1-90 "$W/impostor.out")" \
-    grep -q '^OK capi hello_rejected' "$W/impostor.out"
-check "(3) ... refusal logged" grep -q "client_api: rejecting HELLO from '$REAL': launch token mismatch" "$W/three.relay"
+# The impostor takes the live worker's cell name: refused at its cell HELLO, before any
+# Client API message (a wrong launch token from a free name is test_session's).
+check "(3) an impostor claiming the live worker's name $REAL is refused: $(cut -c1-70 "$W/impostor.out")" \
+    sh -c "! grep -q '^OK' $W/impostor.out"
+check "(3) ... logged: $(grep -o "HELLO refused: '$REAL' is taken by a live connection[^;]*" "$W/three.relay" | head -1)" \
+    grep -q "HELLO refused: '$REAL' is taken by a live connection" "$W/three.relay"
 TOK=$(jq -r .launch_token "$BS")
 check "(3) the real launch token never appears in the relay log" sh -c "! grep -qF -- '$TOK' $W/three.relay"
 start_sim sim5 --rounds 1 --model-size 4M --tensors 2 --max-failures 1

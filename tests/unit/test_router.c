@@ -1,6 +1,6 @@
 /* test_router.c — lib/cell/router: forwarding with FLARE's header rewrite,
  * RETURN, forwarder notices, loop refusal, anti-spoofing, local dispatch and
- * built-ins, child registration and replacement, backpressure without
+ * built-ins, child registration (a live name refused, a silent one replaced), backpressure without
  * head-of-line blocking of control frames, upstream reconnect, worker requests
  * in flight through the upstream failed with sm__ERROR notices when it is lost.
  * The router is site-1.J1; a test "server" link listens on loopback TCP
@@ -114,6 +114,7 @@ static void ev_worker_down(struct cj_router *r, const char *fqcn, const char *wh
 }
 
 static double g_stall_timeout;   /* 0 = the router's default */
+static double g_worker_hb;       /* 0 = the router's default worker heartbeat interval */
 
 static void world_init(struct world *w, size_t link_buffer)
 {
@@ -129,7 +130,7 @@ static void world_init(struct world *w, size_t link_buffer)
     w->srv_lst = cj_listener_open(w->base, &a, 0, srv_accept, w, &err);
     assert_non_null(w->srv_lst);
     struct cj_router_cfg rc = {.me = ME, .link_buffer = link_buffer, .handshake_timeout = 2,
-                               .stall_timeout = g_stall_timeout};
+                               .stall_timeout = g_stall_timeout, .worker_heartbeat_interval = g_worker_hb};
     w->r = cj_router_new(w->base, &rc, &err);
     assert_non_null(w->r);
     struct cj_router_events ev = {.upstream_up = ev_upstream_up, .worker_up = ev_worker_up,
@@ -737,15 +738,25 @@ static void test_child_registration(void **state)
     assert_int_equal(a.up, 1);
     struct cj_link *first = cj_router_child(w.r, T1);
     assert_non_null(first);
-    /* the same name again: the newer connection wins */
+    /* the same name again while the first connection is alive: refused */
+    const struct cj_router_counters *c = cj_router_counters(w.r);
+    struct capture cap;
+    capture_start(&cap);
+    worker_link(&w, T1, &b);
+    RUN_UNTIL(&w, b.down == 1, 2);
+    char *log = capture_end(&cap);
+    assert_int_equal(b.up, 0);
+    assert_non_null(strstr(log, "'" T1 "' is taken by a live connection"));
+    free(log);
+    assert_ptr_equal(cj_router_child(w.r, T1), first);
+    assert_int_equal(a.down, 0);
+    assert_int_equal(c->workers_refused, 1);
+    worker_free(&b);
+    /* the first closes: the name is free for a reconnect */
+    worker_free(&a);
+    RUN_UNTIL(&w, cj_router_child(w.r, T1) == NULL, 2);
     worker_link(&w, T1, &b);
     assert_int_equal(b.up, 1);
-    RUN_UNTIL(&w, a.down == 1, 2);
-    assert_int_equal(a.down, 1);
-    assert_non_null(cj_router_child(w.r, T1));
-    assert_ptr_not_equal(cj_router_child(w.r, T1), first);
-    const struct cj_router_counters *c = cj_router_counters(w.r);
-    assert_int_equal(c->workers_replaced, 1);
     struct cj_link *kids[4];
     assert_int_equal(cj_router_children(w.r, kids, 4), 1);
     /* messages now reach the new connection */
@@ -756,17 +767,44 @@ static void test_child_registration(void **state)
     worker_link(&w, "site-1.J2.w", &bad);
     RUN_UNTIL(&w, bad.down == 1, 2);
     assert_int_equal(bad.up, 0);
-    assert_int_equal(c->workers_refused, 1);
+    assert_int_equal(c->workers_refused, 2);
     worker_link(&w, "site-1", &bad);
     RUN_UNTIL(&w, bad.down == 1, 2);
-    assert_int_equal(c->workers_refused, 2);
+    assert_int_equal(c->workers_refused, 3);
     worker_link(&w, T1 ".deeper", &bad);
     RUN_UNTIL(&w, bad.down == 1, 2);
-    assert_int_equal(c->workers_refused, 3);
+    assert_int_equal(c->workers_refused, 4);
     assert_int_equal(w.worker_ups, 2);
     assert_int_equal(w.worker_downs, 1);
-    worker_free(&a);
+    assert_int_equal(c->workers_replaced, 0);
     worker_free(&b);
+    world_done(&w);
+}
+
+/* A connection that went silent (no answer to PINGs for two heartbeat
+ * intervals) gives its name to a new connection: the reconnect case. */
+static void test_silent_link_replaced(void **state)
+{
+    (void)state;
+    struct world w;
+    g_worker_hb = 0.2;
+    world_init(&w, 0);
+    g_worker_hb = 0;
+    int silent = raw_worker(&w, T1);   /* never answers a PING */
+    struct cj_link *first = cj_router_child(w.r, T1);
+    assert_non_null(first);
+    world_spin(&w, 0.6);
+    struct rec b;
+    worker_link(&w, T1, &b);
+    assert_int_equal(b.up, 1);
+    const struct cj_router_counters *c = cj_router_counters(w.r);
+    assert_int_equal(c->workers_replaced, 1);
+    assert_ptr_not_equal(cj_router_child(w.r, T1), first);
+    assert_int_equal(cj_link_send_msg(w.srv.link, make_req("server.J1", ME, T1, "t", "x", false, 0), true), 0);
+    RUN_UNTIL(&w, b.nmsgs == 1, 2);
+    assert_int_equal(b.nmsgs, 1);
+    worker_free(&b);
+    close(silent);
     world_done(&w);
 }
 
@@ -1144,6 +1182,7 @@ int main(void)
         cmocka_unit_test(test_anti_spoof),
         cmocka_unit_test(test_local_dispatch_and_builtins),
         cmocka_unit_test(test_child_registration),
+        cmocka_unit_test(test_silent_link_replaced),
         cmocka_unit_test(test_listen_unix),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_stalled_worker_closed),
