@@ -55,6 +55,7 @@ struct rlink {
     uint64_t fwd;              /* bytes forwarded into this worker link */
     uint64_t drain_mark;       /* drained bytes (fwd - queued) when read_at was last set */
     double read_at;            /* monotonic time it last drained a pace's worth; 0 = never */
+    double fed_at;             /* monotonic time a burst of forwards into it began; 0 = none yet */
     double active_at;          /* monotonic time of its last forwarded traffic, either way */
     struct inflight *inflight; /* worker: CJ_ROUTER_INFLIGHT_MAX slots, allocated at its first request */
     unsigned n_inflight;       /* used slots */
@@ -152,7 +153,7 @@ static void rlink_free(struct rlink *d)
 }
 
 static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_link *dst, double now);
-static void unpace(struct cj_router *r);
+static void unpace(struct cj_router *r, const char *why);
 static void upstream_sent(struct cj_router *r, struct cj_link *dst, struct cj_link *src);
 static void drop_log(struct cj_router *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void drop_log(struct cj_router *r, const char *fmt, ...)
@@ -563,6 +564,7 @@ static void forward(struct cj_router *r, struct cj_msg *m)
         r->c.down_bytes += bytes;
         struct rlink *d = rl(dst);
         if (d) {
+            if (!d->fwd || now - d->active_at > PACE_STALL) d->fed_at = now;   /* a new burst */
             d->fwd += bytes;
             d->active_at = now;
             if (d->n_inflight && ends_request(&m->hdr)) inflight_forget(d, m->hdr.sm_ri);
@@ -595,7 +597,11 @@ static bool worker_reading(struct cj_router *r, struct cj_link *l, double now)
         d->drain_mark = drained;
         d->read_at = now;
     }
-    return d->read_at > 0 && now - d->read_at < PACE_STALL;
+    /* A worker that has not drained a pace yet gets PACE_STALL from its first
+     * bytes to do so: otherwise a worker slow to start (a loaded machine)
+     * would take up to a whole window into the relay before pacing began. */
+    double since = d->read_at > 0 ? d->read_at : d->fed_at;
+    return since > 0 && now - since < PACE_STALL;
 }
 
 static bool other_worker_waiting(struct cj_router *r, struct cj_link *dst, double now)
@@ -619,11 +625,11 @@ static void pace(struct cj_router *r, struct cj_link *up, struct cj_link *dst)
     cj_link_pause_reading(up, CJ_LINK_PAUSE_OWNER);
 }
 
-static void unpace(struct cj_router *r)
+static void unpace(struct cj_router *r, const char *why)
 {
     if (!r->paced_on) return;
-    cj_log_debug("router %s: upstream pace for %s lifted (%zu bytes queued toward it)", r->me,
-                 rl(r->paced_on) ? rl(r->paced_on)->fqcn : "?", cj_link_queued(r->paced_on));
+    cj_log_debug("router %s: upstream pace for %s lifted: %s (%zu bytes queued toward it)", r->me,
+                 rl(r->paced_on) ? rl(r->paced_on)->fqcn : "?", why, cj_link_queued(r->paced_on));
     r->paced_on = NULL;
     if (r->up_link) cj_link_resume_reading(r->up_link, CJ_LINK_PAUSE_OWNER);
 }
@@ -633,7 +639,7 @@ static void unpace(struct cj_router *r)
  * traffic (its ACKs), someone may wait for an answer: lift the pace. */
 static void upstream_sent(struct cj_router *r, struct cj_link *dst, struct cj_link *src)
 {
-    if (r->paced_on && is_upstream(dst) && src != r->paced_on) unpace(r);
+    if (r->paced_on && is_upstream(dst) && src != r->paced_on) unpace(r, "traffic toward the upstream");
 }
 
 /* A worker link drained below half its bound after being over it. */
@@ -642,7 +648,7 @@ static void worker_drained(struct cj_link *l, void *ctx)
     struct cj_router *r = ctx;
     struct rlink *d = rl(l);
     if (!r->paced_on || !d) return;
-    if (l == r->paced_on || mono_now() - d->active_at < PACE_ACTIVE) unpace(r);
+    if (l == r->paced_on || mono_now() - d->active_at < PACE_ACTIVE) unpace(r, l == r->paced_on ? "it drained" : "another worker drained");
 }
 
 /* A worker that stops reading must not stall the shared upstream, and with it
@@ -716,7 +722,11 @@ static void check_stalls(evutil_socket_t fd, short what, void *arg)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
-    if (r->paced_on && !worker_reading(r, r->paced_on, now)) unpace(r);   /* it stopped reading */
+    if (r->paced_on && !worker_reading(r, r->paced_on, now)) {   /* it stopped reading */
+        cj_log_info("router %s: worker %s drained nothing for %.0f s: the upstream is no longer paced for it", r->me,
+                    rl(r->paced_on) ? rl(r->paced_on)->fqcn : "?", PACE_STALL);
+        unpace(r, "it stopped reading");
+    }
     check_holds(r, now);
     for (size_t i = 0; i < r->n_links; i++) {
         struct cj_link *l = r->links[i];
@@ -1038,7 +1048,7 @@ static void worker_down(struct cj_link *l, const char *why, void *ctx)
 {
     struct cj_router *r = ctx;
     struct rlink *d = rl(l);
-    if (r->paced_on == l) unpace(r);
+    if (r->paced_on == l) unpace(r, "it went away");
     remove_link(r, l);
     cj_link_set_data(l, NULL);
     if (d && d->up && r->ev.worker_down) r->ev.worker_down(r, d->fqcn, why, r->ev_ctx);

@@ -4,8 +4,9 @@
 #   (a) a worker's stream request and direct ping reach the sim with exactly the
 #       forwarding rewrite of cellnet.md §6; the replies come back
 #   (b) 1 GiB from the sim to a worker through the relay, intact, relay VmHWM < +64 MiB
-#   (c) a worker that stops reading: with the sender's window (64M) above link_buffer
-#       (16M) the stalled worker's queue takes the upstream's slack (one window) instead
+#   (c) a worker that stops reading: the upstream is paced for it at most for its first
+#       5 s (a new worker's grace), then, with the sender's window (64M) above link_buffer
+#       (16M), the stalled worker's queue takes the upstream's slack (one window) instead
 #       of pausing the shared upstream, so a second worker is still served and memory
 #       stays within link_buffer + stream_window; with the window (8M) below
 #       link_buffer the sender is held by its window while a second worker and
@@ -135,7 +136,9 @@ wait_for 10 grep -q '^STALLING' "$W/c1.out"
 sleep 1   # let the sender fill its window toward the stalled worker
 TMO=5 peer "unix:$W/w.sock" site-1.J1.w3 ping > "$W/c1-ping.out"
 check "(c) second worker served while the first is stalled ($(cut -c1-60 "$W/c1-ping.out"))" grep -q '^OK ping' "$W/c1-ping.out"
-check "(c) the shared upstream was not paused (throttles $T0 -> $(stat_of throttles))" [ "$(stat_of throttles)" -eq "$T0" ]
+# (the upstream may be paced for the stalled worker within its first 5 s, each pace lifted
+# at once by the second worker's traffic: the throttle count is reported, not checked)
+echo "# (c) throttles during the stall: $T0 -> $(stat_of throttles)"
 mem_ok "a stalled worker (sender window 64M; bound link_buffer 16M + window 64M)" 96
 wait_for 15 sh -c "! kill -0 $BG"; BG=
 check "(c) the stalled worker left after 5 s" grep -q '^OK stall' "$W/c1.out"
@@ -180,7 +183,7 @@ peer "unix:$W/w.sock" site-1.J1.w4 echo 1048576 > "$W/c2-echo.out"
 check "(c) second worker's echo while the first is stalled" grep -q '^OK echo' "$W/c2-echo.out"
 check "(c) upstream stays up" upstream_is up
 check "(c) the stalled worker is still connected" sh -c "kill -0 $BG 2>/dev/null"
-check "(c) the relay did not have to throttle (throttles $T0 -> $(stat_of throttles))" [ "$(stat_of throttles)" -eq "$T0" ]
+echo "# (c) throttles during the stall: $T0 -> $(stat_of throttles)"
 mem_ok "a stalled worker (sender window 8M; the peak above included)" 96
 wait_for 20 sh -c "! kill -0 $BG"; BG=
 check "(c) the stalled worker stayed connected 12 s" grep -q '^OK stall' "$W/c2.out"
