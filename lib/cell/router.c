@@ -678,6 +678,14 @@ static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_l
  * link (heartbeats, other streams) flows again. */
 #define HOLD_LAPSE 2.0
 
+/* A worker's heartbeats wait while its link is held: half its heartbeat
+ * interval at most, so that a held worker never looks silent. */
+static double hold_lapse(const struct cj_router *r, struct cj_link *l)
+{
+    double half = r->worker_cfg.heartbeat_interval / 2;
+    return is_upstream(l) || half <= 0 || half > HOLD_LAPSE ? HOLD_LAPSE : half;
+}
+
 static void hold_lift(struct cj_router *r, struct cj_link *l, bool lapsed)
 {
     struct rlink *d = rl(l);
@@ -712,7 +720,7 @@ static void check_holds(struct cj_router *r, double now)
 {
     for (size_t i = 0; i < r->n_links; i++) {
         struct rlink *d = rl(r->links[i]);
-        if (d && d->hold_since > 0 && now - d->hold_since >= HOLD_LAPSE) hold_lift(r, r->links[i], true);
+        if (d && d->hold_since > 0 && now - d->hold_since >= hold_lapse(r, r->links[i])) hold_lift(r, r->links[i], true);
     }
 }
 
@@ -1295,7 +1303,7 @@ struct cj_router *cj_router_new(struct event_base *base, const struct cj_router_
      * half (cj_link_throttle); only that worker waits, so no slack is needed. */
     r->upstream_cfg.link_buffer = r->pace;
     r->stall_timeout = cfg->stall_timeout > 0 ? cfg->stall_timeout : r->worker_cfg.dead_after;
-    struct timeval one = {1, 0};
+    struct timeval one = {0, 250000};   /* stalls, paces and holds are checked 4 times a second */
     r->stall_timer = event_new(base, -1, EV_PERSIST, check_stalls, r);
     if (!r->stall_timer || event_add(r->stall_timer, &one) != 0) {
         if (r->stall_timer) event_free(r->stall_timer);
