@@ -575,7 +575,11 @@ static void io_failed(struct cj_spool_ref *r, uint32_t index, bool tmp, const ch
     item_path(r, index, tmp, path, sizeof path);
     if (disk_full_err(err)) {
         r->sp->st.disk_full++;
-        fail_ref(r, "spool disk full writing %s: %s", path, strerror(err));
+        if (!strcmp(what, "create") && index < r->n_items)
+            fail_ref(r, "spool disk full: no room for item T%" PRIu32 " (%" PRIu64 " bytes) at %s: %s", index,
+                     r->sizes[index], path, strerror(err));
+        else
+            fail_ref(r, "spool disk full writing %s: %s", path, strerror(err));
     } else {
         fail_ref(r, "spool cannot %s %s: %s", what, path, strerror(err));
     }
@@ -737,7 +741,7 @@ static int sink_begin(void *ctx, uint64_t index, uint64_t size)
     }
     char tmp[4200];
     item_path(r, (uint32_t)index, true, tmp, sizeof tmp);
-    if (!it || !it->hdr || !it->pend || cj_sio_create(sp->sio, tmp, on_created, r)) {
+    if (!it || !it->hdr || !it->pend || cj_sio_create_sized(sp->sio, tmp, size, on_created, r)) {
         if (it) sitem_free(it);
         fail_ref(r, "out of memory for item T%" PRIu64 " of ref %s", index, r->ref_id);
         return -1;

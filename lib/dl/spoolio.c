@@ -329,6 +329,23 @@ static int do_rmtree(const char *path)
     return err;
 }
 
+/* Reserves size bytes for a new file, so that a spool too small fails at the
+ * item's start rather than after most of it was written.  A filesystem
+ * without fallocate is not an error (the writes find out).  On failure the
+ * file is closed and removed. */
+static int reserve(int fd, const char *path, size_t size, int *rfd)
+{
+    int rc;
+    do rc = fallocate(fd, 0, 0, (off_t)size);
+    while (rc < 0 && errno == EINTR);
+    if (rc == 0 || errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL) return 0;
+    int err = errno;
+    close(fd);
+    unlink(path);
+    *rfd = -1;
+    return err;
+}
+
 static void run_job(struct job *j)
 {
     switch (j->op) {
@@ -340,6 +357,7 @@ static void run_job(struct job *j)
         do j->rfd = open(j->path, flags, 0600);
         while (j->rfd < 0 && errno == EINTR);
         if (j->rfd < 0) j->err = errno;
+        else if (j->op == OP_CREATE && j->len) j->err = reserve(j->rfd, j->path, j->len, &j->rfd);
         break;
     }
     case OP_WRITE: j->err = do_write(j->fd, j->buf, &j->moved); break;
@@ -582,7 +600,18 @@ static int queue_open(struct cj_sio *s, enum op op, const char *path, cj_sio_fd_
 
 int cj_sio_create(struct cj_sio *s, const char *path, cj_sio_fd_fn fn, void *ctx)
 {
-    return queue_open(s, OP_CREATE, path, fn, ctx);
+    return cj_sio_create_sized(s, path, 0, fn, ctx);
+}
+
+int cj_sio_create_sized(struct cj_sio *s, const char *path, uint64_t size, cj_sio_fd_fn fn, void *ctx)
+{
+    if (!s || !path || size > (uint64_t)SIZE_MAX) return -1;
+    struct job *j = job_new(OP_CREATE, path, NULL, ctx);
+    if (!j) return -1;
+    j->cb.fd = fn;
+    j->orphan = !fn;
+    j->len = (size_t)size;
+    return enqueue(s, j);
 }
 
 int cj_sio_open_read(struct cj_sio *s, const char *path, cj_sio_fd_fn fn, void *ctx)

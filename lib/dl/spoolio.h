@@ -66,6 +66,9 @@ int cj_sio_mkdirs(struct cj_sio *s, const char *path, unsigned mode, cj_sio_done
 
 /* open(path, O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC|O_NOFOLLOW, 0600). */
 int cj_sio_create(struct cj_sio *s, const char *path, cj_sio_fd_fn fn, void *ctx);
+/* ... and reserves size bytes for it (fallocate, where the filesystem has it):
+ * no room -> ENOSPC (or EDQUOT, EFBIG) at once, the file removed. */
+int cj_sio_create_sized(struct cj_sio *s, const char *path, uint64_t size, cj_sio_fd_fn fn, void *ctx);
 
 /* open(path, O_RDONLY|O_CLOEXEC|O_NOFOLLOW). */
 int cj_sio_open_read(struct cj_sio *s, const char *path, cj_sio_fd_fn fn, void *ctx);

@@ -762,7 +762,7 @@ static void test_reserve_and_read_error(void **state)
 }
 
 /* A full disk, simulated with RLIMIT_FSIZE (the I/O thread ignores SIGXFSZ, so
- * the write fails with EFBIG): the fetch fails naming the file, counts
+ * reserving the item's space fails with EFBIG): the fetch fails naming the item and file, counts
  * disk_full, removes the directory, and the source's transaction fails. */
 static void test_disk_full(void **state)
 {
@@ -780,7 +780,9 @@ static void test_disk_full(void **state)
     struct cj_spool_ref *r = spool(&e, "task-f", 6, "ref-f", &fr);
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
     assert_false(fr.ok);
-    if (!strstr(fr.why, "spool disk full writing ") || !strstr(fr.why, "/task-f/ref-f/chunk_3.safetensors.tmp: "))
+    /* the item's space is reserved when its file is created: it fails before any byte is written */
+    if (!strstr(fr.why, "spool disk full: no room for item T3 (") ||
+        !strstr(fr.why, "/task-f/ref-f/chunk_3.safetensors.tmp: "))
         fail_msg("unexpected reason: %s", fr.why);
     struct cj_spool_stats st;
     cj_spool_get_stats(e.sp, &st);
