@@ -22,7 +22,7 @@
 # Prints a table and writes build/bench/results.json (printf only, no Python).
 # Knobs [defaults]: BENCH_TPUT_MODEL [1G], BENCH_TPUT_RUNS [3], BENCH_MODELS [64M 512M 2G],
 # BENCH_MODES [pass_through spool pass_through+nopace] (a mode the relay refuses is reported as n/a;
-# "X+nopace" runs mode X with CJRELAY_PACE=0: the router's pacing off, see lib/cell/router.c),
+# "X+nopace" runs mode X with [limits] pacing = false: the router's pacing off, see lib/cell/router.c),
 # BENCH_LAT_ROUNDS [1000], BENCH_FANIN [16], BENCH_FANIN_MODEL [64M per worker],
 # BENCH_CPU_MODEL [256M], BENCH_CPU [1; 0 skips callgrind], BENCH_SIM_ARGS [] (extra sim flags,
 # e.g. "--window 4M"), BENCH_JOB_TIMEOUT [300 s per job], BENCH_SECTIONS [tput mem lat fanin cpu].
@@ -103,8 +103,8 @@ start_sim() {
 # themselves); PREFIX runs the daemon under a tool (valgrind).  Sets RELAY, T0.
 start_relay() {
     _n=$1; _mode=$2; _count=$3; shift 3
-    _env=   # a mode "X+nopace" is mode X with the router's pacing off (CJRELAY_PACE=0, lib/cell/router.c)
-    case $_mode in *+nopace) _env=CJRELAY_PACE=0; _mode=${_mode%+nopace} ;; esac
+    _pacing=true   # a mode "X+nopace" is mode X with the router's pacing off ([limits] pacing = false)
+    case $_mode in *+nopace) _pacing=false; _mode=${_mode%+nopace} ;; esac
     {
         printf '[relay]\nsite = site-1\njob_id = J1\non_end_run = wait\nmode = %s\n' "$_mode"
         [ "$_mode" = spool ] && printf 'spool_dir = %s\nspool_allow_tmpfs = true\n' "$W/spool-$_n"
@@ -113,11 +113,12 @@ start_relay() {
             "$W/$_n.w.sock"
         [ "$_count" -gt 0 ] && printf 'command = %s\ncount = %s\n' "$WK" "$_count"
         printf '[status]\nsocket = %s\n' "$W/$_n.status.sock"
+        printf '[limits]\npacing = %s\n' "$_pacing"
         printf '[log]\nlevel = info\n'
     } > "$W/$_n.ini"
     [ "$_mode" = spool ] && mkdir -p "$W/spool-$_n"
     T0=$(now)
-    env $_env "$@" "$D" -c "$W/$_n.ini" > "$W/$_n.relay" 2>&1 & RELAY=$!
+    "$@" "$D" -c "$W/$_n.ini" > "$W/$_n.relay" 2>&1 & RELAY=$!
     _i=0   # up to 60 s (valgrind is slow to start), less if the relay exits (a refused config)
     while [ $_i -lt 600 ] && kill -0 "$RELAY" 2>/dev/null; do
         "$C" -s "$W/$_n.status.sock" show info >/dev/null 2>&1 && return 0

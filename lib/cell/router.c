@@ -113,7 +113,7 @@ struct cj_router {
     struct event *stall_timer;
     size_t pace;               /* min(link_buffer, WORKER_PACE) with pacing, else link_buffer: the
                                   worker links' own bound */
-    bool pacing;               /* on unless PACE_ENV is "0" */
+    bool pacing;               /* on unless [limits] pacing = false or PACE_ENV is "0" */
     struct cj_link *paced_on;  /* the worker the upstream is paused for (pacing), or NULL */
     uint64_t inflight_seq;     /* last struct inflight.seq given */
 
@@ -1295,7 +1295,7 @@ struct cj_router *cj_router_new(struct event_base *base, const struct cj_router_
     r->link_buffer = cfg->link_buffer ? cfg->link_buffer : (size_t)64 << 20;
     r->shared_slack = cfg->shared_slack ? cfg->shared_slack : r->link_buffer;
     const char *pe = getenv(PACE_ENV);
-    r->pacing = !(pe && !strcmp(pe, "0"));
+    r->pacing = !cfg->no_pacing && !(pe && !strcmp(pe, "0"));
     r->pace = r->pacing && r->link_buffer > WORKER_PACE ? WORKER_PACE : r->link_buffer;
     r->worker_cfg.link_buffer = r->pace;   /* over it, pacing or the slack decide (upstream_slack) */
     /* Toward the server (results the server downloads from a worker): a worker

@@ -65,6 +65,7 @@ struct cj_router_cfg {
                                             before the upstream pauses; 0 = link_buffer (use one stream window) */
     double stall_timeout;                /* a worker link over link_buffer that drains nothing for this
                                             long is closed; 0 = worker_heartbeat_timeout */
+    bool no_pacing;                      /* [limits] pacing = false (also: environment CJRELAY_PACE=0) */
 };
 
 struct cj_upstream_cfg {

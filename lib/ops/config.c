@@ -124,6 +124,9 @@ static const struct cj_cfg_key keys[] = {
      FIELD(limits.link_buffer)},
     {KEY("limits", "max_message_size"), CJ_T_SIZE, "2G", 1 * MiB, 64 * GiB, NULL, RELOAD, 0,
      "largest message accepted from any peer", FIELD(limits.max_message_size)},
+    {KEY("limits", "pacing"), CJ_T_BOOL, "true", 0, 0, NULL, RESTART, 0,
+     "hold the upstream while the one busy worker drains, so the relay never holds a sender's window",
+     FIELD(limits.pacing)},
 
     {KEY("log", "level"), CJ_T_ENUM, "info", 0, 0, cj_log_level_names, RELOAD, 0,
      "error | warning | info | debug", FIELD(log.level)},

@@ -26,7 +26,7 @@
 
 #include "util/parse.h"
 
-#define CJ_CFG_NKEYS     35       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_NKEYS     36       /* rows in the key table (checked in config.c) */
 #define CJ_CFG_PATH_MAX  1024
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
@@ -95,6 +95,7 @@ struct cj_config {
         int64_t stream_window;
         int64_t link_buffer;
         int64_t max_message_size;
+        bool pacing;
     } limits;
     struct {
         int level;                         /* enum cj_log_level */

@@ -475,6 +475,7 @@ static int start_relay(struct cj_daemon *d, struct cj_err *err)
         /* One sender window of slack on the shared upstream: a single stream toward
          * a worker that stopped reading never pauses the other workers' traffic. */
         .shared_slack = (size_t)c->limits.stream_window,
+        .no_pacing = !c->limits.pacing,
     };
     if (!(d->router = cj_router_new(d->base, &rc, err))) return -1;
     if (start_stream(d, err) != 0 || open_worker_listeners(d, err) != 0) return -1;
