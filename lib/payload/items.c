@@ -447,6 +447,7 @@ int items_st_parse(const uint8_t *p, size_t n, struct item_tensor *out, size_t c
             if (js_peek(&j) != '{') return js_bad(&j, "__metadata__ must be an object");
             if ((rc = js_skip(&j))) return rc;
         } else {
+            if (!name[0]) return cj_fail(err, CJ_E_INVALID, at, "safetensors: tensor at offset %zu has an empty name", at);
             if (*count == cap)
                 return cj_fail(err, CJ_E_LIMIT, at, "safetensors: more than %zu tensors", cap);
             if (items_find(out, *count, name))
@@ -809,13 +810,14 @@ static int wb_done(struct wb *b, uint8_t **out, size_t *outlen, struct cj_err *e
     return 0;
 }
 
-/* Checks writer input all[idx]: name, dims, len == prod(shape) * elem_size. */
-static int check_in(const struct item_in *all, size_t idx, size_t elem, struct cj_err *err)
+/* Checks writer input all[idx]: name, dims, len == prod(shape) * elem_size.
+ * suffix: bytes the format adds to the name (".npy" in an npz). */
+static int check_in(const struct item_in *all, size_t idx, size_t elem, size_t suffix, struct cj_err *err)
 {
     const struct item_in *in = &all[idx];
     struct item_tensor t = {.ndim = in->ndim, .elem_size = elem};
     uint64_t bytes;
-    if (!in->name || !in->name[0] || strlen(in->name) + 4 >= ITEMS_NAME_MAX)
+    if (!in->name || !in->name[0] || strlen(in->name) + suffix >= ITEMS_NAME_MAX)
         return cj_fail(err, CJ_E_INVALID, idx, "items: tensor %zu has an empty or over-long name", idx);
     if (elem == 0)
         return cj_fail(err, CJ_E_INVALID, idx, "items: tensor '%s' has unknown dtype '%s'", in->name,
@@ -858,7 +860,7 @@ int items_st_write(const struct item_in *in, size_t n, uint8_t **out, size_t *ou
     *out = NULL;
     *outlen = 0;
     for (size_t i = 0; i < n; i++) {
-        int rc = check_in(in, i, in[i].dtype ? items_st_dtype_size(in[i].dtype) : 0, err);
+        int rc = check_in(in, i, in[i].dtype ? items_st_dtype_size(in[i].dtype) : 0, 0, err);
         if (rc) return rc;
         if (strcmp(in[i].name, "__metadata__") == 0)
             return cj_fail(err, CJ_E_INVALID, i, "items: '__metadata__' is not a tensor name");
@@ -939,7 +941,7 @@ int items_npz_write(const struct item_in *in, size_t n, unsigned flags, uint8_t 
         const char *ds = in[i].dtype;
         if (ds && (strpbrk(ds, "'\\") || strlen(ds) >= 16))
             return cj_fail(err, CJ_E_INVALID, i, "items: descr of tensor %zu is not a plain string", i);
-        int rc = check_in(in, i, ds ? items_npy_descr_size(ds) : 0, err);
+        int rc = check_in(in, i, ds ? items_npy_descr_size(ds) : 0, 4, err);
         if (rc) return rc;
         if (extra && strcmp(in[i].name, "allow_pickle") == 0)
             return cj_fail(err, CJ_E_INVALID, i, "items: 'allow_pickle' is taken by ITEMS_NPZ_NUMPY124");

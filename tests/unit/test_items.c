@@ -489,6 +489,8 @@ static void test_st_hostile(void **state)
     assert_int_equal(st_try("{\"\\ud800\":{}}", 0), -CJ_E_INVALID);     /* lone surrogate */
     assert_int_equal(st_try("{\"\\u0000\":{}}", 0), -CJ_E_INVALID);     /* NUL in a name */
     assert_int_equal(st_try("{\"__metadata__\":[]}", 0), -CJ_E_INVALID);
+    /* an empty name (the writers refuse one, so the parser does too: found by fuzz_items) */
+    assert_int_equal(st_try("{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4), -CJ_E_INVALID);
     /* missing fields, duplicates */
     assert_int_equal(st_try("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4), -CJ_E_MISSING);
     assert_int_equal(st_try("{\"a\":{}}", 0), -CJ_E_MISSING);
@@ -574,6 +576,14 @@ static void test_st_writer_refusals(void **state)
     bad = in;
     bad.ndim = 9;
     assert_true(items_st_write(&bad, 1, &w, &wn, &e) < 0);
+    /* the longest name a parser returns (255 bytes) is writable as a safetensors key */
+    char longname[ITEMS_NAME_MAX];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    bad = in;
+    bad.name = longname;
+    assert_int_equal(items_st_write(&bad, 1, &w, &wn, &e), 0);
+    free(w);
     /* a name needing JSON escapes round-trips */
     bad = in;
     bad.name = "a\"b\\c\n\x01";
