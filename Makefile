@@ -78,7 +78,7 @@ $(foreach b,$(BINS),$(eval $(call BIN_RULE,$(b))))
 # ---- unit tests ------------------------------------------------------------
 $(B)/tests/%: tests/unit/%.c tests/unit/testutil.h $(B)/libcjrelay.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(B)/libcjrelay.a $(CMOCKA_LIBS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -Itests/unit -MMD -MP -o $@ $< $(B)/libcjrelay.a $(CMOCKA_LIBS) $(LDLIBS)
 
 $(B)/san/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -105,7 +105,7 @@ san: $(B)/san/libcjrelay.a $(SAN_BIN) $(SAN_E2E)
 
 $(B)/san/tests/%: tests/unit/%.c tests/unit/testutil.h $(B)/san/libcjrelay.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -Itests/unit -o $@ $< $(B)/san/libcjrelay.a $(CMOCKA_LIBS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -Itests/unit -MMD -MP -o $@ $< $(B)/san/libcjrelay.a $(CMOCKA_LIBS) $(LDLIBS)
 
 $(B)/tests/e2e/%: tests/e2e/%.c $(B)/libcjrelay.a
 	@mkdir -p $(dir $@)

@@ -1,6 +1,6 @@
 /* test_dl.c — the download service: producer (lib/dl/producer.c) and client
  * (lib/dl/client.c) on stream endpoints in one event loop, joined by an
- * in-memory io (as in test_stream.c) that can drop replies and taps what is
+ * in-memory io (memnet.h) that can drop replies and taps what is
  * sent.  Raw requests built with dlmsg.h check the producer byte for byte
  * against vectors 30-37. */
 #include "testutil.h"
@@ -20,6 +20,8 @@
 
 #include "dl/dlmsg.h"
 
+#include "memnet.h"
+
 #define KiB 1024u
 #define MiB (1024u * 1024u)
 #define S 0
@@ -30,15 +32,7 @@
 static const char *const NAMES[] = { "server.J1", "site-1.J1.trainer_1", "site-2.J1.trainer_1", "site-3.J1.trainer_1" };
 #define REF_C9 "11111111-2222-4333-8444-0000000000c9"
 
-/* ---- the in-memory io ------------------------------------------------------------------------- */
-
-struct tmsg {
-    struct tmsg *next;
-    int to;
-    uint8_t *blk;
-    size_t len;
-    struct evbuffer *pl;
-};
+/* ---- the in-memory io (memnet.h), tapping and dropping download replies ------------------------- */
 
 struct tap {                   /* a chunk 0 seen on the wire: its first bytes */
     int from;
@@ -48,18 +42,8 @@ struct tap {                   /* a chunk 0 seen on the wire: its first bytes */
     size_t len;
 };
 
-struct io_ctx {
-    struct net *n;
-    int from;
-};
-
 struct net {
-    struct event_base *base;
-    int count;
-    struct cj_stream_ep *ep[4];
-    struct io_ctx io[4];
-    struct tmsg *q, **qt;
-    struct event *kick, *guard;
+    struct memnet m;           /* first: RUN_UNTIL and the filter take a struct net for one */
     /* drops: replies from S whose ordinal (0-based, counted at chunk 0) is in drop_mask, or all */
     uint64_t drop_mask;
     bool drop_all;
@@ -70,39 +54,6 @@ struct net {
     int n_taps, cap_taps;
 };
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void decode_ok(struct cj_hdr *h, const uint8_t *blk, size_t len)
-{
-    struct cj_err e = { 0 };
-    if (cj_hdr_decode(h, blk, len, &e)) fail_msg("header does not decode: %s", e.msg);
-}
-
-static void kick_cb(evutil_socket_t fd, short what, void *arg)
-{
-    struct net *n = arg;
-    struct tmsg *m = n->q;
-    n->q = NULL;
-    n->qt = &n->q;
-    while (m) {
-        struct tmsg *next = m->next;
-        struct cj_hdr h;
-        decode_ok(&h, m->blk, m->len);
-        cj_stream_input(n->ep[m->to], &h, m->pl);
-        evbuffer_free(m->pl);
-        free(m->blk);
-        free(m);
-        m = next;
-    }
-}
-
-static void guard_cb(evutil_socket_t fd, short what, void *arg) {}
-
 static bool is_dropping(struct net *n, uint64_t id)
 {
     for (int i = 0; i < n->n_dropping; i++)
@@ -111,9 +62,10 @@ static bool is_dropping(struct net *n, uint64_t id)
 }
 
 /* Taps chunk 0 of every data stream; decides whether a reply from S is dropped. */
-static bool tap_and_filter(struct net *n, int from, const struct cj_hdr *h, struct evbuffer *pl)
+static enum memnet_act tap_and_filter(struct memnet *m, int from, const struct cj_hdr *h, struct evbuffer *pl)
 {
-    if (strcmp(h->topic, CJ_STREAM_TOPIC_DATA)) return false;
+    struct net *n = (struct net *)m;
+    if (strcmp(h->topic, CJ_STREAM_TOPIC_DATA)) return MEMNET_DELIVER;
     bool reply = !strcmp(h->sm_ch, CJ_STREAM_RETURN_ONLY);
     if (h->sm_sq == 0) {
         if (n->n_taps == n->cap_taps) {
@@ -131,82 +83,22 @@ static bool tap_and_filter(struct net *n, int from, const struct cj_hdr *h, stru
                 n->dropping[n->n_dropping++] = h->sm_id;
         }
     }
-    return reply && from == S && is_dropping(n, h->sm_id);
-}
-
-static int net_send(void *ctx, const char *dest, const uint8_t *hblk, size_t hlen, struct evbuffer *payload,
-                    bool control)
-{
-    struct io_ctx *io = ctx;
-    struct net *n = io->n;
-    struct cj_hdr h;
-    decode_ok(&h, hblk, hlen);
-    struct evbuffer *pl = evbuffer_new();
-    evbuffer_add_buffer(pl, payload);
-    int to = -1;
-    for (int i = 0; i < n->count; i++)
-        if (!strcmp(NAMES[i], dest)) to = i;
-    if (to < 0 || tap_and_filter(n, io->from, &h, pl)) {
-        evbuffer_free(pl);
-        return 0;
-    }
-    struct tmsg *m = calloc(1, sizeof *m);
-    m->to = to;
-    m->blk = malloc(hlen);
-    memcpy(m->blk, hblk, hlen);
-    m->len = hlen;
-    m->pl = pl;
-    *n->qt = m;
-    n->qt = &m->next;
-    event_active(n->kick, EV_READ, 1);
-    return 0;
+    return reply && from == S && is_dropping(n, h->sm_id) ? MEMNET_DROP : MEMNET_DELIVER;
 }
 
 static struct net *net_new(int count)
 {
     struct net *n = calloc(1, sizeof *n);
-    n->base = event_base_new();
-    n->count = count;
-    n->qt = &n->q;
-    n->kick = event_new(n->base, -1, 0, kick_cb, n);
-    n->guard = event_new(n->base, -1, EV_PERSIST, guard_cb, n);
-    struct timeval tv = { 0, 5000 };
-    event_add(n->guard, &tv);
-    for (int i = 0; i < count; i++) {
-        n->io[i] = (struct io_ctx){ n, i };
-        struct cj_stream_io io = { .ctx = &n->io[i], .send = net_send };
-        n->ep[i] = cj_stream_new(n->base, NAMES[i], &io, NULL);
-        assert_non_null(n->ep[i]);
-    }
+    memnet_init(&n->m, count, NAMES, NULL);
+    n->m.filter = tap_and_filter;
     return n;
 }
 
 static void net_free(struct net *n)
 {
-    for (int i = 0; i < n->count; i++) cj_stream_free(n->ep[i]);
-    while (n->q) {
-        struct tmsg *m = n->q;
-        n->q = m->next;
-        evbuffer_free(m->pl);
-        free(m->blk);
-        free(m);
-    }
+    memnet_fini(&n->m);
     free(n->taps);
-    event_free(n->kick);
-    event_free(n->guard);
-    event_base_free(n->base);
     free(n);
-}
-
-#define RUN_UNTIL(n, cond, secs)                                                                        \
-    do {                                                                                                \
-        double end_ = mono() + (secs);                                                                  \
-        while (!(cond) && mono() < end_) event_base_loop((n)->base, EVLOOP_ONCE);                       \
-    } while (0)
-
-static void settle(struct net *n, double secs)
-{
-    RUN_UNTIL(n, false, secs);
 }
 
 /* Requests sent by `from` on the download topic (chunk 0 taps, in order). */
@@ -325,7 +217,7 @@ static void ref_done(void *ctx, const char *ref_id, enum cj_dl_outcome outcome, 
 {
     rd.n++;
     rd.out = outcome;
-    rd.at = mono();
+    rd.at = memnet_now();
     snprintf(rd.ref, sizeof rd.ref, "%s", ref_id);
     rd.n_rcv = n_rcv;
     for (size_t i = 0; i < n_rcv && i < 4; i++) {
@@ -346,7 +238,7 @@ static int rd_find(const char *fqcn)
 
 static struct cj_dl_producer *producer(struct net *n, const struct cj_dl_producer_cfg *cfg)
 {
-    struct cj_dl_producer *p = cj_dl_producer_new(n->base, n->ep[S], cfg);
+    struct cj_dl_producer *p = cj_dl_producer_new(n->m.base, n->m.ep[S], cfg);
     assert_non_null(p);
     return p;
 }
@@ -421,7 +313,7 @@ static struct cj_dl_fetch_cfg fast_cfg(void)
 static void fetch(struct net *n, int from, const char *ref, struct fetchrec *r)
 {
     struct cj_dl_fetch_cfg c = fast_cfg();
-    r->f = cj_dl_fetch(n->base, n->ep[from], NAMES[S], ref, &c, on_item, on_fetch_done, r);
+    r->f = cj_dl_fetch(n->m.base, n->m.ep[from], NAMES[S], ref, &c, on_item, on_fetch_done, r);
     assert_non_null(r->f);
 }
 
@@ -452,7 +344,7 @@ static void raw_request(struct net *n, int from, const uint8_t *pl, size_t len, 
     evbuffer_add(b, pl, len);
     struct cj_stream_msg m = { .encoding = "fobs" };
     int before = out->n;
-    assert_int_equal(cj_stream_request(n->ep[from], NAMES[S], CJ_DL_CHANNEL, CJ_DL_TOPIC, &m, b, 2.0, on_raw_reply,
+    assert_int_equal(cj_stream_request(n->m.ep[from], NAMES[S], CJ_DL_CHANNEL, CJ_DL_TOPIC, &m, b, 2.0, on_raw_reply,
                                        out, NULL, NULL),
                      0);
     RUN_UNTIL(n, out->n > before, 3.0);
@@ -464,7 +356,7 @@ static void raw_fire(struct net *n, int from, const uint8_t *pl, size_t len)
     struct evbuffer *b = evbuffer_new();
     evbuffer_add(b, pl, len);
     struct cj_stream_msg m = { .encoding = "fobs" };
-    assert_int_equal(cj_stream_send(n->ep[from], NAMES[S], CJ_DL_CHANNEL, CJ_DL_TOPIC, &m, NULL, b, NULL, NULL, NULL),
+    assert_int_equal(cj_stream_send(n->m.ep[from], NAMES[S], CJ_DL_CHANNEL, CJ_DL_TOPIC, &m, NULL, b, NULL, NULL, NULL),
                      0);
     settle(n, 0.03);
 }
@@ -930,10 +822,10 @@ static void test_retry_exhausted(void **state)
     struct fetchrec fr;
     fetchrec_init(&fr, &it);
     logcap_begin();
-    double t0 = mono();
+    double t0 = memnet_now();
     fetch(n, W1, "lost", &fr);
     RUN_UNTIL(n, fr.done, 3.0);
-    double took = mono() - t0;
+    double took = memnet_now() - t0;
     char *log = logcap_end();
     assert_int_equal(fr.done, 1);
     assert_false(fr.ok);
@@ -986,13 +878,13 @@ static void test_idle_expiry(void **state)
     const uint64_t sizes[] = { 100, 200 };
     struct items it;
     items_pattern(&it, 2, sizes);
-    double t0 = mono();
+    double t0 = memnet_now();
     add_ref(p, "idle", &it, 1, 0.3, NULL);
     settle(n, 0.15);
     struct rep r = { 0 };
-    double touched = mono();                      /* the producer's activity is at or after this */
+    double touched = memnet_now();                      /* the producer's activity is at or after this */
     raw_pull(n, W1, "idle", true, NULL, 0, &r);
-    RUN_UNTIL(n, rd.n, t0 + 0.4 - mono());
+    RUN_UNTIL(n, rd.n, t0 + 0.4 - memnet_now());
     assert_int_equal(rd.n, 0);                    /* past the first deadline, still live */
     RUN_UNTIL(n, rd.n, 1.5);
     assert_int_equal(rd.n, 1);
@@ -1160,8 +1052,8 @@ static void test_api_edges(void **state)
     assert_int_equal(cj_dl_producer_add_ref(p, &c, NULL), -1);
     assert_int_equal(cj_dl_producer_remove_ref(p, "dup"), 0);
     assert_int_equal(cj_dl_producer_remove_ref(p, "dup"), -1);
-    assert_null(cj_dl_fetch(n->base, n->ep[W1], NAMES[S], "", NULL, on_item, on_fetch_done, NULL));
-    assert_null(cj_dl_fetch(n->base, n->ep[W1], NAMES[S], "r", NULL, NULL, on_fetch_done, NULL));
+    assert_null(cj_dl_fetch(n->m.base, n->m.ep[W1], NAMES[S], "", NULL, on_item, on_fetch_done, NULL));
+    assert_null(cj_dl_fetch(n->m.base, n->m.ep[W1], NAMES[S], "r", NULL, NULL, on_fetch_done, NULL));
     /* a request without ref_id: invalid_request */
     struct rep r = { 0 };
     size_t l;
@@ -1227,8 +1119,8 @@ static void fake_run(struct net *n, struct fake *f, struct fetchrec *fr)
 static void test_client_bad_replies(void **state)
 {
     struct net *n = net_new(2);
-    struct fake f = { .ep = n->ep[S] };
-    assert_int_equal(cj_stream_on(n->ep[S], CJ_DL_CHANNEL, CJ_DL_TOPIC, fake_handler, &f), 0);
+    struct fake f = { .ep = n->m.ep[S] };
+    assert_int_equal(cj_stream_on(n->m.ep[S], CJ_DL_CHANNEL, CJ_DL_TOPIC, fake_handler, &f), 0);
     struct fetchrec fr;
     size_t ml, l37;
     uint8_t *v37 = tu_read_vector("37_dl_reply_eof_legacy.bin", &l37);
@@ -1380,7 +1272,7 @@ static void test_item_read(void **state)
     struct items it;
     items_pattern(&it, 3, sizes);
     struct areads a = { .it = &it, .fail_index = -1 };
-    a.tm = evtimer_new(n->base, ar_timer, &a);
+    a.tm = evtimer_new(n->m.base, ar_timer, &a);
     ar_ref(p, "async", &a);
     struct fetchrec fr;
     fetchrec_init(&fr, &it);

@@ -20,6 +20,8 @@
 
 #include "payload/splice.h"
 
+#include "memnet.h"
+
 #define RELAY "site-1.job-7f3a"
 #define SITE "site-1"
 #define JOB "job-7f3a"
@@ -34,27 +36,8 @@
 enum { R = 0, WK = 1, WK2 = 2, SRV = 3 };
 enum task_mode { T_ACCEPT, T_FAIL, T_HOLD };
 
-struct tmsg {
-    struct tmsg *next;
-    int to;
-    uint8_t *blk;
-    size_t len;
-    struct evbuffer *pl;
-};
-
-struct fx;
-struct io_ctx {
-    struct fx *f;
-    int from;
-};
-
 struct fx {
-    struct event_base *base;
-    struct cj_stream_ep *ep[NEP];
-    char name[NEP][64];
-    struct io_ctx io[NEP];
-    struct tmsg *q, **qt;
-    struct event *kick, *guard;
+    struct memnet net;                   /* first: RUN_UNTIL and the filter take a struct fx for one */
     bool drop_to_worker;                 /* the worker is gone: messages to it vanish */
     struct cj_task_table *tt;
     struct cj_fl_sessions *s;
@@ -95,67 +78,14 @@ struct fx {
     int notice_errors;                   /* answer the first ones process_exception */
 };
 
-static double mono(void)
+/* ---- in-memory io (memnet.h) ------------------------------------------------------------------ */
+
+static enum memnet_act drop_to_gone_worker(struct memnet *n, int from, const struct cj_hdr *h, struct evbuffer *pl)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    struct fx *f = (struct fx *)n;
+    bool to_worker = !strcmp(h->destination, W1) || !strcmp(h->destination, W2);
+    return to_worker && f->drop_to_worker ? MEMNET_DROP : MEMNET_DELIVER;
 }
-
-/* ---- in-memory io -------------------------------------------------------------------------- */
-
-static void kick_cb(evutil_socket_t fd, short what, void *arg)
-{
-    struct fx *f = arg;
-    struct tmsg *m = f->q;
-    f->q = NULL;
-    f->qt = &f->q;
-    while (m) {
-        struct tmsg *next = m->next;
-        struct cj_hdr h;
-        struct cj_err e = {0};
-        if (cj_hdr_decode(&h, m->blk, m->len, &e)) fail_msg("header: %s", e.msg);
-        cj_stream_input(f->ep[m->to], &h, m->pl);
-        evbuffer_free(m->pl);
-        free(m->blk);
-        free(m);
-        m = next;
-    }
-}
-
-static void guard_cb(evutil_socket_t fd, short what, void *arg) {}
-
-static int net_send(void *ctx, const char *dest, const uint8_t *hblk, size_t hlen, struct evbuffer *payload,
-                    bool control)
-{
-    struct io_ctx *io = ctx;
-    struct fx *f = io->f;
-    int to = -1;
-    for (int i = 0; i < NEP; i++)
-        if (!strcmp(f->name[i], dest)) to = i;
-    struct evbuffer *pl = evbuffer_new();
-    evbuffer_add_buffer(pl, payload);
-    if (to < 0 || ((to == WK || to == WK2) && f->drop_to_worker)) {
-        evbuffer_free(pl);
-        return 0;
-    }
-    struct tmsg *m = calloc(1, sizeof *m);
-    m->to = to;
-    m->blk = malloc(hlen);
-    memcpy(m->blk, hblk, hlen);
-    m->len = hlen;
-    m->pl = pl;
-    *f->qt = m;
-    f->qt = &m->next;
-    event_active(f->kick, EV_READ, 1);
-    return 0;
-}
-
-#define RUN_UNTIL(f, cond, secs)                                                                        \
-    do {                                                                                                \
-        double end_ = mono() + (secs);                                                                  \
-        while (!(cond) && mono() < end_) event_base_loop((f)->base, EVLOOP_ONCE);                       \
-    } while (0)
 
 static void pump(struct fx *f)
 {
@@ -226,7 +156,7 @@ static void worker_reply(struct fx *f, int from, const struct cj_stream_reqctx *
     evbuffer_add(eb, sb->data, sb->size);
     msgpack_sbuffer_destroy(sb);
     struct cj_stream_msg m = {.encoding = "fobs"};
-    assert_int_equal(cj_stream_reply(f->ep[from], rq, NULL, &m, eb, NULL, NULL), 0);
+    assert_int_equal(cj_stream_reply(f->net.ep[from], rq, NULL, &m, eb, NULL, NULL), 0);
 }
 
 static int w_task_ready(void *arg, struct cj_stream_blob *b)
@@ -266,7 +196,7 @@ static int s_source_failure(void *arg, struct cj_stream_blob *b)
     bool fail = f->notice_errors > 0;
     if (fail) f->notice_errors--;
     struct cj_stream_msg m = {.encoding = "fobs"};
-    assert_int_equal(cj_stream_reply(f->ep[SRV], &b->req, fail ? "process_exception" : NULL, &m, evbuffer_new(),
+    assert_int_equal(cj_stream_reply(f->net.ep[SRV], &b->req, fail ? "process_exception" : NULL, &m, evbuffer_new(),
                                      NULL, NULL), 0);
     return 0;
 }
@@ -321,7 +251,7 @@ static void wreq_hdrs(struct fx *f, int from, const char *topic, msgpack_sbuffer
     msgpack_sbuffer_destroy(sb);
     struct cj_stream_msg m = {.encoding = "fobs", .hdrs = hdrs, .n_hdrs = n_hdrs};
     f->got_reply = false;
-    assert_int_equal(cj_stream_request(f->ep[from], RELAY, CJ_CAPI_CHANNEL, topic, &m, eb, 5.0, on_wreply, f, NULL,
+    assert_int_equal(cj_stream_request(f->net.ep[from], RELAY, CJ_CAPI_CHANNEL, topic, &m, eb, 5.0, on_wreply, f, NULL,
                                        NULL), 0);
     RUN_UNTIL(f, f->got_reply, 5.0);
     assert_true(f->got_reply);
@@ -343,7 +273,7 @@ static void wsend(struct fx *f, int from, const char *topic, msgpack_sbuffer *sb
     evbuffer_add(eb, sb->data, sb->size);
     msgpack_sbuffer_destroy(sb);
     struct cj_stream_msg m = {.encoding = "fobs"};
-    assert_int_equal(cj_stream_send(f->ep[from], RELAY, CJ_CAPI_CHANNEL, topic, &m, NULL, eb, NULL, NULL, NULL), 0);
+    assert_int_equal(cj_stream_send(f->net.ep[from], RELAY, CJ_CAPI_CHANNEL, topic, &m, NULL, eb, NULL, NULL, NULL), 0);
     pump(f);
 }
 
@@ -353,26 +283,15 @@ static struct fx *fx_new(double hb_interval, double hb_timeout, bool secure)
 {
     static const char *const names[NEP] = {RELAY, W1, W2, SERVER};
     struct fx *f = calloc(1, sizeof *f);
-    f->base = event_base_new();
-    f->qt = &f->q;
+    memnet_init(&f->net, NEP, names, NULL);
+    f->net.filter = drop_to_gone_worker;
     f->m = calloc(1, sizeof *f->m);
-    f->kick = event_new(f->base, -1, 0, kick_cb, f);
-    f->guard = event_new(f->base, -1, EV_PERSIST, guard_cb, f);
-    struct timeval tv = {0, 5000};
-    event_add(f->guard, &tv);
-    for (int i = 0; i < NEP; i++) {
-        snprintf(f->name[i], sizeof f->name[i], "%s", names[i]);
-        f->io[i] = (struct io_ctx){f, i};
-        struct cj_stream_io io = {.ctx = &f->io[i], .send = net_send};
-        f->ep[i] = cj_stream_new(f->base, names[i], &io, NULL);
-        assert_non_null(f->ep[i]);
-    }
     for (int i = WK; i <= WK2; i++) {
-        cj_stream_on(f->ep[i], CJ_CAPI_CHANNEL, CJ_CAPI_T_TASK_READY, w_task_ready, f);
-        cj_stream_on(f->ep[i], CJ_CAPI_CHANNEL, CJ_CAPI_T_ABORT, w_abort, f);
-        cj_stream_on(f->ep[i], CJ_CAPI_CHANNEL, CJ_CAPI_T_SHUTDOWN, w_shutdown, f);
+        cj_stream_on(f->net.ep[i], CJ_CAPI_CHANNEL, CJ_CAPI_T_TASK_READY, w_task_ready, f);
+        cj_stream_on(f->net.ep[i], CJ_CAPI_CHANNEL, CJ_CAPI_T_ABORT, w_abort, f);
+        cj_stream_on(f->net.ep[i], CJ_CAPI_CHANNEL, CJ_CAPI_T_SHUTDOWN, w_shutdown, f);
     }
-    cj_stream_on(f->ep[SRV], CJ_DL_CHANNEL, CJ_DL_TOPIC_SOURCE_FAILURE, s_source_failure, f);
+    cj_stream_on(f->net.ep[SRV], CJ_DL_CHANNEL, CJ_DL_TOPIC_SOURCE_FAILURE, s_source_failure, f);
     f->tt = cj_task_table_new();
     struct cj_fl_sessions_cfg cfg = {
         .site = SITE, .job_id = JOB,
@@ -384,7 +303,7 @@ static struct fx *fx_new(double hb_interval, double hb_timeout, bool secure)
         .launch_timeout = g_launch_timeout,
     };
     struct cj_fl_submit_ops ops = {f, up_submit, up_failed, up_kick, up_progress, g_with_requeue ? up_requeue : NULL};
-    f->s = cj_fl_sessions_new(f->base, f->ep[R], &cfg, f->tt, &ops);
+    f->s = cj_fl_sessions_new(f->net.base, f->net.ep[R], &cfg, f->tt, &ops);
     assert_non_null(f->s);
     cj_fl_sessions_dispatch_ops(f->s, &f->d);
     return f;
@@ -393,18 +312,8 @@ static struct fx *fx_new(double hb_interval, double hb_timeout, bool secure)
 static void fx_free(struct fx *f)
 {
     cj_fl_sessions_free(f->s);
-    for (int i = 0; i < NEP; i++) cj_stream_free(f->ep[i]);
-    while (f->q) {
-        struct tmsg *m = f->q;
-        f->q = m->next;
-        evbuffer_free(m->pl);
-        free(m->blk);
-        free(m);
-    }
+    memnet_fini(&f->net);
     cj_task_table_free(f->tt);
-    event_free(f->kick);
-    event_free(f->guard);
-    event_base_free(f->base);
     free(f->submit_payload);
     free(f->task_payload);
     free(f->reply);
@@ -925,10 +834,10 @@ static void test_silence_lost(void **state)
     }
     assert_int_equal(f->fails, 0);
     /* then silence */
-    double t0 = mono();
+    double t0 = memnet_now();
     RUN_UNTIL(f, f->fails > 0, 2.0);
     assert_int_equal(f->fails, 1);
-    assert_true(mono() - t0 >= 0.4);
+    assert_true(memnet_now() - t0 >= 0.4);
     assert_ptr_equal(f->fail_t, t);
     assert_non_null(strstr(f->fail_why, "lost"));
     assert_int_equal(t->state, CJ_TASK_FAILED);
@@ -1261,7 +1170,7 @@ static void test_end_run_drains(void **state)
 static void test_bad_cfg(void **state)
 {
     struct event_base *base = event_base_new();
-    struct cj_stream_io io = {.send = net_send};
+    struct cj_stream_io io = {.send = memnet_send};   /* never called: nothing is sent */
     struct cj_stream_ep *ep = cj_stream_new(base, RELAY, &io, NULL);
     struct cj_task_table *tt = cj_task_table_new();
     struct cj_fl_sessions_cfg cfg = {.site = SITE, .job_id = JOB, .heartbeat_interval = 5, .heartbeat_timeout = 5};

@@ -1,6 +1,6 @@
 /* test_spool.c — the spool store (lib/dl/spool.c) with the streaming download
  * client (sink mode) and the producer's item_read mode, on three stream
- * endpoints in one event loop joined by an in-memory io (as in test_dl.c):
+ * endpoints in one event loop joined by the in-memory io of memnet.h:
  * the source (server.J1, a producer serving items from memory), the relay
  * (site-1.J1: the spool and its producer) and a worker (downloading from the
  * relay with the plain client).  The disk work runs on a real cj_sio thread
@@ -26,6 +26,8 @@
 #include "stream/stream.h"
 #include "wire/header.h"
 
+#include "memnet.h"
+
 #define KiB 1024u
 #define MiB (1024u * 1024u)
 #define S 0
@@ -34,27 +36,10 @@
 
 static const char *const NAMES[] = { "server.J1", "site-1.J1", "site-1.J1.trainer_1" };
 
-/* ---- the in-memory io --------------------------------------------------------------------------- */
-
-struct tmsg {
-    struct tmsg *next;
-    int to;
-    uint8_t *blk;
-    size_t len;
-    struct evbuffer *pl;
-};
-
-struct io_ctx {
-    struct net *n;
-    int from;
-};
+/* ---- the in-memory io (memnet.h), dropping or cutting download replies -------------------------- */
 
 struct net {
-    struct event_base *base;
-    struct cj_stream_ep *ep[3];
-    struct io_ctx io[3];
-    struct tmsg *q, **qt;
-    struct event *kick, *guard;
+    struct memnet m;              /* first: RUN_UNTIL and the filter take a struct net for one */
     uint64_t drop_mask;           /* replies from S whose ordinal (at chunk 0) is in the mask are dropped */
     uint64_t cut_mask;            /* ... of these only chunk 0 gets through */
     uint64_t cutting[64];
@@ -64,125 +49,35 @@ struct net {
     int n_dropping;
 };
 
-static double mono(void)
+static enum memnet_act drop_or_cut(struct memnet *m, int from, const struct cj_hdr *h, struct evbuffer *pl)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void decode_ok(struct cj_hdr *h, const uint8_t *blk, size_t len)
-{
-    struct cj_err e = { 0 };
-    if (cj_hdr_decode(h, blk, len, &e)) fail_msg("header does not decode: %s", e.msg);
-}
-
-static void kick_cb(evutil_socket_t fd, short what, void *arg)
-{
-    struct net *n = arg;
-    struct tmsg *m = n->q;
-    n->q = NULL;
-    n->qt = &n->q;
-    while (m) {
-        struct tmsg *next = m->next;
-        struct cj_hdr h;
-        decode_ok(&h, m->blk, m->len);
-        cj_stream_input(n->ep[m->to], &h, m->pl);
-        evbuffer_free(m->pl);
-        free(m->blk);
-        free(m);
-        m = next;
-    }
-}
-
-static void guard_cb(evutil_socket_t fd, short what, void *arg) {}
-
-static bool dropped(struct net *n, int from, const struct cj_hdr *h)
-{
-    if (from != S || strcmp(h->topic, CJ_STREAM_TOPIC_DATA) || strcmp(h->sm_ch, CJ_STREAM_RETURN_ONLY)) return false;
+    struct net *n = (struct net *)m;
+    if (from != S || strcmp(h->topic, CJ_STREAM_TOPIC_DATA) || strcmp(h->sm_ch, CJ_STREAM_RETURN_ONLY))
+        return MEMNET_DELIVER;
     if (h->sm_sq == 0) {
         int k = n->replies_seen++;
         if (k < 64 && (n->drop_mask >> k & 1) && n->n_dropping < 64) n->dropping[n->n_dropping++] = h->sm_id;
         if (k < 64 && (n->cut_mask >> k & 1) && n->n_cutting < 64) n->cutting[n->n_cutting++] = h->sm_id;
     }
     for (int i = 0; i < n->n_cutting; i++)
-        if (n->cutting[i] == h->sm_id && h->sm_sq > 0) return true;
+        if (n->cutting[i] == h->sm_id && h->sm_sq > 0) return MEMNET_DROP;
     for (int i = 0; i < n->n_dropping; i++)
-        if (n->dropping[i] == h->sm_id) return true;
-    return false;
-}
-
-static int net_send(void *ctx, const char *dest, const uint8_t *hblk, size_t hlen, struct evbuffer *payload,
-                    bool control)
-{
-    struct io_ctx *io = ctx;
-    struct net *n = io->n;
-    struct cj_hdr h;
-    decode_ok(&h, hblk, hlen);
-    struct evbuffer *pl = evbuffer_new();
-    evbuffer_add_buffer(pl, payload);
-    int to = -1;
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(NAMES[i], dest)) to = i;
-    if (to < 0 || dropped(n, io->from, &h)) {
-        evbuffer_free(pl);
-        return 0;
-    }
-    struct tmsg *m = calloc(1, sizeof *m);
-    m->to = to;
-    m->blk = malloc(hlen);
-    memcpy(m->blk, hblk, hlen);
-    m->len = hlen;
-    m->pl = pl;
-    *n->qt = m;
-    n->qt = &m->next;
-    event_active(n->kick, EV_READ, 1);
-    return 0;
+        if (n->dropping[i] == h->sm_id) return MEMNET_DROP;
+    return MEMNET_DELIVER;
 }
 
 static struct net *net_new(void)
 {
     struct net *n = calloc(1, sizeof *n);
-    n->base = event_base_new();
-    n->qt = &n->q;
-    n->kick = event_new(n->base, -1, 0, kick_cb, n);
-    n->guard = event_new(n->base, -1, EV_PERSIST, guard_cb, n);
-    struct timeval tv = { 0, 5000 };
-    event_add(n->guard, &tv);
-    for (int i = 0; i < 3; i++) {
-        n->io[i] = (struct io_ctx){ n, i };
-        struct cj_stream_io io = { .ctx = &n->io[i], .send = net_send };
-        n->ep[i] = cj_stream_new(n->base, NAMES[i], &io, NULL);
-        assert_non_null(n->ep[i]);
-    }
+    memnet_init(&n->m, 3, NAMES, NULL);
+    n->m.filter = drop_or_cut;
     return n;
 }
 
 static void net_free(struct net *n)
 {
-    for (int i = 0; i < 3; i++) cj_stream_free(n->ep[i]);
-    while (n->q) {
-        struct tmsg *m = n->q;
-        n->q = m->next;
-        evbuffer_free(m->pl);
-        free(m->blk);
-        free(m);
-    }
-    event_free(n->kick);
-    event_free(n->guard);
-    event_base_free(n->base);
+    memnet_fini(&n->m);
     free(n);
-}
-
-#define RUN_UNTIL(n, cond, secs)                                                                        \
-    do {                                                                                                \
-        double end_ = mono() + (secs);                                                                  \
-        while (!(cond) && mono() < end_) event_base_loop((n)->base, EVLOOP_ONCE);                       \
-    } while (0)
-
-static void settle(struct net *n, double secs)
-{
-    RUN_UNTIL(n, false, secs);
 }
 
 /* ---- the log, captured ------------------------------------------------------------------------- */
@@ -335,27 +230,27 @@ static void env_new(struct env *e, uint64_t max_bytes)
 {
     memset(e, 0, sizeof *e);
     e->n = net_new();
-    e->src = cj_dl_producer_new(e->n->base, e->n->ep[S], NULL);
-    e->rel = cj_dl_producer_new(e->n->base, e->n->ep[R], NULL);
+    e->src = cj_dl_producer_new(e->n->m.base, e->n->m.ep[S], NULL);
+    e->rel = cj_dl_producer_new(e->n->m.base, e->n->m.ep[R], NULL);
     assert_non_null(e->src);
     assert_non_null(e->rel);
-    e->sio = cj_sio_new(e->n->base);
+    e->sio = cj_sio_new(e->n->m.base);
     assert_non_null(e->sio);
     snprintf(e->dir, sizeof e->dir, "/tmp/cjspool-test-XXXXXX");
     assert_non_null(mkdtemp(e->dir));
     struct cj_spool_cfg c = { .dir = e->dir, .max_bytes = max_bytes, .fsync = use_fsync, .fetch = fast_cfg() };
-    e->sp = cj_spool_new(e->n->base, e->n->ep[R], e->rel, e->sio, &c);
+    e->sp = cj_spool_new(e->n->m.base, e->n->m.ep[R], e->rel, e->sio, &c);
     assert_non_null(e->sp);
 }
 
 static void sio_idle(struct env *e)
 {
     struct cj_sio_stats st;
-    double end = mono() + 5.0;
+    double end = memnet_now() + 5.0;
     do {
-        event_base_loop(e->n->base, EVLOOP_ONCE);
+        event_base_loop(e->n->m.base, EVLOOP_ONCE);
         cj_sio_get_stats(e->sio, &st);
-    } while (st.jobs_queued && mono() < end);
+    } while (st.jobs_queued && memnet_now() < end);
     settle(e->n, 0.01);
 }
 
@@ -474,7 +369,7 @@ static void worker_fetch(struct env *e, const char *id, const struct items *src,
     w->src = src;
     w->content_ok = true;
     struct cj_dl_fetch_cfg c = fast_cfg();
-    assert_non_null(cj_dl_fetch(e->n->base, e->n->ep[W], NAMES[R], id, &c, w_item, w_done, w));
+    assert_non_null(cj_dl_fetch(e->n->m.base, e->n->m.ep[W], NAMES[R], id, &c, w_item, w_done, w));
 }
 
 /* ---- tests --------------------------------------------------------------------------------------------- */
@@ -848,11 +743,11 @@ static void test_drop_mid_serve(void **state)
         worker_fetch(&e, id, &it, &w);
         struct cj_dl_producer_stats ps;
         do {   /* until the when-th data reply has started */
-            event_base_loop(e.n->base, EVLOOP_ONCE);
+            event_base_loop(e.n->m.base, EVLOOP_ONCE);
             cj_dl_producer_get_stats(e.rel, &ps);
         } while ((int)ps.data_replies < (when < 3 ? when : 2) && !w.done);
         if (when == 3)
-            for (int i = 0; i < 3; i++) event_base_loop(e.n->base, EVLOOP_ONCE);
+            for (int i = 0; i < 3; i++) event_base_loop(e.n->m.base, EVLOOP_ONCE);
         cj_spool_drop(e.sp, r);
         assert_int_equal(sv.n, 0);
         RUN_UNTIL(e.n, w.done, 5.0);
@@ -946,7 +841,7 @@ static void test_client_sink_mixed(void **state)
     for (int k = 0; k < 2; k++) {
         struct net *n = net_new();
         struct cj_dl_producer_cfg pc = { .datum_min = 1000 };
-        struct cj_dl_producer *src = cj_dl_producer_new(n->base, n->ep[S], &pc);
+        struct cj_dl_producer *src = cj_dl_producer_new(n->m.base, n->m.ep[S], &pc);
         struct items it;
         memset(&it, 0, sizeof it);
         st_item(&it, 0, 10, 1);
@@ -954,11 +849,11 @@ static void test_client_sink_mixed(void **state)
         st_item(&it, 2, 20, 3);
         st_item(&it, 3, 3000, 4);
         source_ref(src, "mixed", &it);
-        struct sinkrec s = { .base = n->base, .src = &it, .content_ok = true, .finish_ok = k == 0 };
-        s.tm = evtimer_new(n->base, sr_release, &s);
+        struct sinkrec s = { .base = n->m.base, .src = &it, .content_ok = true, .finish_ok = k == 0 };
+        s.tm = evtimer_new(n->m.base, sr_release, &s);
         static const struct cj_dl_sink sink = { sr_begin, sr_data, sr_end, sr_eof };
         struct cj_dl_fetch_cfg c = fast_cfg();
-        s.f = cj_dl_fetch_sink(n->base, n->ep[R], NAMES[S], "mixed", &c, &sink, sr_done, &s);
+        s.f = cj_dl_fetch_sink(n->m.base, n->m.ep[R], NAMES[S], "mixed", &c, &sink, sr_done, &s);
         assert_non_null(s.f);
         RUN_UNTIL(n, s.done && sd.n, 5.0);
         assert_int_equal(s.done, 1);

@@ -1,5 +1,5 @@
 /* test_stream.c — the sm__ streaming layer: endpoints in one event loop joined
- * by an in-memory io that delivers through the loop and can drop, duplicate,
+ * by the in-memory io of memnet.h, which delivers through the loop and can drop, duplicate,
  * hold and reorder messages; crafted chunks injected straight into a
  * receiver; and builder parity with the captured chunk, ACK and reply.
  * Progressive blobs: sink replies (reordered, duplicated, hold_acks, sink
@@ -8,6 +8,8 @@
 #include "testutil.h"
 #include "stream/stream.h"
 #include "wire/header.h"
+
+#include "memnet.h"
 
 #include <time.h>
 
@@ -20,186 +22,6 @@
 #define KiB 1024u
 #define MiB (1024u * 1024u)
 
-enum { F_DELIVER, F_DROP, F_DUP, F_HOLD };
-
-struct net;
-typedef int (*filter_fn)(struct net *n, int from, const struct cj_hdr *h, size_t plen);
-
-struct tmsg {
-    struct tmsg *next;
-    int to;
-    uint8_t *blk;
-    size_t len;
-    struct evbuffer *pl;
-};
-
-struct capm {                 /* every message sent, in order */
-    int from;
-    char dest[256];
-    uint8_t *blk;
-    size_t len;
-    size_t plen;
-    bool control;
-    uint8_t *pl;              /* the payload bytes, when net.keep_pl */
-};
-
-struct io_ctx {
-    struct net *n;
-    int from;
-};
-
-struct net {
-    struct event_base *base;
-    int count;
-    struct cj_stream_ep *ep[3];
-    char name[3][64];
-    struct io_ctx io[3];
-    struct tmsg *q, **qt;
-    struct tmsg *held, **ht;
-    struct event *kick, *guard;
-    filter_fn filter;
-    void *fctx;
-    struct capm *caps;
-    int n_caps, cap_caps;
-    bool no_route;
-    bool keep_pl;
-};
-
-/* ---- the in-memory io ---------------------------------------------------------------------- */
-
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void decode_ok(struct cj_hdr *h, const uint8_t *blk, size_t len)
-{
-    struct cj_err e = { 0 };
-    if (cj_hdr_decode(h, blk, len, &e)) fail_msg("header does not decode: %s", e.msg);
-}
-
-static void push(struct tmsg **head, struct tmsg ***tail, struct tmsg *m)
-{
-    m->next = NULL;
-    **tail = m;
-    *tail = &m->next;
-}
-
-static void deliver(struct net *n, struct tmsg *m)
-{
-    struct cj_hdr h;
-    decode_ok(&h, m->blk, m->len);
-    cj_stream_input(n->ep[m->to], &h, m->pl);
-    assert_int_equal(evbuffer_get_length(m->pl), 0);   /* the contents were taken */
-    evbuffer_free(m->pl);
-    free(m->blk);
-    free(m);
-}
-
-static void kick_cb(evutil_socket_t fd, short what, void *arg)
-{
-    struct net *n = arg;
-    struct tmsg *m = n->q;
-    n->q = NULL;
-    n->qt = &n->q;
-    while (m) {
-        struct tmsg *next = m->next;
-        deliver(n, m);
-        m = next;
-    }
-}
-
-static void guard_cb(evutil_socket_t fd, short what, void *arg) {}
-
-static struct tmsg *tmsg_new(int to, const uint8_t *blk, size_t len, struct evbuffer *pl)
-{
-    struct tmsg *m = calloc(1, sizeof *m);
-    m->to = to;
-    m->blk = malloc(len);
-    memcpy(m->blk, blk, len);
-    m->len = len;
-    m->pl = pl;
-    return m;
-}
-
-static int net_send(void *ctx, const char *dest, const uint8_t *hblk, size_t hlen, struct evbuffer *payload,
-                    bool control)
-{
-    struct io_ctx *io = ctx;
-    struct net *n = io->n;
-    if (n->no_route) return -1;
-    struct cj_hdr h;
-    decode_ok(&h, hblk, hlen);
-    assert_string_equal(h.destination, dest);
-    size_t plen = evbuffer_get_length(payload);
-    if (n->n_caps == n->cap_caps) {
-        n->cap_caps = n->cap_caps ? 2 * n->cap_caps : 64;
-        n->caps = realloc(n->caps, n->cap_caps * sizeof *n->caps);
-    }
-    struct capm *c = &n->caps[n->n_caps++];
-    c->from = io->from;
-    snprintf(c->dest, sizeof c->dest, "%s", dest);
-    c->blk = malloc(hlen);
-    memcpy(c->blk, hblk, hlen);
-    c->len = hlen;
-    c->plen = plen;
-    c->control = control;
-    c->pl = NULL;
-    if (n->keep_pl) {
-        c->pl = malloc(plen ? plen : 1);
-        evbuffer_copyout(payload, c->pl, plen);
-    }
-
-    struct evbuffer *pl = evbuffer_new();
-    evbuffer_add_buffer(pl, payload);   /* take the contents, as a link would */
-    int to = -1;
-    for (int i = 0; i < n->count; i++)
-        if (strcmp(n->name[i], dest) == 0) to = i;
-    int act = n->filter ? n->filter(n, io->from, &h, plen) : F_DELIVER;
-    if (to < 0 || act == F_DROP) {
-        evbuffer_free(pl);
-        return 0;
-    }
-    if (act == F_DUP) {
-        struct evbuffer *dup = evbuffer_new();
-        evbuffer_add(dup, evbuffer_pullup(pl, -1), plen);
-        push(&n->q, &n->qt, tmsg_new(to, hblk, hlen, dup));
-    }
-    struct tmsg *m = tmsg_new(to, hblk, hlen, pl);
-    if (act == F_HOLD) push(&n->held, &n->ht, m);
-    else push(&n->q, &n->qt, m);
-    event_active(n->kick, EV_READ, 1);
-    return 0;
-}
-
-/* Queues the held messages for delivery, in order or reversed. */
-static int net_release(struct net *n, bool reverse)
-{
-    struct tmsg *m = n->held, *list = NULL;
-    int k = 0;
-    n->held = NULL;
-    n->ht = &n->held;
-    if (reverse) {
-        while (m) {
-            struct tmsg *next = m->next;
-            m->next = list;
-            list = m;
-            m = next;
-        }
-        m = list;
-    }
-    while (m) {
-        struct tmsg *next = m->next;
-        push(&n->q, &n->qt, m);
-        m = next;
-        k++;
-    }
-    event_active(n->kick, EV_READ, 1);
-    return k;
-}
-
 static struct cj_stream_limits small_limits(void)
 {
     struct cj_stream_limits l;
@@ -207,74 +29,15 @@ static struct cj_stream_limits small_limits(void)
     return l;
 }
 
-static struct net *net_new(int count, const char *const names[], const struct cj_stream_limits *lim)
-{
-    struct net *n = calloc(1, sizeof *n);
-    n->base = event_base_new();
-    n->count = count;
-    n->qt = &n->q;
-    n->ht = &n->held;
-    n->kick = event_new(n->base, -1, 0, kick_cb, n);
-    n->guard = event_new(n->base, -1, EV_PERSIST, guard_cb, n);
-    struct timeval tv = { 0, 5000 };
-    event_add(n->guard, &tv);
-    for (int i = 0; i < count; i++) {
-        snprintf(n->name[i], sizeof n->name[i], "%s", names[i]);
-        n->io[i] = (struct io_ctx){ n, i };
-        struct cj_stream_io io = { .ctx = &n->io[i], .send = net_send };
-        n->ep[i] = cj_stream_new(n->base, names[i], &io, lim ? &lim[i] : NULL);
-        assert_non_null(n->ep[i]);
-    }
-    return n;
-}
-
-static void free_list(struct tmsg *m)
-{
-    while (m) {
-        struct tmsg *next = m->next;
-        evbuffer_free(m->pl);
-        free(m->blk);
-        free(m);
-        m = next;
-    }
-}
-
-static void net_free(struct net *n)
-{
-    for (int i = 0; i < n->count; i++) cj_stream_free(n->ep[i]);
-    free_list(n->q);
-    free_list(n->held);
-    for (int i = 0; i < n->n_caps; i++) {
-        free(n->caps[i].blk);
-        free(n->caps[i].pl);
-    }
-    free(n->caps);
-    event_free(n->kick);
-    event_free(n->guard);
-    event_base_free(n->base);
-    free(n);
-}
-
-#define RUN_UNTIL(n, cond, secs)                                                                        \
-    do {                                                                                                \
-        double end_ = mono() + (secs);                                                                  \
-        while (!(cond) && mono() < end_) event_base_loop((n)->base, EVLOOP_ONCE);                       \
-    } while (0)
-
-static void settle(struct net *n, double secs)
-{
-    RUN_UNTIL(n, false, secs);
-}
-
 /* ---- inspecting what was sent --------------------------------------------------------------- */
 
-static void cap_hdr(struct net *n, int i, struct cj_hdr *h)
+static void cap_hdr(struct memnet *n, int i, struct cj_hdr *h)
 {
-    decode_ok(h, n->caps[i].blk, n->caps[i].len);
+    memnet_decode(h, n->caps[i].blk, n->caps[i].len);
 }
 
 /* i-th (0-based) captured message from `from` on topic (and sm__dt, -1 any); -1 if none. */
-static int cap_find(struct net *n, int from, const char *topic, int dt, int nth)
+static int cap_find(struct memnet *n, int from, const char *topic, int dt, int nth)
 {
     for (int i = 0; i < n->n_caps; i++) {
         struct cj_hdr h;
@@ -287,7 +50,7 @@ static int cap_find(struct net *n, int from, const char *topic, int dt, int nth)
     return -1;
 }
 
-static int cap_count(struct net *n, int from, const char *topic, int dt)
+static int cap_count(struct memnet *n, int from, const char *topic, int dt)
 {
     int k = 0;
     while (cap_find(n, from, topic, dt, k) >= 0) k++;
@@ -485,7 +248,7 @@ struct spec {
     double rw, rt;
 };
 
-static void inject(struct net *n, int to, const struct spec *s, const uint8_t *data, size_t len)
+static void inject(struct memnet *n, int to, const struct spec *s, const uint8_t *data, size_t len)
 {
     struct cj_hb b;
     msgpack_sbuffer out;
@@ -520,7 +283,7 @@ static void inject(struct net *n, int to, const struct spec *s, const uint8_t *d
     cj_hb_cellnet(&b, &m);
     assert_int_equal(cj_hb_finish(&b, &out, &e), 0);
     struct cj_hdr h;
-    decode_ok(&h, (const uint8_t *)out.data, out.size);
+    memnet_decode(&h, (const uint8_t *)out.data, out.size);
     struct evbuffer *pl = evbuffer_new();
     evbuffer_add(pl, data, len);
     cj_stream_input(n->ep[to], &h, pl);
@@ -531,7 +294,7 @@ static void inject(struct net *n, int to, const struct spec *s, const uint8_t *d
 }
 
 /* An error notice or ACK injected into an endpoint. */
-static void inject_notice(struct net *n, int to, const char *origin, const char *topic, uint64_t id, const char *ri,
+static void inject_notice(struct memnet *n, int to, const char *origin, const char *topic, uint64_t id, const char *ri,
                           const char *em, const char *fd)
 {
     struct cj_hb b;
@@ -551,7 +314,7 @@ static void inject_notice(struct net *n, int to, const char *origin, const char 
     cj_hb_cellnet(&b, &m);
     assert_int_equal(cj_hb_finish(&b, &out, &e), 0);
     struct cj_hdr h;
-    decode_ok(&h, (const uint8_t *)out.data, out.size);
+    memnet_decode(&h, (const uint8_t *)out.data, out.size);
     struct evbuffer *pl = evbuffer_new();
     cj_stream_input(n->ep[to], &h, pl);
     evbuffer_free(pl);
@@ -559,7 +322,7 @@ static void inject_notice(struct net *n, int to, const char *origin, const char 
     msgpack_sbuffer_destroy(&out);
 }
 
-static void inject_ack(struct net *n, int to, const char *origin, uint64_t id, uint64_t os, uint64_t sq)
+static void inject_ack(struct memnet *n, int to, const char *origin, uint64_t id, uint64_t os, uint64_t sq)
 {
     struct cj_hb b;
     msgpack_sbuffer out;
@@ -577,7 +340,7 @@ static void inject_ack(struct net *n, int to, const char *origin, uint64_t id, u
     cj_hb_cellnet(&b, &m);
     assert_int_equal(cj_hb_finish(&b, &out, &e), 0);
     struct cj_hdr h;
-    decode_ok(&h, (const uint8_t *)out.data, out.size);
+    memnet_decode(&h, (const uint8_t *)out.data, out.size);
     cj_stream_input(n->ep[to], &h, NULL);
     cj_hb_destroy(&b);
     msgpack_sbuffer_destroy(&out);
@@ -586,7 +349,7 @@ static void inject_ack(struct net *n, int to, const char *origin, uint64_t id, u
 static const char *const NAMES[] = { "site-1.J1", "server.J1", "site-1.J1.w1" };
 
 /* Every ACK sent by `from` carries sm__id, sm__dt 3, sm__os and sm__sq. */
-static void check_acks_complete(struct net *n, int from)
+static void check_acks_complete(struct memnet *n, int from)
 {
     for (int k = 0, i; (i = cap_find(n, from, "sm__ACK", -1, k)) >= 0; k++) {
         struct cj_hdr h;
@@ -605,7 +368,7 @@ static void check_acks_complete(struct net *n, int from)
 
 static void test_single_chunk(void **state)
 {
-    struct net *n = net_new(2, NAMES, NULL);
+    struct memnet *n = memnet_new(2, NAMES, NULL);
     struct rec r = { .ep = n->ep[B] };
     struct done d = { 0 };
     uint64_t id = 0;
@@ -647,12 +410,12 @@ static void test_single_chunk(void **state)
     assert_string_equal(h.destination, NAMES[A]);
     check_acks_complete(n, B);
     rec_clear(&r);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_empty_blob(void **state)
 {
-    struct net *n = net_new(2, NAMES, NULL);
+    struct memnet *n = memnet_new(2, NAMES, NULL);
     struct rec r = { .ep = n->ep[B] };
     assert_int_equal(cj_stream_on(n->ep[B], "app", "blob", rec_handler, &r), 0);
     assert_int_equal(cj_stream_send(n->ep[A], NAMES[B], "app", "blob", NULL, NULL, evbuffer_new(), NULL, NULL, NULL),
@@ -670,12 +433,12 @@ static void test_empty_blob(void **state)
     assert_int_equal(h.sm_os, 0);
     assert_int_equal(h.sm_sq, 0);
     rec_clear(&r);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_multi_chunk(void **state)
 {
-    struct net *n = net_new(2, NAMES, NULL);
+    struct memnet *n = memnet_new(2, NAMES, NULL);
     struct rec r = { .ep = n->ep[B] };
     struct done d = { 0 };
     const size_t SZ = 5 * MiB + 100;
@@ -721,25 +484,25 @@ static void test_multi_chunk(void **state)
     assert_int_equal(st.rx_buffered, 0);
     assert_int_equal(st.rx_reserved, 0);
     rec_clear(&r);
-    net_free(n);
+    memnet_free(n);
 }
 
 /* Hold every data chunk, release them in reverse order; duplicate them too. */
-static int hold_data(struct net *n, int from, const struct cj_hdr *h, size_t plen)
+static enum memnet_act hold_data(struct memnet *n, int from, const struct cj_hdr *h, struct evbuffer *pl)
 {
-    return strcmp(h->topic, "sm__DATA") == 0 ? F_HOLD : F_DELIVER;
+    return strcmp(h->topic, "sm__DATA") == 0 ? MEMNET_HOLD : MEMNET_DELIVER;
 }
 
-static int dup_data(struct net *n, int from, const struct cj_hdr *h, size_t plen)
+static enum memnet_act dup_data(struct memnet *n, int from, const struct cj_hdr *h, struct evbuffer *pl)
 {
-    return strcmp(h->topic, "sm__DATA") == 0 ? F_DUP : F_DELIVER;
+    return strcmp(h->topic, "sm__DATA") == 0 ? MEMNET_DUP : MEMNET_DELIVER;
 }
 
 static void test_reorder_and_duplicates(void **state)
 {
     struct cj_stream_limits lim[2] = { small_limits(), small_limits() };
     lim[A].chunk_size = KiB;
-    struct net *n = net_new(2, NAMES, lim);
+    struct memnet *n = memnet_new(2, NAMES, lim);
     struct rec r = { .ep = n->ep[B] };
     assert_int_equal(cj_stream_on(n->ep[B], "app", "blob", rec_handler, &r), 0);
 
@@ -749,7 +512,7 @@ static void test_reorder_and_duplicates(void **state)
                      0);
     settle(n, 0.05);
     assert_int_equal(r.n, 0);
-    assert_int_equal(net_release(n, true), 11);   /* FINAL first, chunk 0 last */
+    assert_int_equal(memnet_release(n, true), 11);   /* FINAL first, chunk 0 last */
     RUN_UNTIL(n, r.n == 1, 1.0);
     assert_int_equal(r.n, 1);
     assert_int_equal(r.len, 10 * KiB + 5);
@@ -776,12 +539,12 @@ static void test_reorder_and_duplicates(void **state)
     assert_int_equal(st.blobs_in, 2);
     assert_int_equal(cap_count(n, B, "sm__ACK", 3), 2);
     rec_clear(&r);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_out_of_order_limit(void **state)
 {
-    struct net *n = net_new(2, NAMES, NULL);
+    struct memnet *n = memnet_new(2, NAMES, NULL);
     struct rec r = { .ep = n->ep[B] };
     assert_int_equal(cj_stream_on(n->ep[B], "app", "blob", rec_handler, &r), 0);
     uint8_t chunk[100];
@@ -842,7 +605,7 @@ static void test_out_of_order_limit(void **state)
     assert_int_equal(h.sm_id, 78);
     assert_true(em_has(&h, "changes sm__ch"));
     assert_int_equal(r.n, 0);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_size_limits(void **state)
@@ -850,7 +613,7 @@ static void test_size_limits(void **state)
     struct cj_stream_limits lim[2] = { small_limits(), small_limits() };
     lim[B].max_blob = MiB;
     lim[B].max_buffered = 100 * KiB;
-    struct net *n = net_new(2, NAMES, lim);
+    struct memnet *n = memnet_new(2, NAMES, lim);
     struct rec r = { .ep = n->ep[B] };
     assert_int_equal(cj_stream_on(n->ep[B], "app", "blob", rec_handler, &r), 0);
     uint8_t chunk[10] = { 0 };
@@ -920,12 +683,12 @@ static void test_size_limits(void **state)
     assert_non_null(strstr(p.err, "BlobSizeError"));
     assert_int_equal(r.n, 0);
     rep_clear(&p);
-    net_free(n);
+    memnet_free(n);
 }
 
-static int hold_acks(struct net *n, int from, const struct cj_hdr *h, size_t plen)
+static enum memnet_act hold_acks(struct memnet *n, int from, const struct cj_hdr *h, struct evbuffer *pl)
 {
-    return strcmp(h->topic, "sm__ACK") == 0 ? F_HOLD : F_DELIVER;
+    return strcmp(h->topic, "sm__ACK") == 0 ? MEMNET_HOLD : MEMNET_DELIVER;
 }
 
 static void test_window(void **state)
@@ -934,7 +697,7 @@ static void test_window(void **state)
     lim[A].chunk_size = KiB;
     lim[A].window = 4 * KiB;
     lim[A].ack_interval = KiB;
-    struct net *n = net_new(2, NAMES, lim);
+    struct memnet *n = memnet_new(2, NAMES, lim);
     struct rec r = { .ep = n->ep[B] };
     struct done d = { 0 };
     assert_int_equal(cj_stream_on(n->ep[B], "app", "blob", rec_handler, &r), 0);
@@ -957,7 +720,7 @@ static void test_window(void **state)
     assert_int_equal(cap_count(n, A, "sm__DATA", -1), 5);
     /* ACKs flow again: the rest goes out */
     n->filter = NULL;
-    assert_true(net_release(n, false) >= 1);
+    assert_true(memnet_release(n, false) >= 1);
     RUN_UNTIL(n, r.n == 1 && d.n == 1, 1.0);
     assert_int_equal(d.status, 0);
     assert_int_equal(r.len, 20 * KiB);
@@ -965,7 +728,7 @@ static void test_window(void **state)
     assert_int_equal(cap_count(n, A, "sm__DATA", -1), 20);
     check_acks_complete(n, B);
     rec_clear(&r);
-    net_free(n);
+    memnet_free(n);
 }
 
 /* An ACK carrying sm__em fails the stream being sent. */
@@ -974,7 +737,7 @@ static void test_ack_with_error(void **state)
     struct cj_stream_limits lim[2] = { small_limits(), small_limits() };
     lim[A].chunk_size = KiB;
     lim[A].window = 2 * KiB;
-    struct net *n = net_new(2, NAMES, lim);
+    struct memnet *n = memnet_new(2, NAMES, lim);
     struct rec r = { .ep = n->ep[B] };
     struct done d = { 0 };
     uint64_t id;
@@ -997,7 +760,7 @@ static void test_ack_with_error(void **state)
     inject_ack(n, A, NAMES[B], 12345, 3 * KiB, 2);
     settle(n, 0.02);
     assert_int_equal(d.n, 1);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_window_no_progress(void **state)
@@ -1007,12 +770,12 @@ static void test_window_no_progress(void **state)
     lim[A].window = 2 * KiB;
     lim[A].ack_interval = KiB;
     lim[A].tx_no_progress = 0.1;
-    struct net *n = net_new(2, NAMES, lim);
+    struct memnet *n = memnet_new(2, NAMES, lim);
     struct rec r = { .ep = n->ep[B] };
     struct done d = { 0 };
     assert_int_equal(cj_stream_on(n->ep[B], "app", "blob", rec_handler, &r), 0);
     n->filter = hold_acks;
-    double t0 = mono();
+    double t0 = memnet_now();
     assert_int_equal(cj_stream_send(n->ep[A], NAMES[B], "app", "blob", NULL, NULL, blob_of(10 * KiB, 2), on_done, &d,
                                     NULL),
                      0);
@@ -1020,7 +783,7 @@ static void test_window_no_progress(void **state)
     assert_int_equal(d.n, 1);
     assert_int_equal(d.status, -1);
     assert_non_null(strstr(d.why, "no ACK progress"));
-    assert_true(mono() - t0 >= 0.09);
+    assert_true(memnet_now() - t0 >= 0.09);
     /* the sender told the receiver (sm__dt 6 on sm__DATA); it dropped the stream quietly */
     settle(n, 0.02);
     assert_int_equal(cap_count(n, A, "sm__DATA", CJ_SM_ERROR), 1);
@@ -1030,12 +793,12 @@ static void test_window_no_progress(void **state)
     assert_int_equal(st.rx_buffered, 0);
     assert_int_equal(cap_count(n, B, "sm__ERROR", -1), 0);
     assert_int_equal(r.n, 0);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_reliable_reack(void **state)
 {
-    struct net *n = net_new(2, NAMES, NULL);
+    struct memnet *n = memnet_new(2, NAMES, NULL);
     struct rec r = { .ep = n->ep[B] };
     assert_int_equal(cj_stream_on(n->ep[B], "app", "blob", rec_handler, &r), 0);
     uint8_t c[60];
@@ -1082,14 +845,14 @@ static void test_reliable_reack(void **state)
     assert_int_equal(cap_count(n, B, "sm__ACK", 3), acks);
     assert_int_equal(r.n, 2);
     rec_clear(&r);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_request_reply(void **state)
 {
     struct cj_stream_limits lim[2] = { small_limits(), small_limits() };
     lim[B].chunk_size = KiB;   /* a multi-chunk reply */
-    struct net *n = net_new(2, NAMES, lim);
+    struct memnet *n = memnet_new(2, NAMES, lim);
     struct rec r = { .ep = n->ep[B], .mode = H_ECHO, .reply_len = 3 * KiB + 1 };
     struct rep p = { 0 };
     char ri[CJ_STREAM_RI_LEN + 1];
@@ -1114,7 +877,7 @@ static void test_request_reply(void **state)
     assert_true(data_is(r.data, 500, 8));
     /* reply headers (first chunk) */
     struct cj_hdr h;
-    decode_ok(&h, p.hblk, p.hlen);
+    memnet_decode(&h, p.hblk, p.hlen);
     assert_string_equal(h.sm_ch, "return_only");
     assert_string_equal(h.sm_tp, "server_command:echo");
     assert_string_equal(h.sm_ri, ri);
@@ -1157,16 +920,16 @@ static void test_request_reply(void **state)
     assert_int_equal(p.n, 2);
     rec_clear(&r);
     rep_clear(&p);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_request_errors(void **state)
 {
-    struct net *n = net_new(2, NAMES, NULL);
+    struct memnet *n = memnet_new(2, NAMES, NULL);
     struct rec r = { .ep = n->ep[B], .mode = H_FAIL };
     struct rep p = { 0 };
     char ri[CJ_STREAM_RI_LEN + 1];
-    double t0 = mono();
+    double t0 = memnet_now();
 
     /* no handler at the target: receiver error notice -> comm_error */
     assert_int_equal(cj_stream_request(n->ep[A], NAMES[B], "server_command", "nothing", NULL, blob_of(10, 1), 1.0,
@@ -1176,7 +939,7 @@ static void test_request_errors(void **state)
     assert_int_equal(p.n, 1);
     assert_string_equal(p.rc, "comm_error");
     assert_non_null(strstr(p.err, "no handler"));
-    assert_true(mono() - t0 < 0.5);
+    assert_true(memnet_now() - t0 < 0.5);
     assert_int_equal(cap_count(n, B, "sm__ERROR", 6), 1);
     assert_int_equal(cap_count(n, B, "sm__ACK", 6), 1);
 
@@ -1218,11 +981,11 @@ static void test_request_errors(void **state)
     cj_stream_free(n->ep[A]);
     struct cj_stream_limits la = small_limits();
     la.max_blob = 100;
-    n->ep[A] = cj_stream_new(n->base, NAMES[A], &(struct cj_stream_io){ .ctx = &n->io[A], .send = net_send }, &la);
+    n->ep[A] = cj_stream_new(n->base, NAMES[A], &(struct cj_stream_io){ .ctx = &n->port[A], .send = memnet_send }, &la);
     r.mode = H_ECHO;
     r.reply_len = 101;
     assert_int_equal(cj_stream_on(n->ep[B], "server_command", "big", rec_handler, &r), 0);
-    t0 = mono();
+    t0 = memnet_now();
     assert_int_equal(cj_stream_request(n->ep[A], NAMES[B], "server_command", "big", NULL, blob_of(10, 1), 1.0,
                                        on_reply, &p, NULL, NULL),
                      0);
@@ -1230,7 +993,7 @@ static void test_request_errors(void **state)
     assert_int_equal(p.n, 4);
     assert_string_equal(p.rc, "comm_error");
     assert_non_null(strstr(p.err, "exceeds limit"));
-    assert_true(mono() - t0 < 0.5);
+    assert_true(memnet_now() - t0 < 0.5);
 
     /* no route: the request stream fails -> comm_error */
     n->no_route = true;
@@ -1242,19 +1005,19 @@ static void test_request_errors(void **state)
     assert_non_null(strstr(p.err, "no route"));
     rec_clear(&r);
     rep_clear(&p);
-    net_free(n);
+    memnet_free(n);
 }
 
 /* Drops return_only chunks after the first (the reply stalls). */
-static int stall_reply(struct net *n, int from, const struct cj_hdr *h, size_t plen)
+static enum memnet_act stall_reply(struct memnet *n, int from, const struct cj_hdr *h, struct evbuffer *pl)
 {
-    if (strcmp(h->topic, "sm__DATA") == 0 && strcmp(h->sm_ch, "return_only") == 0 && h->sm_sq > 0) return F_DROP;
-    return F_DELIVER;
+    if (strcmp(h->topic, "sm__DATA") == 0 && strcmp(h->sm_ch, "return_only") == 0 && h->sm_sq > 0) return MEMNET_DROP;
+    return MEMNET_DELIVER;
 }
 
-static int drop_acks(struct net *n, int from, const struct cj_hdr *h, size_t plen)
+static enum memnet_act drop_acks(struct memnet *n, int from, const struct cj_hdr *h, struct evbuffer *pl)
 {
-    return strcmp(h->topic, "sm__ACK") == 0 ? F_DROP : F_DELIVER;
+    return strcmp(h->topic, "sm__ACK") == 0 ? MEMNET_DROP : MEMNET_DELIVER;
 }
 
 static void test_timeouts(void **state)
@@ -1265,13 +1028,13 @@ static void test_timeouts(void **state)
     lim[A].chunk_size = KiB;
     lim[A].window = KiB;
     lim[A].ack_interval = KiB;
-    struct net *n = net_new(2, NAMES, lim);
+    struct memnet *n = memnet_new(2, NAMES, lim);
     struct rec r = { .ep = n->ep[B], .mode = H_SILENT };
     struct rep p = { 0 };
     assert_int_equal(cj_stream_on(n->ep[B], "app", "silent", rec_handler, &r), 0);
 
     /* stage 2: the target never replies */
-    double t0 = mono();
+    double t0 = memnet_now();
     assert_int_equal(cj_stream_request(n->ep[A], NAMES[B], "app", "silent", NULL, blob_of(10, 1), 0.1, on_reply, &p,
                                        NULL, NULL),
                      0);
@@ -1279,7 +1042,7 @@ static void test_timeouts(void **state)
     assert_int_equal(p.n, 1);
     assert_string_equal(p.rc, "timeout");
     assert_non_null(strstr(p.err, "waiting for the reply"));
-    assert_true(mono() - t0 >= 0.09);
+    assert_true(memnet_now() - t0 >= 0.09);
 
     /* stage 1: the request is blocked by the window (ACKs lost) */
     n->filter = drop_acks;
@@ -1322,13 +1085,13 @@ static void test_timeouts(void **state)
     assert_int_equal(st.rx_buffered, 0);
     rec_clear(&r);
     rep_clear(&p);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_auth_headers(void **state)
 {
     const char *names[] = { "site-1.J1", "server.J1", "site-1.J1.w1" };
-    struct net *n = net_new(3, names, NULL);
+    struct memnet *n = memnet_new(3, names, NULL);
     struct rec rb = { .ep = n->ep[B] }, rc = { .ep = n->ep[C] }, ra = { .ep = n->ep[A] };
     const struct cj_stream_kv auth[] = {
         { "client_name", "site-1" }, { "ssid", "ssid-1" }, { "__token__", "tok" }, { "__token_signature__", "sig" },
@@ -1386,12 +1149,12 @@ static void test_auth_headers(void **state)
     rec_clear(&ra);
     rec_clear(&rb);
     rec_clear(&rc);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_api_edges(void **state)
 {
-    struct net *n = net_new(2, NAMES, NULL);
+    struct memnet *n = memnet_new(2, NAMES, NULL);
     struct done d = { 0 };
     struct rep p = { 0 };
     /* return_only is for replies */
@@ -1429,9 +1192,9 @@ static void test_api_edges(void **state)
     assert_int_equal(d.status, -1);
     assert_int_equal(p.n, 1);
     assert_string_equal(p.rc, "comm_error");
-    n->ep[A] = cj_stream_new(n->base, NAMES[A], &(struct cj_stream_io){ .ctx = &n->io[A], .send = net_send }, NULL);
+    n->ep[A] = cj_stream_new(n->base, NAMES[A], &(struct cj_stream_io){ .ctx = &n->port[A], .send = memnet_send }, NULL);
     rep_clear(&p);
-    net_free(n);
+    memnet_free(n);
 }
 
 /* ---- captured frames ------------------------------------------------------------------------------ */
@@ -1525,15 +1288,15 @@ static void test_capture_parity(void **state)
     frame_load(&f7, "cap07_stream_ack");
     frame_load(&f8, "cap08_stream_reply_return_only");
     struct cj_hdr h6, h7, h8, ours;
-    decode_ok(&h6, f6.blk, f6.hlen);
-    decode_ok(&h7, f7.blk, f7.hlen);
-    decode_ok(&h8, f8.blk, f8.hlen);
+    memnet_decode(&h6, f6.blk, f6.hlen);
+    memnet_decode(&h7, f7.blk, f7.hlen);
+    memnet_decode(&h8, f8.blk, f8.hlen);
 
     const char *names[] = { "site-1", "server" };
     struct cj_stream_limits lim[2] = { small_limits(), small_limits() };
     lim[A].ack_interval = 16 * MiB;   /* the capture's requester sent 16 MiB, the server 4 MiB */
     lim[B].ack_interval = 4 * MiB;
-    struct net *n = net_new(2, names, lim);
+    struct memnet *n = memnet_new(2, names, lim);
     g_server = n->ep[B];
     assert_int_equal(cj_stream_on(n->ep[B], "server_command", "echo", cap08_handler, &f8), 0);
     n->filter = NULL;
@@ -1580,7 +1343,7 @@ static void test_capture_parity(void **state)
     same_keys_values(&h8, &ours, differ8, absent8);
     assert_false(ours.sm_rs);
     assert_int_equal(n->caps[i8].plen, 43);
-    net_free(n);
+    memnet_free(n);
     free(f6.buf);
     free(f7.buf);
     free(f8.buf);
@@ -1642,27 +1405,27 @@ static void sinkrec_clear(struct sinkrec *s)
 }
 
 /* Every ACK the requester A sends for the reply stays within what the owner released. */
-static int check_held_acks(struct net *n, int from, const struct cj_hdr *h, size_t plen)
+static enum memnet_act check_held_acks(struct memnet *n, int from, const struct cj_hdr *h, struct evbuffer *pl)
 {
     if (from == A && strcmp(h->topic, "sm__ACK") == 0 && h->sm_dt == CJ_SM_ACK)
         assert_true((uint64_t)h->sm_os <= g_released);
-    return F_DELIVER;
+    return MEMNET_DELIVER;
 }
 
 /* The reply's chunks (from B): every third held, every third duplicated. */
-static int mix_reply(struct net *n, int from, const struct cj_hdr *h, size_t plen)
+static enum memnet_act mix_reply(struct memnet *n, int from, const struct cj_hdr *h, struct evbuffer *pl)
 {
-    if (from != B || strcmp(h->topic, "sm__DATA") != 0 || strcmp(h->sm_ch, "return_only") != 0) return F_DELIVER;
-    if (h->sm_sq % 3 == 1) return F_HOLD;
-    if (h->sm_sq % 3 == 2) return F_DUP;
-    return F_DELIVER;
+    if (from != B || strcmp(h->topic, "sm__DATA") != 0 || strcmp(h->sm_ch, "return_only") != 0) return MEMNET_DELIVER;
+    if (h->sm_sq % 3 == 1) return MEMNET_HOLD;
+    if (h->sm_sq % 3 == 2) return MEMNET_DUP;
+    return MEMNET_DELIVER;
 }
 
 static void test_sink_reorder_dup(void **state)
 {
     struct cj_stream_limits lim[2] = { small_limits(), small_limits() };
     lim[B].chunk_size = KiB;
-    struct net *n = net_new(2, NAMES, lim);
+    struct memnet *n = memnet_new(2, NAMES, lim);
     struct rec r = { .ep = n->ep[B], .mode = H_ECHO, .reply_len = 20 * KiB + 7 };
     struct rep p = { 0 };
     struct sinkrec sk = { .ep = n->ep[A] };
@@ -1680,7 +1443,7 @@ static void test_sink_reorder_dup(void **state)
     struct cj_stream_stats st;
     cj_stream_get_stats(n->ep[A], &st);
     assert_true(st.rx_buffered > 0);   /* out-of-sequence chunks wait */
-    assert_true(net_release(n, true) >= 6);
+    assert_true(memnet_release(n, true) >= 6);
     RUN_UNTIL(n, p.n == 1, 1.0);
     assert_int_equal(p.n, 1);
     assert_string_equal(p.rc, "ok");
@@ -1688,7 +1451,7 @@ static void test_sink_reorder_dup(void **state)
     assert_null(p.data);               /* the bytes went to the sink */
     assert_non_null(p.hblk);           /* chunk 0's headers */
     struct cj_hdr h;
-    decode_ok(&h, p.hblk, p.hlen);
+    memnet_decode(&h, p.hblk, p.hlen);
     assert_int_equal(h.sm_sq, 0);
     assert_string_equal(sk.rc, "ok");
     assert_int_equal(sk.size, 20 * KiB + 7);
@@ -1725,10 +1488,10 @@ static void test_sink_reorder_dup(void **state)
     sinkrec_clear(&sk2);
     rec_clear(&r);
     rep_clear(&p);
-    net_free(n);
+    memnet_free(n);
 }
 
-static int count_acks_from(struct net *n, int from, uint64_t id)
+static int count_acks_from(struct memnet *n, int from, uint64_t id)
 {
     int k = 0;
     for (int j = 0, i; (i = cap_find(n, from, "sm__ACK", 3, j)) >= 0; j++) {
@@ -1745,7 +1508,7 @@ static void test_sink_hold_acks(void **state)
     lim[B].chunk_size = KiB;
     lim[B].window = 4 * KiB;
     lim[B].ack_interval = KiB;
-    struct net *n = net_new(2, NAMES, lim);
+    struct memnet *n = memnet_new(2, NAMES, lim);
     struct rec r = { .ep = n->ep[B], .mode = H_ECHO, .reply_len = 20 * KiB };
     struct rep p = { 0 };
     struct sinkrec sk = { .ep = n->ep[A] };
@@ -1830,14 +1593,14 @@ static void test_sink_hold_acks(void **state)
     struct sinkrec sk3 = { .ep = n->ep[A] };
     sink.arg = &sk3;
     g_released = 0;
-    double t0 = mono();
+    double t0 = memnet_now();
     assert_int_equal(cj_stream_request_sink(n->ep[A], NAMES[B], "server_command", "echo", NULL, blob_of(10, 1), 0.1,
                                             &sink, on_reply, &p, &sk3.handle, NULL),
                      0);
     RUN_UNTIL(n, p.n == 3, 1.0);
     assert_int_equal(p.n, 3);
     assert_string_equal(p.rc, "timeout");
-    assert_true(mono() - t0 >= 0.09);
+    assert_true(memnet_now() - t0 >= 0.09);
     settle(n, 0.02);
     /* the reply stream failed with it: B was told */
     cj_stream_get_stats(n->ep[B], &st);
@@ -1848,7 +1611,7 @@ static void test_sink_hold_acks(void **state)
     sinkrec_clear(&sk3);
     rec_clear(&r);
     rep_clear(&p);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_sink_failures(void **state)
@@ -1857,7 +1620,7 @@ static void test_sink_failures(void **state)
     lim[B].chunk_size = KiB;
     lim[B].window = 2 * KiB;   /* B is still sending when A fails the reply */
     lim[B].ack_interval = KiB;
-    struct net *n = net_new(2, NAMES, lim);
+    struct memnet *n = memnet_new(2, NAMES, lim);
     struct rec r = { .ep = n->ep[B], .mode = H_ECHO, .reply_len = 10 * KiB };
     struct rep p = { 0 };
     struct cj_stream_stats st;
@@ -1924,7 +1687,7 @@ static void test_sink_failures(void **state)
     sinkrec_clear(&sk3);
     rec_clear(&r);
     rep_clear(&p);
-    net_free(n);
+    memnet_free(n);
 }
 
 /* ---- source replies ------------------------------------------------------------------------------ */
@@ -2011,7 +1774,7 @@ static int src_handler(void *arg, struct cj_stream_blob *b)
     return 0;
 }
 
-static struct src_owner *src_owner_new(struct net *n, uint64_t size, const size_t *pieces, size_t n_pieces, int mode)
+static struct src_owner *src_owner_new(struct memnet *n, uint64_t size, const size_t *pieces, size_t n_pieces, int mode)
 {
     struct src_owner *o = calloc(1, sizeof *o);
     o->ep = n->ep[B];
@@ -2037,7 +1800,7 @@ struct chunkseq {
     uint8_t *data[64];
 };
 
-static void collect_chunks(struct net *n, int from_cap, struct chunkseq *cs)
+static void collect_chunks(struct memnet *n, int from_cap, struct chunkseq *cs)
 {
     memset(cs, 0, sizeof *cs);
     for (int i = from_cap; i < n->n_caps; i++) {
@@ -2055,7 +1818,7 @@ static void collect_chunks(struct net *n, int from_cap, struct chunkseq *cs)
 
 static void test_source_pieces(void **state)
 {
-    struct net *n = net_new(2, NAMES, NULL);   /* default 1 MiB chunks */
+    struct memnet *n = memnet_new(2, NAMES, NULL);   /* default 1 MiB chunks */
     n->keep_pl = true;
     static const size_t pieces[] = { 1, MiB + 3, 7, 65536, 2 * MiB + 1, 333333, 1, MiB };
     uint64_t size = 6 * MiB + 12345;
@@ -2126,7 +1889,7 @@ static void test_source_pieces(void **state)
     rec_clear(&r);
     rep_clear(&p);
     src_owner_free(o);
-    net_free(n);
+    memnet_free(n);
 }
 
 static void test_source_limits(void **state)
@@ -2134,7 +1897,7 @@ static void test_source_limits(void **state)
     struct cj_stream_limits lim[2] = { small_limits(), small_limits() };
     lim[B].chunk_size = KiB;
     lim[B].tx_no_progress = 0.1;
-    struct net *n = net_new(2, NAMES, lim);
+    struct memnet *n = memnet_new(2, NAMES, lim);
     static const size_t pieces[] = { 1500 };
     struct rep p = { 0 };
 
@@ -2176,7 +1939,7 @@ static void test_source_limits(void **state)
     o = src_owner_new(n, 10 * KiB, pieces, 1, SRC_SYNC);
     o->stall_after = 3000;
     assert_int_equal(cj_stream_on(n->ep[B], "server_command", "get", src_handler, o), 0);
-    double t0 = mono();
+    double t0 = memnet_now();
     assert_int_equal(cj_stream_request(n->ep[A], NAMES[B], "server_command", "get", NULL, blob_of(10, 1), 2.0,
                                        on_reply, &p, NULL, NULL),
                      0);
@@ -2184,7 +1947,7 @@ static void test_source_limits(void **state)
     assert_int_equal(o->d.n, 1);
     assert_int_equal(o->d.status, -1);
     assert_non_null(strstr(o->d.why, "fed no bytes"));
-    assert_true(mono() - t0 >= 0.09);
+    assert_true(memnet_now() - t0 >= 0.09);
     assert_int_equal(p.n, 2);
     assert_string_equal(p.rc, "comm_error");
     assert_non_null(strstr(p.err, "fed no bytes"));
@@ -2244,7 +2007,7 @@ static void test_source_limits(void **state)
     src_owner_free(q);
     src_owner_free(o);
     rep_clear(&p);
-    net_free(n);
+    memnet_free(n);
 }
 
 int main(void)

@@ -10,6 +10,8 @@
 #include "util/stats.h"
 #include "wire/header.h"
 
+#include "memnet.h"
+
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <msgpack.h>
@@ -27,149 +29,12 @@
 #define SSID "ssid-789"
 #define PROJECT "proj-x"
 
-/* ---- the in-memory io (as in test_stream.c, without faults) ------------------------------------------ */
+/* ---- the in-memory io (memnet.h, without faults) ------------------------------------------------ */
 
-struct tmsg {
-    struct tmsg *next;
-    int to;
-    uint8_t *blk;
-    size_t len;
-    struct evbuffer *pl;
-};
-
-struct capm {
-    int from;
-    char dest[256];
-    uint8_t *blk;
-    size_t len;
-};
-
-struct net;
-struct io_ctx {
-    struct net *n;
-    int from;
-};
-
-struct net {
-    struct event_base *base;
-    struct cj_stream_ep *ep[2];
-    char name[2][64];
-    struct io_ctx io[2];
-    struct tmsg *q, **qt;
-    struct event *kick, *guard;
-    struct capm *caps;
-    int n_caps, cap_caps;
-};
-
-static void decode_ok(struct cj_hdr *h, const uint8_t *blk, size_t len)
-{
-    struct cj_err e = { 0 };
-    if (cj_hdr_decode(h, blk, len, &e)) fail_msg("header does not decode: %s", e.msg);
-}
-
-static void kick_cb(evutil_socket_t fd, short what, void *arg)
-{
-    struct net *n = arg;
-    struct tmsg *m = n->q;
-    n->q = NULL;
-    n->qt = &n->q;
-    while (m) {
-        struct tmsg *next = m->next;
-        struct cj_hdr h;
-        decode_ok(&h, m->blk, m->len);
-        cj_stream_input(n->ep[m->to], &h, m->pl);
-        evbuffer_free(m->pl);
-        free(m->blk);
-        free(m);
-        m = next;
-    }
-}
-
-static void guard_cb(evutil_socket_t fd, short what, void *arg) {}
-
-static int net_send(void *ctx, const char *dest, const uint8_t *hblk, size_t hlen, struct evbuffer *payload,
-                    bool control)
-{
-    struct io_ctx *io = ctx;
-    struct net *n = io->n;
-    if (n->n_caps == n->cap_caps) {
-        n->cap_caps = n->cap_caps ? 2 * n->cap_caps : 64;
-        n->caps = realloc(n->caps, n->cap_caps * sizeof *n->caps);
-    }
-    struct capm *c = &n->caps[n->n_caps++];
-    c->from = io->from;
-    snprintf(c->dest, sizeof c->dest, "%s", dest);
-    c->blk = malloc(hlen);
-    memcpy(c->blk, hblk, hlen);
-    c->len = hlen;
-    int to = -1;
-    for (int i = 0; i < 2; i++)
-        if (strcmp(n->name[i], dest) == 0) to = i;
-    struct evbuffer *pl = evbuffer_new();
-    evbuffer_add_buffer(pl, payload);
-    if (to < 0) {
-        evbuffer_free(pl);
-        return 0;
-    }
-    struct tmsg *m = calloc(1, sizeof *m);
-    m->to = to;
-    m->blk = malloc(hlen);
-    memcpy(m->blk, hblk, hlen);
-    m->len = hlen;
-    m->pl = pl;
-    *n->qt = m;
-    n->qt = &m->next;
-    event_active(n->kick, EV_READ, 1);
-    return 0;
-}
-
-static struct net *net_new(void)
+static struct memnet *net_new(void)
 {
     static const char *const names[2] = { SITE "." JOB, SERVER_FQCN };
-    struct net *n = calloc(1, sizeof *n);
-    n->base = event_base_new();
-    n->qt = &n->q;
-    n->kick = event_new(n->base, -1, 0, kick_cb, n);
-    n->guard = event_new(n->base, -1, EV_PERSIST, guard_cb, n);
-    struct timeval tv = { 0, 5000 };
-    event_add(n->guard, &tv);
-    for (int i = 0; i < 2; i++) {
-        snprintf(n->name[i], sizeof n->name[i], "%s", names[i]);
-        n->io[i] = (struct io_ctx){ n, i };
-        struct cj_stream_io io = { .ctx = &n->io[i], .send = net_send };
-        n->ep[i] = cj_stream_new(n->base, names[i], &io, NULL);
-        assert_non_null(n->ep[i]);
-    }
-    return n;
-}
-
-static void net_free(struct net *n)
-{
-    for (int i = 0; i < 2; i++) cj_stream_free(n->ep[i]);
-    for (struct tmsg *m = n->q; m;) {   /* undelivered messages are dropped */
-        struct tmsg *next = m->next;
-        evbuffer_free(m->pl);
-        free(m->blk);
-        free(m);
-        m = next;
-    }
-    for (int i = 0; i < n->n_caps; i++) free(n->caps[i].blk);
-    free(n->caps);
-    event_free(n->kick);
-    event_free(n->guard);
-    event_base_free(n->base);
-    free(n);
-}
-
-#define RUN_UNTIL(n, cond, secs)                                                                        \
-    do {                                                                                                \
-        double end_ = cj_task_now() + (secs);                                                           \
-        while (!(cond) && cj_task_now() < end_) event_base_loop((n)->base, EVLOOP_ONCE);                \
-    } while (0)
-
-static void settle(struct net *n, double secs)
-{
-    RUN_UNTIL(n, false, secs);
+    return memnet_new(2, names, NULL);
 }
 
 /* ---- header inspection ---------------------------------------------------------------------------------- */
@@ -307,7 +172,7 @@ static const uint8_t EMPTY_OK[] = { 0x64, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xa0 };
  *   get_task:      "try", "trymin" (with min_get_task_timeout 5), "task", "end", "!<cell rc>", "silent"
  *   submit:        "ok", "!<cell rc>", "silent" */
 struct srv {
-    struct net *n;
+    struct memnet *n;
     const char *sync_script[8], *gt_script[8], *chk_script[8], *sub_script[8];
     int sync_n, hb_n, gt_n, chk_n, sub_n;
     bool hb_bad;                         /* a heartbeat had sm__ri or no optional flag */
@@ -409,7 +274,7 @@ static int on_submit(void *arg, struct cj_stream_blob *b)
     return 0;
 }
 
-static void srv_init(struct srv *s, struct net *n)
+static void srv_init(struct srv *s, struct memnet *n)
 {
     memset(s, 0, sizeof *s);
     s->n = n;
@@ -501,7 +366,7 @@ static void on_done(void *ctx, struct cj_task *t, bool ok, const char *why)
 }
 
 struct world {
-    struct net *n;
+    struct memnet *n;
     struct srv s;
     struct fake f;
     struct cj_creds creds;
@@ -555,7 +420,7 @@ static void world_start(struct world *w)
 static void world_free(struct world *w)
 {
     cj_fl_up_free(w->up);
-    net_free(w->n);
+    memnet_free(w->n);
     srv_free(&w->s);
     cj_task_table_free(w->tt);
     free(w);
@@ -569,13 +434,13 @@ static enum cj_fl_up_state up_state(struct world *w)
 }
 
 /* Every message the relay sent to the server (chunks, ACKs) carried the auth headers. */
-static void check_auth_everywhere(struct net *n, int *acks)
+static void check_auth_everywhere(struct memnet *n, int *acks)
 {
     int k = 0, a = 0;
     for (int i = 0; i < n->n_caps; i++) {
         if (n->caps[i].from != RELAY || strncmp(n->caps[i].dest, "server", 6) != 0) continue;
         struct cj_hdr h;
-        decode_ok(&h, n->caps[i].blk, n->caps[i].len);
+        memnet_decode(&h, n->caps[i].blk, n->caps[i].len);
         if (!has_auth(&h)) fail_msg("message %d (%s) to %s lacks auth headers", i, h.topic, n->caps[i].dest);
         if (strcmp(h.topic, "sm__ACK") == 0) a++;
         k++;
