@@ -140,6 +140,13 @@ static void count_unwritten(struct cj_spool_ref *r, uint64_t received, uint64_t 
     else if (r->unwritten <= CJ_SPOOL_CAUGHT_UP) set_behind(r, false);
 }
 
+/* r's fetch ended or stopped: nothing of it is waiting for the disk any more. */
+static void stop_behind(struct cj_spool_ref *r)
+{
+    r->unwritten = 0;
+    set_behind(r, false);
+}
+
 static double now_mono(void)
 {
     struct timespec ts;
@@ -515,8 +522,7 @@ static void fetch_failed(struct cj_spool_ref *r, const char *why)
     if (!r->why[0]) snprintf(r->why, sizeof r->why, "%s", why && why[0] ? why : "download failed");
     r->state = CJ_SPOOL_FAILED;
     sp->st.fetch_failures++;
-    r->unwritten = 0;
-    set_behind(r, false);
+    stop_behind(r);
     drop_items(r);
     unreserve(r);
     r->bytes = 0;
@@ -551,8 +557,7 @@ static void fetch_done(void *ctx, bool ok, const char *why)
         return;
     }
     r->state = CJ_SPOOL_SPOOLED;
-    r->unwritten = 0;
-    set_behind(r, false);
+    stop_behind(r);
     sp->st.fetched_refs++;
     sp->st.fetched_bytes += r->bytes;
     cj_log_info("spool: ref %s from %s spooled: %" PRIu32 " items, %" PRIu64 " bytes in %.1f s (%s)", r->ref_id, r->source,
@@ -1096,8 +1101,7 @@ static void ref_stop(struct cj_spool_ref *r)
     struct cj_spool *sp = r->sp;
     r->fetched_fn = NULL;
     r->served_fn = NULL;
-    r->unwritten = 0;
-    set_behind(r, false);
+    stop_behind(r);
     if (r->fetch) {
         struct cj_dl_fetch *f = r->fetch;
         r->fetch = NULL;
