@@ -25,6 +25,7 @@
 #include "payload/fobs.h"
 #include "payload/lobs.h"
 #include "payload/splice.h"
+#include "fl/task.h"
 #include "stream/stream.h"
 #include "util/log.h"
 #include "worker.h"
@@ -74,21 +75,12 @@ static int request(struct wk *w, const char *channel, const char *topic, msgpack
     return cj_stream_request(w->ep, w->server, channel, topic, &m, b, timeout, fn, w, NULL, NULL);
 }
 
-/* The __rc__ of a reply Shareable ("" when absent). */
+/* The __rc__ of a reply's Shareable: "OK" when it has none (as FLARE reads it),
+ * "" when the reply carries no Shareable (a failed or empty reply). */
 static void reply_rc(struct cj_stream_reply *r, char *rc, size_t n)
 {
-    struct cj_lobs_section m;
-    struct cj_fobs_shareable sh;
-    struct cj_fobs_headers h;
-    size_t len;
-    rc[0] = '\0';
-    if (!r->data || !(len = evbuffer_get_length(r->data))) return;
-    const uint8_t *p = evbuffer_pullup(r->data, -1);
-    if (!p || cj_lobs_validate(p, len, &m, NULL, 0, NULL, NULL) ||
-        cj_fobs_find_shareable(m.value, m.value_len, &sh, NULL) || !sh.headers.len ||
-        cj_fobs_read_headers(m.value + sh.headers.off, sh.headers.len, &h, NULL) || !h.rc.len)
-        return;
-    cj_fobs_span_str(m.value + sh.headers.off, h.rc, rc, n, NULL);
+    size_t len = r->data ? evbuffer_get_length(r->data) : 0;
+    if (!len || cj_task_read_rc(evbuffer_pullup(r->data, -1), len, rc, n, NULL, 0)) rc[0] = '\0';
 }
 
 static void direct_fail(struct wk *w, const char *why)
