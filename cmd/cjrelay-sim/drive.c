@@ -117,20 +117,10 @@ static void later(struct drive *d, double secs, void (*fn)(struct drive *))
     evtimer_add(d->timer, &tv);
 }
 
-static struct evbuffer *to_evbuffer(const msgpack_sbuffer *sb)
-{
-    struct evbuffer *b = evbuffer_new();
-    if (b && evbuffer_add(b, sb->data, sb->size)) {
-        evbuffer_free(b);
-        return NULL;
-    }
-    return b;
-}
-
 static int request(struct drive *d, const char *channel, const char *topic, msgpack_sbuffer *sb, double timeout,
                    cj_stream_reply_fn fn)
 {
-    struct evbuffer *b = to_evbuffer(sb);
+    struct evbuffer *b = mp_sbuffer_to_evbuffer(sb);
     msgpack_sbuffer_destroy(sb);
     if (!b) return -1;
     struct cj_stream_msg m = {.encoding = "fobs"};
@@ -164,7 +154,7 @@ static void on_sync(void *arg, struct cj_stream_reply *r)
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     struct evbuffer *b = NULL;
-    if (cj_build_aux_request(&sb, "__job_heartbeat__", NULL, d->site, d->o->job_id, NULL) == 0 && (b = to_evbuffer(&sb))) {
+    if (cj_build_aux_request(&sb, "__job_heartbeat__", NULL, d->site, d->o->job_id, NULL) == 0 && (b = mp_sbuffer_to_evbuffer(&sb))) {
         struct cj_stream_msg m = {.encoding = "fobs", .optional = true};
         cj_stream_send(d->ep, d->server, "aux_communication", "__job_heartbeat__", &m, NULL, b, NULL, NULL, NULL);
     }
@@ -316,7 +306,7 @@ static void submit(struct drive *d, bool failure)
 {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
-    if (build_submit(d, failure, &sb) || !(d->submit = to_evbuffer(&sb))) {
+    if (build_submit(d, failure, &sb) || !(d->submit = mp_sbuffer_to_evbuffer(&sb))) {
         msgpack_sbuffer_destroy(&sb);
         drive_end(d, 1, "cannot build the submit_update of round %ld", d->round);
         return;
@@ -504,7 +494,7 @@ static int send_notice(struct drive *d, struct cj_stream_ep *ep, const char *rea
         msgpack_sbuffer_destroy(&sb);
         return -1;
     }
-    struct evbuffer *b = to_evbuffer(&sb);
+    struct evbuffer *b = mp_sbuffer_to_evbuffer(&sb);
     msgpack_sbuffer_destroy(&sb);
     if (!b) return -1;
     struct cj_stream_msg m = {.encoding = "fobs"};

@@ -29,6 +29,7 @@
 #include "stream/stream.h"
 #include "util/log.h"
 #include "worker.h"
+#include "util/mp.h"
 
 #define DIRECT_SYNC_TRIES 120     /* __sync_runner__ every 0.5 s: a minute */
 #define DIRECT_POLL 0.1           /* s between get_task polls while __try_again__ */
@@ -55,21 +56,10 @@ int wk_direct_bootstrap(const struct wk_opts *o, struct cj_bootstrap *bs)
     return 0;
 }
 
-static struct evbuffer *to_evbuffer(msgpack_sbuffer *sb)
-{
-    struct evbuffer *b = evbuffer_new();
-    if (b && evbuffer_add(b, sb->data ? sb->data : "", sb->size)) {
-        evbuffer_free(b);
-        b = NULL;
-    }
-    msgpack_sbuffer_destroy(sb);
-    return b;
-}
-
 static int request(struct wk *w, const char *channel, const char *topic, msgpack_sbuffer *sb, double timeout,
                    void (*fn)(void *arg, struct cj_stream_reply *r))
 {
-    struct evbuffer *b = to_evbuffer(sb);
+    struct evbuffer *b = mp_sbuffer_to_evbuffer(sb);
     if (!b) return -1;
     struct cj_stream_msg m = {.encoding = "fobs"};
     return cj_stream_request(w->ep, w->server, channel, topic, &m, b, timeout, fn, w, NULL, NULL);

@@ -17,6 +17,7 @@
 #include "stream/stream.h"
 #include "util/log.h"
 #include "worker.h"
+#include "util/mp.h"
 
 static const uint8_t MP_TRUE[] = {0xc3};
 static const struct cj_stream_msg FOBS_MSG = {.encoding = "fobs"};
@@ -24,17 +25,6 @@ static const struct cj_stream_msg FOBS_MSG = {.encoding = "fobs"};
 void wk_touch(struct wk *w)
 {
     w->last_activity = wk_now();
-}
-
-static struct evbuffer *sb_to_evbuffer(msgpack_sbuffer *sb)
-{
-    struct evbuffer *eb = evbuffer_new();
-    if (eb && evbuffer_add(eb, sb->data ? sb->data : "", sb->size)) {
-        evbuffer_free(eb);
-        eb = NULL;
-    }
-    msgpack_sbuffer_destroy(sb);
-    return eb;
 }
 
 /* ---- sending ------------------------------------------------------------------------------ */
@@ -73,7 +63,7 @@ static void auth_build(struct auth_hdrs *a, const struct wk *w, bool pass_throug
 int wk_request(struct wk *w, const char *topic, msgpack_sbuffer *sb, double timeout,
                void (*fn)(void *arg, struct cj_stream_reply *r), void *arg, uint64_t *handle, bool pass_through)
 {
-    struct evbuffer *eb = sb_to_evbuffer(sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(sb);
     if (!eb) return -1;
     struct auth_hdrs a;
     auth_build(&a, w, pass_through);
@@ -85,7 +75,7 @@ int wk_request(struct wk *w, const char *topic, msgpack_sbuffer *sb, double time
 
 static int send_oneway(struct wk *w, const char *topic, msgpack_sbuffer *sb)
 {
-    struct evbuffer *eb = sb_to_evbuffer(sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(sb);
     if (!eb) return -1;
     struct auth_hdrs a;
     auth_build(&a, w, false);
@@ -358,7 +348,7 @@ static int on_shutdown(void *arg, struct cj_stream_blob *b)
     msgpack_sbuffer_init(&sb);
     struct evbuffer *eb = NULL;
     if (cj_capi_encode_shutdown_reply(&sb, live, &e)) msgpack_sbuffer_destroy(&sb);
-    else eb = sb_to_evbuffer(&sb);   /* consumes sb */
+    else eb = mp_sbuffer_to_evbuffer(&sb);   /* consumes sb */
     if (eb && !b->req.has_ri) evbuffer_free(eb), eb = NULL;
     bool sent = eb && b->req.has_ri &&
                 cj_stream_reply(w->ep, &b->req, NULL, &FOBS_MSG, eb, live ? NULL : shutdown_replied, w) == 0;

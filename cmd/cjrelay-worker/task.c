@@ -35,6 +35,7 @@
 #include "worker.h"
 
 #include "payload/dxo.h"
+#include "util/mp.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the tensor transform assumes a little-endian host (items are little-endian)"
@@ -158,11 +159,7 @@ static void answer_task(struct wk *w, struct cj_stream_reqctx *req, const char *
     msgpack_sbuffer_init(&sb);
     int rc = reason ? cj_capi_encode_task_failed(&sb, task_id, reason, &e)
                     : cj_capi_encode_task_accepted(&sb, task_id, &e);
-    struct evbuffer *eb = rc || !req->has_ri ? NULL : evbuffer_new();
-    if (eb && evbuffer_add(eb, sb.data, sb.size)) {
-        evbuffer_free(eb);
-        eb = NULL;
-    }
+    struct evbuffer *eb = rc || !req->has_ri ? NULL : mp_sbuffer_to_evbuffer(&sb);
     msgpack_sbuffer_destroy(&sb);
     struct cj_stream_msg m = {.encoding = "fobs"};
     if (rc) cj_log_error("task %s: cannot encode %s: %s", task_id ? task_id : "?", what, e.msg);

@@ -17,6 +17,7 @@
 
 #include "dl/dlmsg.h"
 #include "dl/replyparse.h"
+#include "util/mp.h"
 
 /* Data replies in a row without a single item before the download is called stuck. */
 #define MAX_EMPTY_REPLIES 100
@@ -98,10 +99,9 @@ static void fire_done(void *arg, int status, const char *why)
 
 static void send_fire(struct cj_dl_fetch *f, msgpack_sbuffer *sb, const char *what)
 {
-    struct evbuffer *b = evbuffer_new();
+    struct evbuffer *b = mp_sbuffer_to_evbuffer(sb);
     struct cj_stream_msg m = { .encoding = "fobs" };
-    if (!b || evbuffer_add(b, sb->data, sb->size)) {
-        if (b) evbuffer_free(b);
+    if (!b) {
         cj_log_info("dl: %s for ref %s not sent: out of memory", what, f->ref_id);
         return;
     }
@@ -180,11 +180,7 @@ static int send_pull(struct cj_dl_fetch *f)
     struct cj_err e = { 0 };
     msgpack_sbuffer_init(&sb);
     int rc = cj_dl_encode_pull(&sb, f->ref_id, !f->cfg.no_confirm, f->state, f->state_len, &e);
-    struct evbuffer *b = rc ? NULL : evbuffer_new();
-    if (b && evbuffer_add(b, sb.data, sb.size)) {
-        evbuffer_free(b);
-        b = NULL;
-    }
+    struct evbuffer *b = rc ? NULL : mp_sbuffer_to_evbuffer(&sb);
     msgpack_sbuffer_destroy(&sb);
     if (!b) {
         cj_log_warning("dl: cannot build a pull for ref %s: %s", f->ref_id, rc ? e.msg : "out of memory");

@@ -13,6 +13,7 @@
 
 #include "dl/dlmsg.h"
 #include "payload/fobs.h"
+#include "util/mp.h"
 
 /* Pulls, confirms and cancels are a few hundred bytes; anything much larger is not one. */
 #define MAX_REQUEST_BYTES 65536
@@ -309,9 +310,8 @@ static void answer(struct cj_dl_producer *p, const struct cj_stream_reqctx *rq, 
 
 static void send_sbuffer(struct cj_dl_producer *p, const struct cj_stream_reqctx *rq, msgpack_sbuffer *sb)
 {
-    struct evbuffer *b = evbuffer_new();
-    if (!b || evbuffer_add(b, sb->data, sb->size)) {
-        if (b) evbuffer_free(b);
+    struct evbuffer *b = mp_sbuffer_to_evbuffer(sb);
+    if (!b) {
         cj_log_warning("dl: out of memory replying to %s", rq->origin);
         return;
     }

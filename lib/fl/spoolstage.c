@@ -320,14 +320,12 @@ static void submit_now(struct cj_spool_stage *st, struct stask *tk)
         fail_result(st, tk, why);
         return;
     }
-    struct evbuffer *eb = evbuffer_new();
-    if (!eb || evbuffer_add(eb, sb.data, sb.size) != 0) {
-        msgpack_sbuffer_destroy(&sb);
-        if (eb) evbuffer_free(eb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(&sb);
+    msgpack_sbuffer_destroy(&sb);
+    if (!eb) {
         fail_result(st, tk, "out of memory");
         return;
     }
-    msgpack_sbuffer_destroy(&sb);
     st->stats.results_spooled++;
     tk->state = S_SUBMITTING;
     cj_log_info("task %s: result spooled; served to %s: %s", tk->id, n_ids ? "the task's receiver_ids" : "one receiver",

@@ -1,7 +1,11 @@
-/* mp.c — the msgpack cursor (see mp.h). */
+/* mp.c — the msgpack cursor, and handing packed bytes on (see mp.h). */
 #include "util/mp.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include <event2/buffer.h>
+#include <msgpack.h>
 
 static uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 static uint32_t be32(const uint8_t *p)
@@ -290,4 +294,26 @@ int mp_map_find_str(struct mp_cur *c, uint32_t n, const char *key, char *buf, si
     memcpy(buf, p, len);
     buf[len] = 0;
     return 1;
+}
+
+/* ---- writing ---------------------------------------------------------------------------------- */
+
+static void free_packed(const void *data, size_t len, void *arg)
+{
+    (void)len, (void)arg;
+    free((void *)data);
+}
+
+struct evbuffer *mp_sbuffer_to_evbuffer(struct msgpack_sbuffer *sb)
+{
+    size_t len = sb->size;
+    char *data = msgpack_sbuffer_release(sb);   /* sb is empty from here */
+    struct evbuffer *b = evbuffer_new();
+    if (b && (!len || evbuffer_add_reference(b, data, len, free_packed, NULL) == 0)) {
+        if (!len) free(data);
+        return b;
+    }
+    if (b) evbuffer_free(b);
+    free(data);
+    return NULL;
 }

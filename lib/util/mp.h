@@ -81,4 +81,14 @@ int mp_map_find(struct mp_cur *c, uint32_t n, const char *key, struct mp_cur *va
 int mp_map_find_str(struct mp_cur *c, uint32_t n, const char *key, char *buf, size_t bufsz,
                     struct cj_err *err);
 
+/* ---- writing ---------------------------------------------------------------------------------- */
+
+struct evbuffer;
+struct msgpack_sbuffer;
+
+/* Moves what was packed into sb into a new evbuffer without copying it (the
+ * evbuffer frees the bytes when it is done with them); sb is left empty either
+ * way, so destroying it afterwards is harmless.  NULL when out of memory. */
+struct evbuffer *mp_sbuffer_to_evbuffer(struct msgpack_sbuffer *sb);
+
 #endif

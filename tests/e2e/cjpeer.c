@@ -55,6 +55,7 @@
 #include "util/parse.h"
 #include "wire/fqcn.h"
 #include "wire/header.h"
+#include "util/mp.h"
 
 #define ACK_DEFAULT ((uint64_t)4 << 20)
 #define SPOOF_QUIET 2.0   /* seconds without an answer to the spoofed ping */
@@ -405,17 +406,6 @@ static const char *const CAPI_STEP[] = {"hello", "session_ready", "result_ready 
 
 static void on_capi_reply(void *arg, struct cj_stream_reply *r);
 
-static struct evbuffer *sb_evbuffer(msgpack_sbuffer *sb)
-{
-    struct evbuffer *eb = evbuffer_new();
-    if (eb && evbuffer_add(eb, sb->data ? sb->data : "", sb->size)) {
-        evbuffer_free(eb);
-        eb = NULL;
-    }
-    msgpack_sbuffer_destroy(sb);
-    return eb;
-}
-
 /* Sends the request of the current step. */
 static void capi_send(struct peer *p)
 {
@@ -453,7 +443,7 @@ static void capi_send(struct peer *p)
         finish(p, false, "cannot encode %s: %s", topic, e.msg);
         return;
     }
-    struct evbuffer *eb = sb_evbuffer(&sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(&sb);
     struct cj_stream_msg m = {.encoding = "fobs"};
     if (!eb || cj_stream_request(p->ep, p->bs.cj_fqcn, CJ_CAPI_CHANNEL, topic, &m, eb, 10, on_capi_reply, p, NULL,
                                  NULL))
@@ -537,7 +527,7 @@ static int on_capi_task(void *arg, struct cj_stream_blob *b)
     if (p->capi_step < 2 || p->capi_step > 3 || p->task_body || cj_capi_decode_request(CJ_CAPI_TASK_READY, bytes, n, m, &e) ||
         !(m->has & CJ_CAPI_F_BODY) || !(p->task_body = malloc(m->body_len ? m->body_len : 1))) {
         cj_capi_encode_task_failed(&sb, NULL, "cjpeer: not now", &e);
-        struct evbuffer *eb = sb_evbuffer(&sb);
+        struct evbuffer *eb = mp_sbuffer_to_evbuffer(&sb);
         if (eb) cj_stream_reply(p->ep, &b->req, "ok", &FOBS_MSG, eb, NULL, NULL);
         return 0;
     }
@@ -546,7 +536,7 @@ static int on_capi_task(void *arg, struct cj_stream_blob *b)
     snprintf(p->task_id, sizeof p->task_id, "%s", m->task_id);
     printf("TASK %s\n", p->task_id);
     cj_capi_encode_task_accepted(&sb, p->task_id, &e);
-    struct evbuffer *eb = sb_evbuffer(&sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(&sb);
     if (!eb || cj_stream_reply(p->ep, &b->req, "ok", &FOBS_MSG, eb, NULL, NULL)) {
         finish(p, false, "cannot accept task %s", p->task_id);
         return 0;

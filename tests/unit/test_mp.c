@@ -2,6 +2,9 @@
 #include "testutil.h"
 #include "util/mp.h"
 
+#include <event2/buffer.h>
+#include <msgpack.h>
+
 static void skip_all(const char *hex, int want_rc, size_t want_pos)
 {
     size_t n;
@@ -131,6 +134,35 @@ static void test_typed_and_find(void **state)
     free(b);
 }
 
+/* Packed bytes move into an evbuffer unchanged; the sbuffer is left empty (destroying it is harmless). */
+static void test_sbuffer_to_evbuffer(void **state)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    for (int i = 0; i < 1000; i++) msgpack_pack_str_with_body(&pk, "relay", 5);
+    size_t len = sb.size;
+    char *copy = malloc(len);
+    memcpy(copy, sb.data, len);
+    struct evbuffer *b = mp_sbuffer_to_evbuffer(&sb);
+    assert_non_null(b);
+    assert_int_equal(sb.size, 0);
+    assert_null(sb.data);
+    msgpack_sbuffer_destroy(&sb);
+    assert_int_equal(evbuffer_get_length(b), len);
+    assert_memory_equal(evbuffer_pullup(b, -1), copy, len);
+    evbuffer_free(b);
+    free(copy);
+
+    msgpack_sbuffer_init(&sb);   /* nothing packed: an empty evbuffer */
+    b = mp_sbuffer_to_evbuffer(&sb);
+    assert_non_null(b);
+    assert_int_equal(evbuffer_get_length(b), 0);
+    evbuffer_free(b);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -138,6 +170,7 @@ int main(void)
         cmocka_unit_test(test_skip_hostile),
         cmocka_unit_test(test_truncation_every_offset),
         cmocka_unit_test(test_typed_and_find),
+        cmocka_unit_test(test_sbuffer_to_evbuffer),
     };
     return cmocka_run_group_tests_name("mp", tests, NULL, NULL);
 }
