@@ -156,6 +156,18 @@ static const uint8_t *bytes_of(struct evbuffer *b, size_t *len)
     return *len ? evbuffer_pullup(b, -1) : NULL;
 }
 
+/* The __rc__ of an aux reply; -1 with why when the request failed or the reply is not a Shareable. */
+static int aux_reply_rc(struct cj_stream_reply *r, char *rc, size_t rcsz, char *why, size_t whysz)
+{
+    if (strcmp(r->return_code, "ok") != 0) {
+        snprintf(why, whysz, "%s%s%s", r->return_code, r->error[0] ? ": " : "", r->error);
+        return -1;
+    }
+    size_t len;
+    const uint8_t *p = bytes_of(r->data, &len);
+    return cj_task_read_rc(p, len, rc, rcsz, why, whysz);
+}
+
 static bool from_server(const struct cj_fl_up *up, const char *origin)
 {
     return origin && (strcmp(origin, up->server) == 0 || strcmp(origin, "server") == 0);
@@ -436,14 +448,7 @@ static void on_sync_reply(void *arg, struct cj_stream_reply *r)
     char why[WHY_MAX], rc[64];
     up->sync_inflight = false;
     if (up->state != CJ_FL_UP_SYNCING) return;
-    if (strcmp(r->return_code, "ok") != 0) {
-        snprintf(why, sizeof why, "%s%s%s", r->return_code, r->error[0] ? ": " : "", r->error);
-        sync_retry(up, why);
-        return;
-    }
-    size_t len;
-    const uint8_t *p = bytes_of(r->data, &len);
-    if (cj_task_read_rc(p, len, rc, sizeof rc, why, sizeof why)) {
+    if (aux_reply_rc(r, rc, sizeof rc, why, sizeof why)) {
         sync_retry(up, why);
         return;
     }
@@ -644,14 +649,7 @@ static void on_check_reply(void *arg, struct cj_stream_reply *r)
     struct up_sub *s = arg;
     char why[WHY_MAX], rc[64];
     s->in_req = false;
-    if (strcmp(r->return_code, "ok") != 0) {
-        snprintf(why, sizeof why, "%s%s%s", r->return_code, r->error[0] ? ": " : "", r->error);
-        check_retry(s, why);
-        return;
-    }
-    size_t len;
-    const uint8_t *p = bytes_of(r->data, &len);
-    if (cj_task_read_rc(p, len, rc, sizeof rc, why, sizeof why)) {
+    if (aux_reply_rc(r, rc, sizeof rc, why, sizeof why)) {
         check_retry(s, why);
         return;
     }
