@@ -11,13 +11,17 @@
  *    input body verbatim right after the envelope;
  *  - SUBMIT_UPDATE of {"result": <task body>} built from a spliceable task
  *    always succeeds and carries __task_name__, __msg_root_id__, __peer_ctx__,
- *    __task_id__ (and the cookie jar when the task had one). */
+ *    __task_id__ (and the cookie jar when the task had one);
+ *  - the same payload read as a get_task reply (cj_task_read_reply) and as an
+ *    aux reply's __rc__ (cj_task_read_rc): 0 with NUL-terminated strings that
+ *    fit their buffers, or -1 with a reason. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "payload/fobs.h"
 #include "payload/lobs.h"
+#include "fl/task.h"
 #include "payload/splice.h"
 
 #define CHECK(x) do { if (!(x)) __builtin_trap(); } while (0)
@@ -158,8 +162,27 @@ static void submit_derived(const uint8_t *data, size_t size, const struct cj_tas
     msgpack_sbuffer_destroy(&r);
 }
 
+/* The FL layer's readers of server replies, on the same bytes. */
+static void task_readers(const uint8_t *data, size_t size)
+{
+    struct cj_task_reply r;
+    char why[256], rc[64];
+    why[0] = '\0';
+    if (cj_task_read_reply(data, size, &r, why, sizeof why) == 0) {
+        CHECK(strlen(r.task_name) < sizeof r.task_name && strlen(r.task_id) < sizeof r.task_id);
+        CHECK(r.wait_time == -1 || r.wait_time >= 0);   /* absent, not a number or negative: -1 */
+        CHECK(r.min_get_task_timeout == -1 || r.min_get_task_timeout >= 0);
+    } else {
+        CHECK(why[0] && strlen(why) < sizeof why);
+    }
+    why[0] = '\0';
+    if (cj_task_read_rc(data, size, rc, sizeof rc, why, sizeof why) == 0) CHECK(strlen(rc) < sizeof rc);
+    else CHECK(why[0] && strlen(why) < sizeof why);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    task_readers(data, size);
     struct cj_task_info info;
     if (task_ready(data, size, &info) == 0) submit_derived(data, size, &info);
     /* the input as a result_ready payload, against a fixed task header map */
