@@ -12,6 +12,15 @@ done
 cp $V/frames/cap*.bin $s/fuzz_header/ 2>/dev/null
 for f in $V/[0-9]*.bin; do cp "$f" $s/fuzz_lobs/; cp "$f" $s/fuzz_fobs/; cp "$f" $s/fuzz_splice/; done
 for f in $V/11_*.npz $V/4[0-3]_*; do case $f in *.txt) ;; *) cp "$f" $s/fuzz_items/;; esac; done
+# fuzz_itemcheck: byte 0 = flags (bit 0: safetensors; bit 1: item longer than given;
+# bits 4-7: index), bytes 1-2 = a cut, then the item.
+mkdir -p $s/fuzz_itemcheck
+for f in $V/11_*.npz $V/40_*.npz; do { printf '\000\000\100'; cat "$f"; } > $s/fuzz_itemcheck/$(basename "$f"); done
+for f in $V/41_*.npz; do { printf '\020\000\100'; cat "$f"; } > $s/fuzz_itemcheck/$(basename "$f"); done
+for f in $V/4[23]_*.safetensors; do
+    { printf '\001\000\020'; cat "$f"; } > $s/fuzz_itemcheck/$(basename "$f")
+    { printf '\003\000\010'; head -c 200 "$f"; } > $s/fuzz_itemcheck/part-$(basename "$f")
+done
 mkdir -p $s/fuzz_mpdump; cp $V/[0-9]*.bin $s/fuzz_mpdump/
 mkdir -p $s/fuzz_stream_rx; cp tests/fuzz/corpus/fuzz_stream_rx/* $s/fuzz_stream_rx/
 mkdir -p $s/fuzz_capi $s/fuzz_dlmsg
