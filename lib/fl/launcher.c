@@ -772,8 +772,8 @@ static int token_line(const char *path, unsigned lineno, const char *p, size_t n
     return 0;
 }
 
-static int parse_tokens(const char *path, const char *buf, size_t len, struct cj_launch_tokens *out,
-                        struct cj_err *err)
+int cj_launcher_parse_tokens(const char *path, const char *buf, size_t len, struct cj_launch_tokens *out,
+                             struct cj_err *err)
 {
     unsigned lineno = 0;
     for (size_t i = 0; i < len;) {
@@ -820,7 +820,7 @@ int cj_launcher_read_tokens(const char *path, struct cj_launch_tokens *out, stru
                          CJ_LAUNCHER_TOKEN_FILE_MAX);
     }
     close(fd);
-    if (rc == 0) rc = parse_tokens(path, buf, len, out, err);
+    if (rc == 0) rc = cj_launcher_parse_tokens(path, buf, len, out, err);
     if (buf) {
         explicit_bzero(buf, CJ_LAUNCHER_TOKEN_FILE_MAX + 1);
         free(buf);

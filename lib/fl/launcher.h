@@ -138,6 +138,11 @@ struct cj_launch_tokens {
  * one token.  0 with out filled, or -1 with err naming the file (and line),
  * never a token; out is wiped then. */
 int cj_launcher_read_tokens(const char *path, struct cj_launch_tokens *out, struct cj_err *err);
+/* The parsing part of cj_launcher_read_tokens, on the file's bytes (path only
+ * names it in errors); out must start empty.  On -1 out may hold the tokens
+ * of the lines before the bad one: wipe it. */
+int cj_launcher_parse_tokens(const char *path, const char *buf, size_t len, struct cj_launch_tokens *out,
+                             struct cj_err *err);
 /* Wipes the tokens (explicit_bzero). */
 void cj_launcher_tokens_clear(struct cj_launch_tokens *t);
 

@@ -1,15 +1,51 @@
-/* fuzz_config.c — config loader: a failed load leaves the config untouched, messages start with the file path, and a loaded config written back as INI loads to the same values. Writes real files (slow but faithful). */
+/* fuzz_config.c — the config loader: a failed load leaves the config
+ * untouched, messages start with the file path, and a loaded config written
+ * back as INI loads to the same values (real files in a temporary directory:
+ * slow but faithful).  The same input also goes through the value parsers
+ * (sizes, durations, endpoints) and the launch token file parser: accepted
+ * tokens are printable, blank-free, within bounds and taken from the input; a
+ * refusal names the file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "fl/launcher.h"
 #include "ops/config.h"
 
-static char path[64], path2[64];
+static char dir[64] = "/tmp/fuzz_config.XXXXXX", path[96], path2[96];
 
 static void write_to(const char *p, const void *d, size_t n)
 {
-    FILE *f = fopen(p, "wb"); fwrite(d, 1, n, f); fclose(f);
+    FILE *f = fopen(p, "wb");
+    if (!f) { perror(p); abort(); }
+    if (n && fwrite(d, 1, n, f) != n) { perror(p); abort(); }
+    fclose(f);
+}
+
+static void remove_dir(void)
+{
+    unlink(path);
+    unlink(path2);
+    rmdir(dir);
+}
+
+static void tokens(const char *data, size_t n)
+{
+    struct cj_launch_tokens t;
+    struct cj_err err = {0};
+    memset(&t, 0, sizeof t);
+    if (cj_launcher_parse_tokens("tokens.txt", data, n, &t, &err) != 0) {
+        if (strncmp(err.msg, "launch_token_file tokens.txt", 28)) abort();
+        return;
+    }
+    if (t.n < 1 || t.n > CJ_LAUNCHER_TOKENS_MAX) abort();
+    for (size_t i = 0; i < t.n; i++) {
+        size_t l = strlen(t.tok[i]);
+        if (l < CJ_LAUNCHER_TOKEN_MIN || l > CJ_LAUNCHER_TOKEN_MAX) abort();
+        for (size_t k = 0; k < l; k++)
+            if ((unsigned char)t.tok[i][k] <= 0x20 || (unsigned char)t.tok[i][k] >= 0x7f) abort();
+        if (!memmem(data, n, t.tok[i], l)) abort();
+    }
 }
 
 /* INI text from a loaded config's rows: loading it again must give the same values. */
@@ -50,9 +86,12 @@ static void parsers(const char *s)
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t n)
 {
     if (!path[0]) {
-        snprintf(path, sizeof path, "/tmp/cfgdev/fz/%d.ini", (int)getpid());
-        snprintf(path2, sizeof path2, "/tmp/cfgdev/fz/%d-rt.ini", (int)getpid());
+        if (!mkdtemp(dir)) { perror(dir); abort(); }
+        atexit(remove_dir);
+        snprintf(path, sizeof path, "%s/relay.ini", dir);
+        snprintf(path2, sizeof path2, "%s/relay-rt.ini", dir);
     }
+    tokens((const char *)data, n);
     char *s = malloc(n + 1); memcpy(s, data, n); s[n] = 0;
     parsers(s);
     free(s);

@@ -28,6 +28,7 @@ cp $V/2[0-8]_*.bin $V/07_*.bin $V/09_*.bin $V/12_*.bin $s/fuzz_capi/
 cp $V/3[0-7]_*.bin $s/fuzz_dlmsg/
 mkdir -p $s/fuzz_dxo; cp $V/0[2347]_*.bin $V/1[23]_*.bin $s/fuzz_dxo/
 mkdir -p $s/fuzz_config; cp conf/cjrelay.ini $s/fuzz_config/
+printf '# launch tokens\n  tok-aaaaaaaaaaaaaaaaaaaa \n\ntok-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n' > $s/fuzz_config/tokens.txt
 # fuzz_router: byte 0 = flags (bit 0: prepend trainer_1's HELLO; bit 1: framed
 # records; bits 2-4: write piece size), then the worker's byte stream.
 mkdir -p $s/fuzz_router
