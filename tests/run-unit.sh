@@ -5,6 +5,7 @@
 label=$1; shift
 passed=0; failed=0; crashed=""
 for t in "$@"; do
+    case $t in *.d) continue ;; esac   # the compiler's dependency files sit beside the binaries
     out=$("$t" 2>&1); rc=$?
     printf '%s\n' "$out"
     p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
