@@ -125,37 +125,6 @@ static bool mem_has(const uint8_t *p, size_t len, const void *needle, size_t nle
     return nlen <= len && memmem(p, len, needle, nlen) != NULL;
 }
 
-/* ---- the log, captured ------------------------------------------------------------------------- */
-
-static int saved_fd = -1;
-static FILE *cap_file;
-
-static void logcap_begin(void)
-{
-    fflush(stderr);
-    cap_file = tmpfile();
-    assert_non_null(cap_file);
-    saved_fd = dup(STDERR_FILENO);
-    dup2(fileno(cap_file), STDERR_FILENO);
-}
-
-/* Restores stderr, echoes what was captured, returns it (free it). */
-static char *logcap_end(void)
-{
-    fflush(stderr);
-    dup2(saved_fd, STDERR_FILENO);
-    close(saved_fd);
-    long len = ftell(cap_file);
-    if (len < 0) len = lseek(fileno(cap_file), 0, SEEK_CUR);
-    char *buf = calloc(1, (size_t)(len > 0 ? len : 0) + 1);
-    lseek(fileno(cap_file), 0, SEEK_SET);
-    ssize_t r = read(fileno(cap_file), buf, (size_t)(len > 0 ? len : 0));
-    if (r > 0) buf[r] = 0;
-    fclose(cap_file);
-    fputs(buf, stderr);
-    return buf;
-}
-
 static int count_str(const char *hay, const char *needle)
 {
     int k = 0;
@@ -783,10 +752,10 @@ static void test_retry_recovered(void **state)
     n->drop_mask = 1u << 1;   /* the reply to the second pull (state {0,1}) */
     struct fetchrec fr;
     fetchrec_init(&fr, &it);
-    logcap_begin();
+    tu_logcap_begin();
     fetch(n, W1, "retry", &fr);
     RUN_UNTIL(n, fr.done && rd.n, 3.0);
-    char *log = logcap_end();
+    char *log = tu_logcap_end();
     assert_true(fr.ok);
     assert_int_equal(fr.items, 3);
     assert_true(fr.content_ok);
@@ -821,12 +790,12 @@ static void test_retry_exhausted(void **state)
     n->drop_all = true;
     struct fetchrec fr;
     fetchrec_init(&fr, &it);
-    logcap_begin();
+    tu_logcap_begin();
     double t0 = memnet_now();
     fetch(n, W1, "lost", &fr);
     RUN_UNTIL(n, fr.done, 3.0);
     double took = memnet_now() - t0;
-    char *log = logcap_end();
+    char *log = tu_logcap_end();
     assert_int_equal(fr.done, 1);
     assert_false(fr.ok);
     assert_non_null(strstr(fr.why, "error requesting data from server.J1 after"));
@@ -852,10 +821,10 @@ static void test_unknown_ref(void **state)
     struct cj_dl_producer *p = producer(n, NULL);
     struct fetchrec fr;
     fetchrec_init(&fr, NULL);
-    logcap_begin();
+    tu_logcap_begin();
     fetch(n, W1, "no-such-ref", &fr);
     RUN_UNTIL(n, fr.done, 1.0);
-    char *log = logcap_end();
+    char *log = tu_logcap_end();
     assert_int_equal(fr.done, 1);
     assert_false(fr.ok);
     assert_non_null(strstr(fr.why, "invalid_request"));

@@ -239,41 +239,6 @@ static bool payload_is(const struct cj_msg *m, const char *text)
     return !memcmp(evbuffer_pullup(m->payload, -1), text, n);
 }
 
-/* ---- stderr capture (the log has no hook: lines go to fd 2) --------------------------- */
-
-struct capture {
-    int saved;
-    char path[64];
-};
-
-static void capture_start(struct capture *c)
-{
-    fflush(stderr);
-    snprintf(c->path, sizeof c->path, "/tmp/cj_test_link_log.XXXXXX");
-    int fd = mkstemp(c->path);
-    assert_true(fd >= 0);
-    c->saved = dup(2);
-    dup2(fd, 2);
-    close(fd);
-}
-
-/* Restores stderr, echoes what was captured, returns it (free it). */
-static char *capture_end(struct capture *c)
-{
-    fflush(stderr);
-    dup2(c->saved, 2);
-    close(c->saved);
-    FILE *f = fopen(c->path, "rb");
-    assert_non_null(f);
-    char *buf = calloc(1, 1 << 20);
-    size_t n = fread(buf, 1, (1 << 20) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    unlink(c->path);
-    fputs(buf, stderr);
-    return buf;
-}
-
 /* ---- addresses ---------------------------------------------------------------------- */
 
 static void test_addr_parse(void **state)
@@ -896,7 +861,6 @@ static void tls_run(int mode, const char *ca, const char *cert, const char *key,
 {
     struct env e;
     struct cj_err err;
-    struct capture cap;
     env_init(&e);
     memset(res, 0, sizeof *res);
     memset(&srv_rec, 0, sizeof srv_rec);
@@ -914,12 +878,12 @@ static void tls_run(int mode, const char *ca, const char *cert, const char *key,
     snprintf(url, sizeof url, "stcp://127.0.0.1:%u", cj_listener_port(lst));
     struct rec rc = {0};
     struct cj_link_cfg cc = cfg_named("upstream", "site-1.J1");
-    capture_start(&cap);
+    tu_logcap_begin();
     rc.link = cj_link_connect(e.base, NULL, url, cli, &cc, &rec_ops, &rc, &err);
     assert_non_null(rc.link);
     RUN_UNTIL(&e, (rc.up && srv_rec.up) || (rc.down && (srv_rec.down || !srv_rec.link)), 3);
     env_spin(&e, 0.05);
-    res->log = capture_end(&cap);
+    res->log = tu_logcap_end();
     res->client_up = rc.up && !rc.down;
     res->server_up = srv_rec.up && !srv_rec.down;
     snprintf(res->client_why, sizeof res->client_why, "%s", rc.why);

@@ -262,41 +262,6 @@ static struct cj_msg *raw_read_msg(struct world *w, int fd, double secs)
     }
 }
 
-/* ---- stderr capture (the log has no hook: lines go to fd 2) ----------------------------- */
-
-struct capture {
-    int saved;
-    char path[64];
-};
-
-static void capture_start(struct capture *c)
-{
-    fflush(stderr);
-    snprintf(c->path, sizeof c->path, "/tmp/cj_test_router_log.XXXXXX");
-    int fd = mkstemp(c->path);
-    assert_true(fd >= 0);
-    c->saved = dup(2);
-    dup2(fd, 2);
-    close(fd);
-}
-
-/* Restores stderr, echoes what was captured, returns it (free it). */
-static char *capture_end(struct capture *c)
-{
-    fflush(stderr);
-    dup2(c->saved, 2);
-    close(c->saved);
-    FILE *f = fopen(c->path, "rb");
-    assert_non_null(f);
-    char *buf = calloc(1, 1 << 16);
-    size_t n = fread(buf, 1, (1 << 16) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    unlink(c->path);
-    fputs(buf, stderr);
-    return buf;
-}
-
 /* ---- messages ---------------------------------------------------------------------------- */
 
 static struct cj_msg *make_msg(enum cj_msg_type type, const char *origin, const char *to, const char *dest,
@@ -577,12 +542,11 @@ static void test_loop_refused(void **state)
     msgpack_sbuffer_init(&sb);
     assert_int_equal(cj_hdr_forward(orig->hblk, orig->hlen, "server", ME, 3.0, 3.0, &sb, NULL), 0);
     cj_msg_free(orig);
-    struct capture cap;
-    capture_start(&cap);
+    tu_logcap_begin();
     assert_int_equal(cj_link_send(wk.link, (const uint8_t *)sb.data, sb.size, NULL, true), 0);
     msgpack_sbuffer_destroy(&sb);
     RUN_UNTIL(&w, wk.nmsgs == 1, 2);
-    char *log = capture_end(&cap);
+    char *log = tu_logcap_end();
     assert_non_null(strstr(log, "loop: next hop server is already on cn__route; RETURN sent to " T1));
     free(log);
     assert_int_equal(wk.nmsgs, 1);
@@ -740,11 +704,10 @@ static void test_child_registration(void **state)
     assert_non_null(first);
     /* the same name again while the first connection is alive: refused */
     const struct cj_router_counters *c = cj_router_counters(w.r);
-    struct capture cap;
-    capture_start(&cap);
+    tu_logcap_begin();
     worker_link(&w, T1, &b);
     RUN_UNTIL(&w, b.down == 1, 2);
-    char *log = capture_end(&cap);
+    char *log = tu_logcap_end();
     assert_int_equal(b.up, 0);
     assert_non_null(strstr(log, "'" T1 "' is taken by a live connection"));
     free(log);
@@ -1080,14 +1043,13 @@ static void test_inflight_failed_on_upstream_loss(void **state)
     assert_int_equal(c->fwd_errors_sent, 0);
 
     /* the server goes away */
-    struct capture cap;
-    capture_start(&cap);
+    tu_logcap_begin();
     cj_link_free(w.srv.link);
     w.srv.link = NULL;
     w.srv.up = 0;
     RUN_UNTIL(&w, wk.nmsgs >= 2, 2);
     world_spin(&w, 0.05);
-    char *log = capture_end(&cap);
+    char *log = tu_logcap_end();
     assert_non_null(strstr(log, "failed 2 requests of " T1 " in flight through the upstream"));
     free(log);
     assert_int_equal(wk.nmsgs, 2);

@@ -80,35 +80,6 @@ static void net_free(struct net *n)
     free(n);
 }
 
-/* ---- the log, captured ------------------------------------------------------------------------- */
-
-static int saved_fd = -1;
-static FILE *cap_file;
-
-static void logcap_begin(void)
-{
-    fflush(stderr);
-    cap_file = tmpfile();
-    assert_non_null(cap_file);
-    saved_fd = dup(STDERR_FILENO);
-    dup2(fileno(cap_file), STDERR_FILENO);
-}
-
-static char *logcap_end(void)
-{
-    fflush(stderr);
-    dup2(saved_fd, STDERR_FILENO);
-    close(saved_fd);
-    long len = lseek(fileno(cap_file), 0, SEEK_END);
-    char *buf = calloc(1, (size_t)(len > 0 ? len : 0) + 1);
-    lseek(fileno(cap_file), 0, SEEK_SET);
-    ssize_t r = read(fileno(cap_file), buf, (size_t)(len > 0 ? len : 0));
-    if (r > 0) buf[r] = 0;
-    fclose(cap_file);
-    fputs(buf, stderr);
-    return buf;
-}
-
 /* ---- items ---------------------------------------------------------------------------------------- */
 
 #define MAX_ITEMS 8
@@ -414,14 +385,14 @@ static void test_spool_serve_drop(void **state)
     /* serve to one worker */
     char id[CJ_DL_REF_ID_MAX + 1];
     struct served sv = { 0 };
-    logcap_begin();
+    tu_logcap_begin();
     assert_int_equal(cj_spool_serve(e.sp, r, 1, NULL, 0, on_served, &sv, id), 0);
     assert_string_equal(cj_spool_ref_served_id(r), id);
     assert_int_equal(cj_spool_ref_state(r), CJ_SPOOL_SERVING);
     struct wrec w;
     worker_fetch(&e, id, &it, &w);
     RUN_UNTIL(e.n, w.done && sv.n, 20.0);
-    char *log = logcap_end();
+    char *log = tu_logcap_end();
     assert_int_equal(w.done, 1);
     assert_true(w.ok);
     assert_int_equal(w.items, 4);
@@ -459,9 +430,9 @@ static void test_retry_after_timeout(void **state)
     e.n->drop_mask = 1;   /* the first data reply */
     use_fsync = true;     /* and the files are fsynced before their rename */
     struct fetched fr;
-    logcap_begin();
+    tu_logcap_begin();
     struct cj_spool_ref *r = spool(&e, "task-r", 6, "ref-r", &fr);
-    char *log = logcap_end();
+    char *log = tu_logcap_end();
     assert_true(fr.ok);
     assert_non_null(strstr(log, "[DOWNLOAD_RETRY] source=server.J1 ref_id=ref-r"));
     assert_non_null(strstr(log, "[DOWNLOAD_RECOVERED] source=server.J1 ref_id=ref-r"));
@@ -487,9 +458,9 @@ static void test_max_bytes(void **state)
     model_items(&it);
     source_ref(e.src, "ref-m", &it);
     struct fetched fr;
-    logcap_begin();
+    tu_logcap_begin();
     struct cj_spool_ref *r = spool(&e, "task-m", 6, "ref-m", &fr);
-    char *log = logcap_end();
+    char *log = tu_logcap_end();
     assert_false(fr.ok);
     assert_non_null(strstr(fr.why, "spool_max_bytes"));
     assert_non_null(strstr(fr.why, "ref-m"));
@@ -704,9 +675,9 @@ static void test_timeout_mid_reply(void **state)
     source_ref(e.src, "ref-t", &it);
     e.n->cut_mask = 2;   /* the second data reply (the 10.5 MiB item): only chunk 0 arrives */
     struct fetched fr;
-    logcap_begin();
+    tu_logcap_begin();
     struct cj_spool_ref *r = spool(&e, "task-t", 6, "ref-t", &fr);
-    char *log = logcap_end();
+    char *log = tu_logcap_end();
     assert_false(fr.ok);
     assert_non_null(strstr(fr.why, "timeout in the middle of a reply"));
     assert_int_equal(strstr(log, "[DOWNLOAD_RETRY]") != NULL, 0);

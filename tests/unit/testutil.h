@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <unistd.h>
 
 #ifndef CJ_VECTORS
 #define CJ_VECTORS "tests/vectors"
@@ -51,6 +52,40 @@ static inline uint8_t *tu_hex(const char *hex, size_t *len)
         else { buf[o++] = (uint8_t)(hi << 4 | d); hi = -1; }
     }
     *len = o;
+    return buf;
+}
+
+/* ---- the log, captured (the log has no hook: its lines go to fd 2) ---------------------------- */
+
+static int tu_logcap_saved = -1;
+static FILE *tu_logcap_file;
+
+/* Sends what is written to stderr to a temporary file until tu_logcap_end. */
+static inline void tu_logcap_begin(void)
+{
+    fflush(stderr);
+    tu_logcap_file = tmpfile();
+    assert_non_null(tu_logcap_file);
+    tu_logcap_saved = dup(STDERR_FILENO);
+    assert_true(tu_logcap_saved >= 0);
+    dup2(fileno(tu_logcap_file), STDERR_FILENO);
+}
+
+/* Restores stderr, echoes what was captured, returns it (free it). */
+static inline char *tu_logcap_end(void)
+{
+    fflush(stderr);
+    dup2(tu_logcap_saved, STDERR_FILENO);
+    close(tu_logcap_saved);
+    int fd = fileno(tu_logcap_file);
+    off_t len = lseek(fd, 0, SEEK_END);
+    char *buf = calloc(1, (size_t)(len > 0 ? len : 0) + 1);
+    assert_non_null(buf);
+    lseek(fd, 0, SEEK_SET);
+    ssize_t r = read(fd, buf, (size_t)(len > 0 ? len : 0));
+    if (r > 0) buf[r] = '\0';
+    fclose(tu_logcap_file);
+    fputs(buf, stderr);
     return buf;
 }
 
