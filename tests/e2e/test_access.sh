@@ -1,24 +1,27 @@
 #!/bin/sh
-# Access to the status socket: the kernel enforces socket_mode; of those let in,
-# only root and the daemon's uid may change things; SO_PEERCRED is logged.
+# Access to the status and worker sockets: each is created with its socket_mode and
+# the kernel enforces it; of status clients let in, only root and the daemon's uid
+# may change things; SO_PEERCRED (pid, uid) is logged for both.
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { skip "needs root to act as another uid"; finish; }
 command -v setpriv >/dev/null || { skip "setpriv missing"; finish; }
-D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl
+D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; P=$BUILD/tests/e2e/cjpeer
 # A directory another uid can traverse, holding copies of the binaries it runs.
 W=$(mktemp -d /tmp/cjrelay-access.XXXXXX); chmod 755 "$W"; PID=
 cleanup() { [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null; rm -rf "$W"; }
 trap cleanup EXIT
 cp "$C" "$W/cjrelayctl"; chmod 755 "$W/cjrelayctl"
+cp "$P" "$W/cjpeer"; chmod 755 "$W/cjpeer"
 AS_NOBODY="setpriv --reuid=65534 --regid=65534 --clear-groups"
 
-start() { # start MODE
+start() { # start STATUS_MODE [WORKERS_MODE]
     cat > "$W/r.ini" <<EOF2
 [relay]
 site = site-1
 job_id = J1
 [workers]
 listen = unix:$W/workers.sock
+socket_mode = ${2:-0660}
 [status]
 socket = $W/status.sock
 socket_mode = $1
@@ -27,15 +30,31 @@ EOF2
     for i in $(seq 50); do [ -S "$W/status.sock" ] && break; sleep 0.1; done
 }
 stop() { kill -TERM "$PID"; wait "$PID"; PID=; }
+# answered FILE: cjpeer's ping got an answer through the relay.  There is no upstream
+# here, so the relay itself answers: a RETURN with comm_error (the link and the HELLO
+# went through; that is what is tested).
+answered() { grep -q '^OK ping\|RETURN from site-1.J1: comm_error' "$1"; }
 
-start 0600
+start 0600 0600
+check "status socket created with mode 0600" [ "$(stat -c %a "$W/status.sock")" = 600 ]
+check "worker socket created with mode 0600" [ "$(stat -c %a "$W/workers.sock")" = 600 ]
+$AS_NOBODY "$W/cjpeer" --timeout 5 "unix:$W/workers.sock" site-1.J1.w9 ping > "$W/wout" 2>&1; rc=$?
+check "worker socket 0600: another uid is refused by the kernel ($rc)" sh -c "[ $rc -ne 0 ] && grep -q 'Permission denied' $W/wout"
+check "worker socket 0600: the refused uid never reached the relay" sh -c "! grep -q 'uid 65534' $W/d.log"
+"$P" --timeout 5 "unix:$W/workers.sock" site-1.J1.w1 ping > "$W/wout" 2>&1
+check "worker socket 0600: root's worker is served (the relay answers its ping)" answered "$W/wout"
+check "worker link logged with SO_PEERCRED pid and uid" grep -q "site-1.J1.w1 (unix peer pid [0-9]* uid 0)" "$W/d.log"
 $AS_NOBODY "$W/cjrelayctl" -s "$W/status.sock" show info > "$W/out" 2>&1; rc=$?
 check "mode 0600: another uid is refused by the kernel (exit 2)" sh -c "[ $rc -eq 2 ] && grep -q 'Permission denied' $W/out"
 check "mode 0600: root gets in" $C -s "$W/status.sock" show info
 check "SO_PEERCRED pid and uid logged" grep -q "status: client connected pid [0-9]* uid 0 (admin)" "$W/d.log"
 stop
 
-start 0666
+start 0666 0666
+check "status socket created with mode 0666" [ "$(stat -c %a "$W/status.sock")" = 666 ]
+$AS_NOBODY "$W/cjpeer" --timeout 5 "unix:$W/workers.sock" site-1.J1.w2 ping > "$W/wout" 2>&1
+check "worker socket 0666: another uid's worker is served" answered "$W/wout"
+check "worker link logged with the other uid" grep -q "site-1.J1.w2 (unix peer pid [0-9]* uid 65534)" "$W/d.log"
 check "mode 0666: another uid may read" $AS_NOBODY "$W/cjrelayctl" -s "$W/status.sock" show info
 $AS_NOBODY "$W/cjrelayctl" -s "$W/status.sock" pause > "$W/out" 2>&1; rc=$?
 check "another uid may not pause (ERR 403)" sh -c "[ $rc -eq 1 ] && grep -q '^ERR 403' $W/out"
