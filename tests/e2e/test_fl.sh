@@ -5,7 +5,8 @@
 #     downloaded by a worker FQCN and none by the relay; __end_run__ ends the relay, exit 0
 # (b) a 1 GiB model round: the relay's peak RSS stays within 64 MiB of its idle RSS
 # (c) a worker killed mid-download: the task fails upstream with a log line naming it,
-#     the relay restarts the worker and the round is served again
+#     the relay restarts the worker and the round is served again; the launch token and
+#     the job credentials (credentials_file) appear in no log, argv or show output
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim
 W=$(mktemp -d); SIM=; RELAY=
@@ -17,6 +18,10 @@ cleanup() {
     rm -rf "$W"
 }
 trap cleanup EXIT
+# The job's delegated credentials: values that must never be seen outside the file.
+CRED_TOKEN=cjtest-token-5f0c2a9e71d84b36; CRED_SIG=cjtest-signature-a83d7e10c4b2; CRED_SSID=cjtest-ssid-92b1f6e5
+printf 'token = %s\ntoken_signature = %s\nssid = %s\n' "$CRED_TOKEN" "$CRED_SIG" "$CRED_SSID" > "$W/creds"
+chmod 600 "$W/creds"
 
 # run_job NAME COUNT ON_END SIM-ARGS...: sim + relay; sets SIM, RELAY, PORT; files in $W/NAME.*
 run_job() {
@@ -31,6 +36,7 @@ job_id = J1
 on_end_run = $onend
 [upstream]
 url = tcp://127.0.0.1:$PORT
+credentials_file = $W/creds
 [workers]
 listen = unix:$W/$n.w.sock
 command = $BUILD/cjrelay-worker
@@ -94,6 +100,15 @@ check "(c) the running worker's bootstrap file is mode 0600 ($bs)" sh -c "[ -n '
 tok=$(jq -r .launch_token "$bs" 2>/dev/null)
 check "(c) the launch token (${#tok} chars) is not on the worker's argv" sh -c "[ ${#tok} -eq 43 ] && ! tr '\\0' ' ' < /proc/$victim/cmdline | grep -qF -- '$tok'"
 check "(c) ... nor in the relay's log or show output" sh -c "! grep -qF -- '$tok' $W/c.relay && ! $C -s $W/c.status.sock show workers json | grep -qF -- '$tok'"
+for what in info config workers tasks refs stats; do $C -s "$W/c.status.sock" show $what json; done > "$W/c.show" 2>&1
+tr '\0' ' ' < "/proc/$victim/cmdline" > "$W/c.argv"; tr '\0' ' ' < "/proc/$RELAY/cmdline" >> "$W/c.argv"
+check "(c) the relay took the credentials from the file (so their absence below means something)" \
+    grep -q "auth headers set for client site-1 (token from file, token_signature from file, ssid from file)" "$W/c.relay"
+check "(c) show output was captured ($(wc -c < "$W/c.show") bytes) and names the credentials file" grep -qF "$W/creds" "$W/c.show"
+for v in "$CRED_TOKEN" "$CRED_SIG" "$CRED_SSID"; do
+    check "(c) the job credential ${v%%-[0-9a-f]*}... is in no log, argv or show output" \
+        sh -c "! grep -qF -- '$v' $W/c.relay $W/c.show $W/c.argv"
+done
 kill -KILL "$victim"
 wait_for 60 sh -c "$C -s $W/c.status.sock show metrics json | jq -e '.metrics | length >= 1'"
 check "(c) show metrics has the restarted worker's metric" sh -c "$C -s $W/c.status.sock show metrics json | jq -e '.metrics[0].name == \"loss\"' >/dev/null"
