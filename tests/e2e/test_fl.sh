@@ -110,6 +110,8 @@ for v in "$CRED_TOKEN" "$CRED_SIG" "$CRED_SSID"; do
         sh -c "! grep -qF -- '$v' $W/c.relay $W/c.show $W/c.argv"
 done
 kill -KILL "$victim"
+wait_for 10 sh -c "! test -e '$bs'"
+check "(c) the killed worker's bootstrap file is removed" sh -c "[ -n '$bs' ] && ! test -e '$bs'"
 wait_for 60 sh -c "$C -s $W/c.status.sock show metrics json | jq -e '.metrics | length >= 1'"
 check "(c) show metrics has the restarted worker's metric" sh -c "$C -s $W/c.status.sock show metrics json | jq -e '.metrics[0].name == \"loss\"' >/dev/null"
 wait "$SIM"; rc=$?; SIM=
