@@ -4,6 +4,7 @@
 # (a) several rounds verified by the sim, numpy and safetensors items; every task ref is
 #     downloaded by a worker FQCN and none by the relay; __end_run__ ends the relay, exit 0
 # (b) a 1 GiB model round: the relay's peak RSS stays within 64 MiB of its idle RSS
+#     (under ASan+UBSan a 256 MiB round, its memory figures not checked)
 # (c) a worker killed mid-download: the task fails upstream with a log line naming it,
 #     the relay restarts the worker and the round is served again; the launch token and
 #     the job credentials (credentials_file) appear in no log, argv or show output
@@ -74,14 +75,16 @@ check "(a) sim verified every round (safetensors): $(tail -1 $W/s.sim)" sh -c "[
 wait_for 20 sh -c "! kill -0 $RELAY"; wait "$RELAY"; RELAY=
 
 # ---- (b) 1 GiB model: relay memory does not follow the model ------------------------
-run_job b 1 wait --rounds 1 --model-size 1G --tensors 8 --format numpy
+# (under ASan the memory figures mean nothing: a 256 MiB model keeps the suite short there)
+if [ "$CJ_SAN" = 1 ]; then BM=256M; else BM=1G; fi
+run_job b 1 wait --rounds 1 --model-size $BM --tensors 8 --format numpy
 wait_for 15 "$C" -s "$W/b.status.sock" show info
 sleep 1
 IDLE=$(kb "$RELAY" VmRSS)
 wait "$SIM"; rc=$?; SIM=
 PEAK=$(kb "$RELAY" VmHWM)
-check "(b) 1 GiB round verified: $(grep '^ROUND' $W/b.sim | cut -c1-120)" sh -c "[ $rc -eq 0 ] && grep -q '^SIM OK rounds=1' $W/b.sim"
-check "(b) relay peak RSS ${PEAK} KiB within 64 MiB of idle ${IDLE} KiB" [ $((PEAK - IDLE)) -lt 65536 ]
+check "(b) $BM round verified: $(grep '^ROUND' $W/b.sim | cut -c1-120)" sh -c "[ $rc -eq 0 ] && grep -q '^SIM OK rounds=1' $W/b.sim"
+check_mem "(b) relay peak RSS ${PEAK} KiB within 64 MiB of idle ${IDLE} KiB" [ $((PEAK - IDLE)) -lt 65536 ]
 check "(b) show tasks lists the finished task" sh -c "$C -s $W/b.status.sock show tasks json | jq -e '.tasks | length >= 1' >/dev/null"
 check "(b) show refs lists the task ref and the result ref" sh -c "$C -s $W/b.status.sock show refs json | jq -e '[.refs[].kind] | (index(\"task\") != null) and (index(\"result\") != null)' >/dev/null"
 check "(b) show metrics keeps the worker's metric after the run ended" sh -c "$C -s $W/b.status.sock show metrics json | jq -e '.metrics[0].name == \"loss\"' >/dev/null"
@@ -90,7 +93,9 @@ wait_for 20 sh -c "! kill -0 $RELAY"; wait "$RELAY"; rc=$?; RELAY=
 check "(b) shutdown after the run ended exits 0 (rc $rc)" [ "$rc" -eq 0 ]
 
 # ---- (c) a worker killed mid-download --------------------------------------------------
-run_job c 1 exit --rounds 2 --model-size 512M --tensors 8 --format numpy --max-failures 3 --fetch-timeout 20
+# (512 MiB: the download lasts long enough to be caught in the middle; ASan's slower worker needs half)
+if [ "$CJ_SAN" = 1 ]; then CM=256M; else CM=512M; fi
+run_job c 1 exit --rounds 2 --model-size $CM --tensors 8 --format numpy --max-failures 3 --fetch-timeout 20
 wait_for 20 sh -c "$C -s $W/c.status.sock show tasks json | jq -e '[.tasks[].state] | index(\"delivering\") != null' >/dev/null"
 victim=$($C -s "$W/c.status.sock" show workers json | jq -r '.workers[0].pid')
 task=$($C -s "$W/c.status.sock" show tasks json | jq -r '.tasks[0].task_id')
