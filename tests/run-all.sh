@@ -14,6 +14,10 @@ total_p=0; total_f=0; status=0
 run() {   # run <summary-name> <command...>
     name=$1; shift
     SUMMARY_FILE="$tmp/$name" "$@" || status=1
+    count "$name"
+}
+count() { # count <summary-name>: adds a finished suite's summary to the totals
+    name=$1
     if [ -s "$tmp/$name" ]; then
         read -r p f < "$tmp/$name"
     else
@@ -21,10 +25,19 @@ run() {   # run <summary-name> <command...>
     fi
     total_p=$((total_p + p)); total_f=$((total_f + f))
 }
+# test_worker spends nearly all its time waiting (the worker's default 30 s connect
+# window has to run out): it runs beside the unit tests, which mostly wait on timers
+# too, and its output is shown after theirs.
+SUMMARY_FILE="$tmp/e2e-test_worker" sh tests/e2e/run-one.sh tests/e2e/test_worker.sh > "$tmp/worker.out" 2>&1 &
+worker_pid=$!
 run unit      sh tests/run-unit.sh unit build/tests/test_*
 run unit-san  sh tests/run-unit.sh asan+ubsan build/san/tests/test_*
+wait $worker_pid || status=1
+cat "$tmp/worker.out"
+count e2e-test_worker
 for s in tests/e2e/test_*.sh; do
     [ -f "$s" ] || continue
+    [ "$s" = tests/e2e/test_worker.sh ] && continue   # ran beside the unit tests
     run "e2e-$(basename "$s" .sh)" sh tests/e2e/run-one.sh "$s"
 done
 
