@@ -96,10 +96,20 @@ check "(b) shutdown after the run ended exits 0 (rc $rc)" [ "$rc" -eq 0 ]
 # (512 MiB: the download lasts long enough to be caught in the middle; ASan's slower worker needs half)
 if [ "$CJ_SAN" = 1 ]; then CM=256M; else CM=512M; fi
 run_job c 1 exit --rounds 2 --model-size $CM --tensors 8 --format numpy --max-failures 3 --fetch-timeout 20
-wait_for 20 sh -c "$C -s $W/c.status.sock show tasks json | jq -e '[.tasks[].state] | index(\"delivering\") != null' >/dev/null"
-victim=$($C -s "$W/c.status.sock" show workers json | jq -r '.workers[0].pid')
-task=$($C -s "$W/c.status.sock" show tasks json | jq -r '.tasks[0].task_id')
-check "(c) a task is being downloaded by worker pid $victim" [ "${victim:-0}" -gt 0 ]
+# the task being delivered and its worker, both from one answer of show tasks
+delivering() {
+    $C -s "$W/c.status.sock" show tasks json > "$W/c.tasks" 2>&1 &&
+        jq -e '[.tasks[] | select(.state == "delivering")] | length >= 1' "$W/c.tasks" >/dev/null
+}
+wait_for 20 delivering; dl=$?
+task=$(jq -r '[.tasks[] | select(.state == "delivering")][0].task_id' "$W/c.tasks" 2>/dev/null)
+holder=$(jq -r '[.tasks[] | select(.state == "delivering")][0].worker' "$W/c.tasks" 2>/dev/null)
+victim=$($C -s "$W/c.status.sock" show workers json | jq -r --arg w "$holder" '.workers[] | select(.fqcn == $w) | .pid')
+if [ "$dl" -eq 0 ] && [ -n "$task" ] && [ "$task" != null ] && [ "${victim:-0}" -gt 0 ] 2>/dev/null; then
+    pass "(c) task $task is being downloaded by worker $holder, pid $victim"
+else
+    fail "(c) no task seen delivering within 20 s (task '$task', worker '$holder', pid '$victim'); show tasks said:"; note "$W/c.tasks"
+fi
 bs=$(ls "$W"/*bootstrap*.json 2>/dev/null | head -1)
 check "(c) the running worker's bootstrap file is mode 0600 ($bs)" sh -c "[ -n '$bs' ] && [ \$(stat -c %a '$bs') = 600 ]"
 tok=$(jq -r .launch_token "$bs" 2>/dev/null)
