@@ -97,13 +97,14 @@ check "(b) shutdown after the run ended exits 0 (rc $rc)" [ "$rc" -eq 0 ]
 if [ "$CJ_SAN" = 1 ]; then CM=256M; else CM=512M; fi
 run_job c 1 exit --rounds 2 --model-size $CM --tensors 8 --format numpy --max-failures 3 --fetch-timeout 20
 # the task being delivered and its worker, both from one answer of show tasks
+# ($W/c.tasks.now: "TASK_ID WORKER" of the first task delivering, empty when none is)
 delivering() {
     $C -s "$W/c.status.sock" show tasks json > "$W/c.tasks" 2>&1 &&
-        jq -e '[.tasks[] | select(.state == "delivering")] | length >= 1' "$W/c.tasks" >/dev/null
+        jq -r '[.tasks[] | select(.state == "delivering")][0] // empty | "\(.task_id) \(.worker)"' \
+            "$W/c.tasks" > "$W/c.tasks.now" 2>/dev/null && [ -s "$W/c.tasks.now" ]
 }
-wait_for 20 delivering; dl=$?
-task=$(jq -r '[.tasks[] | select(.state == "delivering")][0].task_id' "$W/c.tasks" 2>/dev/null)
-holder=$(jq -r '[.tasks[] | select(.state == "delivering")][0].worker' "$W/c.tasks" 2>/dev/null)
+: > "$W/c.tasks.now"; wait_for 20 delivering; dl=$?
+read -r task holder < "$W/c.tasks.now"
 victim=$($C -s "$W/c.status.sock" show workers json | jq -r --arg w "$holder" '.workers[] | select(.fqcn == $w) | .pid')
 if [ "$dl" -eq 0 ] && [ -n "$task" ] && [ "$task" != null ] && [ "${victim:-0}" -gt 0 ] 2>/dev/null; then
     pass "(c) task $task is being downloaded by worker $holder, pid $victim"
