@@ -28,16 +28,17 @@ count() { # count <summary-name>: adds a finished suite's summary to the totals
 # test_worker spends nearly all its time waiting (the worker's default 30 s connect
 # window has to run out): it runs beside the unit tests, which mostly wait on timers
 # too, and its output is shown after theirs.
-SUMMARY_FILE="$tmp/e2e-test_worker" sh tests/e2e/run-one.sh tests/e2e/test_worker.sh > "$tmp/worker.out" 2>&1 &
-worker_pid=$!
+beside=tests/e2e/test_worker.sh; beside_name=e2e-$(basename "$beside" .sh)
+SUMMARY_FILE="$tmp/$beside_name" sh tests/e2e/run-one.sh "$beside" > "$tmp/beside.out" 2>&1 &
+beside_pid=$!
 run unit      sh tests/run-unit.sh unit build/tests/test_*
 run unit-san  sh tests/run-unit.sh asan+ubsan build/san/tests/test_*
-wait $worker_pid || status=1
-cat "$tmp/worker.out"
-count e2e-test_worker
+wait $beside_pid || status=1
+cat "$tmp/beside.out"
+count "$beside_name"
 for s in tests/e2e/test_*.sh; do
     [ -f "$s" ] || continue
-    [ "$s" = tests/e2e/test_worker.sh ] && continue   # ran beside the unit tests
+    [ "$s" = "$beside" ] && continue   # ran beside the unit tests
     run "e2e-$(basename "$s" .sh)" sh tests/e2e/run-one.sh "$s"
 done
 
