@@ -34,7 +34,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: cjrelay-worker [--bootstrap FILE] [--connect-window SECS] [--log-level LEVEL]\n"
-            "       cjrelay-worker --direct URL --job-id JOB [--site SITE] [--cell FQCN] [--log-level LEVEL]\n"
+            "       cjrelay-worker --direct URL --job-id JOB [--site SITE] [--cell FQCN] [--raw] [--log-level LEVEL]\n"
             "       cjrelay-worker --version | --help\n"
             "  --bootstrap FILE       the bootstrap JSON written by the relay (default: $%s)\n"
             "  --connect-window SECS  how long to retry connect / hello / session_ready, and to\n"
@@ -48,6 +48,8 @@ static void usage(FILE *f)
             "  --cell FQCN            direct mode's cell name (default SITE.JOB); a child of a relay\n"
             "                         (SITE.JOB.LEAF) with URL the relay's worker socket goes through\n"
             "                         the relay's router instead\n"
+            "  --raw                  direct mode: check each item's header and drop it, no transform\n"
+            "                         (measures the transfer, not the worker's arithmetic)\n"
             "exit: 0 shutdown, 1 abort or fatal error, 2 usage or bootstrap refused,\n"
             "      3 no session with the relay, 4 relay lost\n",
             CJ_BOOTSTRAP_ENV, WK_CONNECT_WINDOW);
@@ -66,6 +68,9 @@ static int parse_args(int argc, char **argv, struct wk_opts *o)
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 1;
+        } else if (!strcmp(a, "--raw")) {
+            o->raw = true;
+            continue;
         } else if (!v) {
             fprintf(stderr, "cjrelay-worker: %s: unknown option or missing value\n", a);
             return -1;
@@ -105,6 +110,10 @@ static int parse_args(int argc, char **argv, struct wk_opts *o)
             return -1;
         }
         i++;
+    }
+    if (o->raw && !o->direct[0]) {
+        fprintf(stderr, "cjrelay-worker: --raw needs --direct\n");
+        return -1;
     }
     return 0;
 }

@@ -26,6 +26,7 @@
 #include <event2/event.h>
 
 #include "dl/client.h"
+#include "dl/itemcheck.h"
 #include "dl/producer.h"
 #include "fl/capi.h"
 #include "payload/items.h"
@@ -283,6 +284,21 @@ static int store_result(struct wk_task *t, uint64_t index, uint8_t *out, size_t 
     return 0;
 }
 
+/* --raw: the item's header is checked (as the spool checks it) and the item
+ * dropped, so a benchmark sees the transfer and not the transform. */
+static int check_raw_item(struct wk_task *t, uint64_t index, struct evbuffer *item)
+{
+    static uint8_t head[CJ_ITEM_HDR_MAX];
+    size_t n = evbuffer_get_length(item), have = n < sizeof head ? n : sizeof head;
+    ev_ssize_t got = evbuffer_copyout(item, head, have);
+    char why[256];
+    if (got < 0 || cj_item_check_header(t->dot, head, (size_t)got, n, (uint32_t)index, true, why, sizeof why) != 1) {
+        snprintf(t->why, sizeof t->why, "item T%" PRIu64 ": %s", index, got < 0 ? "unreadable" : why);
+        return -1;
+    }
+    return 0;
+}
+
 static int on_item(void *ctx, uint64_t index, struct evbuffer *item)
 {
     struct wk *w = ctx;
@@ -293,7 +309,9 @@ static int on_item(void *ctx, uint64_t index, struct evbuffer *item)
         evbuffer_free(item);
         return -1;
     }
-    if (index >= t->n) {
+    if (index < t->n && n > 0 && w->opts.raw) {
+        rc = check_raw_item(t, index, item);
+    } else if (index >= t->n) {
         snprintf(t->why, sizeof t->why, "the ref holds more items than the model's %zu tensors", t->n);
     } else if (n == 0) {
         snprintf(t->why, sizeof t->why, "item T%" PRIu64 " is empty", index);

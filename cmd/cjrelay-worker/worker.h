@@ -85,6 +85,7 @@ struct wk_opts {
     char job_id[128];            /* --job-id (direct mode) */
     char site[128];              /* --site (direct mode, default site-1) */
     char cell[256];              /* --cell FQCN (direct mode, default <site>.<job>) */
+    bool raw;                    /* --raw (direct mode): items checked and dropped, no transform */
 };
 
 enum wk_phase {

@@ -212,6 +212,14 @@ void cj_sock_nodelay(evutil_socket_t fd)
         cj_log_warning("cannot set TCP_NODELAY: %s", strerror(errno));
 }
 
+void cj_sock_buffers(evutil_socket_t fd)
+{
+    if (sock_family(fd) != AF_UNIX) return;
+    int size = CJ_SOCK_BUFFER;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size) < 0)
+        cj_log_debug("cannot set SO_SNDBUF: %s", strerror(errno));
+}
+
 static void inet_text(const struct sockaddr *sa, char *buf, size_t n)
 {
     char host[INET6_ADDRSTRLEN] = "?";

@@ -85,6 +85,14 @@ int cj_sock_connect_result(evutil_socket_t fd);
 /* TCP_NODELAY on TCP sockets (sfm.md §1); a no-op on AF_UNIX. */
 void cj_sock_nodelay(evutil_socket_t fd);
 
+/* Socket buffers for reads of CJ_SOCK_BUFFER-sized pieces: on AF_UNIX, where
+ * the sender's SO_SNDBUF is all the queue there is (default ~208 KiB), asks
+ * for CJ_SOCK_BUFFER (the kernel caps it at net.core.wmem_max).  TCP is left
+ * to the kernel's autotuning (tcp_wmem/tcp_rmem), which setting a size would
+ * switch off. */
+#define CJ_SOCK_BUFFER (4 * 1024 * 1024)
+void cj_sock_buffers(evutil_socket_t fd);
+
 /* "127.0.0.1:40022", "[::1]:40022", "unix:/path (pid 123)": the far end of a
  * connected socket, for logs. */
 void cj_sock_peer_text(evutil_socket_t fd, char *buf, size_t n);

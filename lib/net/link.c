@@ -11,13 +11,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <event2/bufferevent.h>
-#include <event2/bufferevent_ssl.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include "net/addr.h"
+#include "net/conn.h"
 #include "net/tls.h"
 #include "util/log.h"
 #include "wire/fqcn.h"
@@ -33,7 +32,7 @@ struct bulk_ent {
 
 struct cj_link {
     struct event_base *base;
-    struct bufferevent *bev;
+    struct cj_conn *conn;
     SSL_CTX *tls;
     bool active;
     bool reneg_refused;          /* the TLS peer asked to renegotiate (refused: tls.c) */
@@ -43,7 +42,7 @@ struct cj_link {
     struct cj_addr addr;
     struct evdns_base *dns;
     struct cj_resolve *resolve;
-    evutil_socket_t fd;            /* the socket until the bufferevent owns it */
+    evutil_socket_t fd;            /* the socket until the conn owns it */
     struct event *conn_ev;
 
     struct event *start_ev, *hs_timer, *hb_timer, *kick_ev, *reaper;
@@ -86,6 +85,7 @@ struct cj_link {
 static void link_down(struct cj_link *l, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void process_input(struct cj_link *l);
 static void refill_wire(struct cj_link *l);
+static int add_small(struct cj_link *l, struct evbuffer *dst, const void *a, size_t an, const void *b, size_t bn);
 
 /* ---- small helpers ------------------------------------------------------------ */
 
@@ -163,14 +163,14 @@ static void reaper_cb(evutil_socket_t fd, short what, void *arg)
 
 static void set_need(struct cj_link *l, size_t need)
 {
-    if (!l->bev || need == l->need) return;
+    if (!l->conn || need == l->need) return;
     l->need = need;
-    bufferevent_setwatermark(l->bev, EV_READ, need, need > CJ_LINK_READ_AHEAD ? need : CJ_LINK_READ_AHEAD);
+    cj_conn_set_read_watermarks(l->conn, need, need > CJ_LINK_READ_AHEAD ? need : CJ_LINK_READ_AHEAD);
 }
 
 bool cj_link_reading(const struct cj_link *l) { return !l->paused_owner && !l->blocked_on; }
 
-/* Applies the pause state to the bufferevent; frames already buffered are
+/* Applies the pause state to the connection; frames already buffered are
  * handled from the kick event (no new read event will announce them).  The
  * kick runs even with nothing buffered: a pause taken right after a frame
  * leaves the read low watermark at that frame's length (process_input stopped
@@ -178,13 +178,13 @@ bool cj_link_reading(const struct cj_link *l) { return !l->paused_owner && !l->b
  * then never wake the reader. */
 static void apply_reading(struct cj_link *l)
 {
-    if (!l->bev || l->state == CJ_LINK_CLOSED) return;
+    if (!l->conn || l->state == CJ_LINK_CLOSED) return;
     if (cj_link_reading(l)) {
-        bufferevent_enable(l->bev, EV_READ);
+        cj_conn_set_reading(l->conn, true);
         l->last_rx = mono_now();           /* our pause is not the peer's silence */
         event_active(l->kick_ev, 0, 0);
     } else {
-        bufferevent_disable(l->bev, EV_READ);
+        cj_conn_set_reading(l->conn, false);
     }
 }
 
@@ -193,7 +193,7 @@ static void apply_reading(struct cj_link *l)
 size_t cj_link_queued(const struct cj_link *l)
 {
     size_t q = l->bulk ? evbuffer_get_length(l->bulk) : 0;
-    if (l->bev) q += evbuffer_get_length(bufferevent_get_output(l->bev));
+    if (l->conn) q += evbuffer_get_length(cj_conn_output(l->conn));
     return q;
 }
 
@@ -226,7 +226,7 @@ static int send_heartbeat(struct cj_link *l, uint8_t type)
     uint16_t sid, seq;
     cj_frame_counters_next(&l->fc, type, &sid, &seq);
     cj_frame_build_heartbeat(f, type, sid, seq);
-    if (bufferevent_write(l->bev, f, sizeof f) < 0) return -1;
+    if (add_small(l, cj_conn_output(l->conn), f, sizeof f, NULL, 0) < 0) return -1;
     count_out(l, sizeof f);
     if (type == CJ_FRAME_PING) l->c.pings_out++;
     else l->c.pongs_out++;
@@ -245,7 +245,7 @@ static int send_hello(struct cj_link *l, uint8_t type)
     clock_gettime(CLOCK_REALTIME, &ts);
     int rc = cj_frame_hello_init(&h, l->me, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9, &err);
     if (rc == 0) rc = cj_frame_build_hello(&sb, type, sid, seq, &h, &err);
-    if (rc == 0) rc = bufferevent_write(l->bev, sb.data, sb.size);
+    if (rc == 0) rc = add_small(l, cj_conn_output(l->conn), sb.data, sb.size, NULL, 0);
     if (rc == 0) count_out(l, sb.size);
     msgpack_sbuffer_destroy(&sb);
     return rc;
@@ -285,8 +285,8 @@ static int fifo_push(struct cj_link *l, uint32_t hlen, uint32_t body)
 /* Moves whole bulk frames to the wire while it holds less than WIRE_LOW. */
 static void refill_wire(struct cj_link *l)
 {
-    if (!l->bev || l->state != CJ_LINK_UP) return;
-    struct evbuffer *out = bufferevent_get_output(l->bev);
+    if (!l->conn || l->state != CJ_LINK_UP) return;
+    struct evbuffer *out = cj_conn_output(l->conn);
     while (l->fifo_n > 0 && evbuffer_get_length(out) < CJ_LINK_WIRE_LOW) {
         struct bulk_ent e = l->fifo[l->fifo_head];
         l->fifo_head = (l->fifo_head + 1) % l->fifo_cap;
@@ -309,7 +309,7 @@ int cj_link_send(struct cj_link *l, const uint8_t *hblk, size_t hlen, struct evb
     uint32_t body = (uint32_t)(hlen + plen);
     int rc;
     if (control) {
-        struct evbuffer *out = bufferevent_get_output(l->bev);
+        struct evbuffer *out = cj_conn_output(l->conn);
         uint8_t pre[CJ_FRAME_PREFIX_LEN];
         data_prefix(l, CJ_FRAME_PREFIX_LEN + body, (uint16_t)hlen, pre);
         rc = add_small(l, out, pre, sizeof pre, hblk, hlen);
@@ -412,9 +412,9 @@ static void teardown(struct cj_link *l)
     free_event(&l->hs_timer);
     free_event(&l->hb_timer);
     free_event(&l->kick_ev);
-    if (l->bev) bufferevent_free(l->bev);      /* closes the socket (and frees the SSL) */
+    if (l->conn) cj_conn_free(l->conn);        /* closes the socket (and frees the SSL) */
     else if (l->fd >= 0) close(l->fd);
-    l->bev = NULL;
+    l->conn = NULL;
     l->fd = -1;
     release_waiters(l);
     if (l->blocked_on) {
@@ -706,8 +706,8 @@ static void handle_frame(struct cj_link *l, const struct cj_frame_prefix *p, str
  * closes, or reading gets paused (then the rest waits in the buffer). */
 static void process_input(struct cj_link *l)
 {
-    while (l->bev && l->state != CJ_LINK_CLOSED && cj_link_reading(l)) {
-        struct evbuffer *in = bufferevent_get_input(l->bev);
+    while (l->conn && l->state != CJ_LINK_CLOSED && cj_link_reading(l)) {
+        struct evbuffer *in = cj_conn_input(l->conn);
         size_t avail = evbuffer_get_length(in);
         if (avail < CJ_FRAME_PREFIX_LEN) {
             set_need(l, CJ_FRAME_PREFIX_LEN);
@@ -738,11 +738,11 @@ static void process_input(struct cj_link *l)
     }
 }
 
-/* ---- bufferevent callbacks ----------------------------------------------------------- */
+/* ---- connection callbacks ----------------------------------------------------------- */
 
-static void read_cb(struct bufferevent *bev, void *arg)
+static void read_cb(struct cj_conn *c, void *arg)
 {
-    (void)bev;
+    (void)c;
     struct cj_link *l = arg;
     enter(l);
     process_input(l);
@@ -758,9 +758,9 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
     leave(l);
 }
 
-static void write_cb(struct bufferevent *bev, void *arg)
+static void write_cb(struct cj_conn *c, void *arg)
 {
-    (void)bev;
+    (void)c;
     struct cj_link *l = arg;
     enter(l);
     refill_wire(l);
@@ -775,53 +775,41 @@ static void input_added(struct evbuffer *buf, const struct evbuffer_cb_info *inf
     if (info->n_added) ((struct cj_link *)arg)->last_rx = mono_now();
 }
 
-/* OpenSSL's view of a failure: the error queue, the verify result, a hint. */
+/* OpenSSL's view of a failure: the error queue (captured by the conn when it
+ * happened), the verify result, else the errno text. */
 static void tls_error_text(struct cj_link *l, char *buf, size_t n)
 {
     size_t used = 0;
-    unsigned long code;
+    const char *q = cj_conn_error_text(l->conn);
     buf[0] = '\0';
-    while ((code = bufferevent_get_openssl_error(l->bev)) != 0) {
-        char one[256];
-        if (ERR_GET_LIB(code) == 0) continue;     /* libevent also stores SSL_get_error() values */
-        cj_tls_error_text(code, one, sizeof one);
-        if (used + 3 < n) {
-            int w = snprintf(buf + used, n - used, "%s%s", used ? "; " : "", one);
-            if (w > 0) used += (size_t)w < n - used ? (size_t)w : n - used - 1;
-        }
+    if (q[0]) {
+        int w = snprintf(buf, n, "%s", q);
+        if (w > 0) used = (size_t)w < n ? (size_t)w : n - 1;
     }
-    char rest[256];
-    if (cj_tls_drain_errors(rest, sizeof rest) && used + 3 < n) {
-        int w = snprintf(buf + used, n - used, "%s%s", used ? "; " : "", rest);
-        if (w > 0) used += (size_t)w < n - used ? (size_t)w : n - used - 1;
-    }
-    SSL *ssl = bufferevent_openssl_get_ssl(l->bev);
+    SSL *ssl = cj_conn_ssl(l->conn);
     long vr = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
     if (vr != X509_V_OK && used + 3 < n) {
         int w = snprintf(buf + used, n - used, "%s%s certificate: %s", used ? "; " : "",
                          l->active ? "server" : "client", X509_verify_cert_error_string(vr));
         if (w > 0) used += (size_t)w < n - used ? (size_t)w : n - used - 1;
     }
-    if (!used) {
-        int e = EVUTIL_SOCKET_ERROR();
-        snprintf(buf, n, "%s", e ? strerror(e) : "connection failed");
-    }
+    if (!used) snprintf(buf, n, "%s", "connection failed");
 }
 
-static void event_cb(struct bufferevent *bev, short what, void *arg)
+static void event_cb(struct cj_conn *c, int what, void *arg)
 {
-    (void)bev;
+    (void)c;
     struct cj_link *l = arg;
     enter(l);
-    if (what & BEV_EVENT_CONNECTED) {             /* TLS handshake done (we connect sockets ourselves) */
+    if (what & CJ_CONN_CONNECTED) {             /* TLS handshake done (we connect sockets ourselves) */
         char d[512], lb[CJ_LINK_NAME_MAX + CJ_FQCN_MAX + CJ_ADDR_TEXT_MAX + 8];
-        SSL *ssl = bufferevent_openssl_get_ssl(l->bev);
+        SSL *ssl = cj_conn_ssl(l->conn);
         if (ssl) {
             cj_tls_describe(ssl, d, sizeof d);
             cj_log_info("link %s: TLS established: %s", label(l, lb, sizeof lb), d);
         }
         transport_ready(l);
-    } else if (what & BEV_EVENT_ERROR) {
+    } else if (what & CJ_CONN_ERROR) {
         char t[1024];
         if (l->tls) {
             tls_error_text(l, t, sizeof t);
@@ -835,10 +823,10 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
             if (l->reneg_refused) hint = NULL;   /* its alert is the answer to ours, not a cipher mismatch */
             link_down(l, CJ_LOG_ERROR, "%s: %s%s%s", when, t, hint ? " -- " : "", hint ? hint : "");
         } else {
-            int e = EVUTIL_SOCKET_ERROR();
-            link_down(l, CJ_LOG_WARNING, "connection error: %s", e ? strerror(e) : "unknown");
+            const char *t2 = cj_conn_error_text(l->conn);
+            link_down(l, CJ_LOG_WARNING, "connection error: %s", t2[0] ? t2 : "unknown");
         }
-    } else if (what & BEV_EVENT_EOF) {
+    } else if (what & CJ_CONN_EOF) {
         const char *when = l->reneg_refused ? " after its TLS renegotiation was refused"
                            : l->state == CJ_LINK_TLS        ? " during the TLS handshake"
                            : l->state == CJ_LINK_HANDSHAKE && l->active && l->tls
@@ -913,35 +901,33 @@ static void tls_info_cb(const SSL *ssl, int where, int ret)
     l->reneg_refused = true;
 }
 
-/* Wraps the connected fd in a bufferevent (OpenSSL for TLS links). */
-static int attach_bev(struct cj_link *l, evutil_socket_t fd)
+/* Wraps the connected fd in a conn (OpenSSL over it for TLS links). */
+static int attach_conn(struct cj_link *l, evutil_socket_t fd)
 {
+    static const struct cj_conn_ops conn_ops = {read_cb, write_cb, event_cb};
     cj_sock_nodelay(fd);
+    cj_sock_buffers(fd);
     l->kick_ev = event_new(l->base, -1, 0, kick_cb, l);
     if (!l->kick_ev) return -1;
+    SSL *ssl = NULL;
     if (l->tls) {
-        SSL *ssl = SSL_new(l->tls);
+        ssl = SSL_new(l->tls);
         if (!ssl) return -1;
         SSL_set_app_data(ssl, l);
         SSL_set_info_callback(ssl, tls_info_cb);
-        l->bev = bufferevent_openssl_socket_new(l->base, fd, ssl,
-                                                l->active ? BUFFEREVENT_SSL_CONNECTING : BUFFEREVENT_SSL_ACCEPTING,
-                                                BEV_OPT_CLOSE_ON_FREE);
-        if (!l->bev) return -1;   /* (libevent may or may not have freed ssl: leak it, OOM only) */
-        /* A peer that closes without close_notify is an EOF, not a TLS error. */
-        bufferevent_openssl_set_allow_dirty_shutdown(l->bev, 1);
-    } else {
-        l->bev = bufferevent_socket_new(l->base, fd, BEV_OPT_CLOSE_ON_FREE);
-        if (!l->bev) return -1;
     }
-    l->fd = -1;                                   /* the bufferevent owns it now */
-    bufferevent_setcb(l->bev, read_cb, write_cb, event_cb, l);
+    l->conn = cj_conn_new(l->base, fd, ssl, l->active, &conn_ops, l);
+    if (!l->conn) {
+        if (ssl) SSL_free(ssl);
+        return -1;
+    }
+    l->fd = -1;                                   /* the conn owns it now */
     l->need = 0;
     set_need(l, CJ_FRAME_PREFIX_LEN);
-    bufferevent_setwatermark(l->bev, EV_WRITE, CJ_LINK_WIRE_LOW, 0);
-    evbuffer_add_cb(bufferevent_get_input(l->bev), input_added, l);
+    cj_conn_set_write_low(l->conn, CJ_LINK_WIRE_LOW);
+    cj_conn_set_reading(l->conn, cj_link_reading(l));
+    evbuffer_add_cb(cj_conn_input(l->conn), input_added, l);
     l->last_rx = mono_now();
-    if (bufferevent_enable(l->bev, EV_READ | EV_WRITE) < 0) return -1;
     if (l->tls) {
         set_state(l, CJ_LINK_TLS, l->active ? "TLS client handshake" : "TLS server handshake");
         return 0;
@@ -962,8 +948,8 @@ static void conn_cb(evutil_socket_t fd, short what, void *arg)
     int e = cj_sock_connect_result(fd);
     if (e) {
         link_down(l, CJ_LOG_WARNING, "connect to %s failed: %s", l->addr.text, strerror(e));
-    } else if (attach_bev(l, fd) < 0) {
-        if (!l->bev) { close(fd); l->fd = -1; }
+    } else if (attach_conn(l, fd) < 0) {
+        if (!l->conn) { close(fd); l->fd = -1; }
         link_down(l, CJ_LOG_ERROR, "cannot set up the connection (out of memory)");
     }
     leave(l);
@@ -1046,8 +1032,8 @@ struct cj_link *cj_link_attach(struct event_base *base, evutil_socket_t fd, bool
     else cj_sock_peer_text(fd, l->addr_text, sizeof l->addr_text);
     evutil_make_socket_nonblocking(fd);
     cj_log_info("link %s (%s): connected (%s side)", l->name, l->addr_text, active ? "active" : "passive");
-    if (attach_bev(l, fd) < 0) {
-        if (l->bev) bufferevent_free(l->bev);
+    if (attach_conn(l, fd) < 0) {
+        if (l->conn) cj_conn_free(l->conn);
         else close(fd);
         free_event(&l->hs_timer);
         free_event(&l->kick_ev);

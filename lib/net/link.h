@@ -51,7 +51,7 @@ struct cj_link;
 
 #define CJ_LINK_WIRE_LOW (256u * 1024)           /* bulk refills the wire below this */
 #define CJ_LINK_HANDSHAKE_FRAME_MAX (64u * 1024) /* largest frame before the link is up */
-#define CJ_LINK_READ_AHEAD (256u * 1024)         /* bytes read beyond the frame being assembled */
+#define CJ_LINK_READ_AHEAD (1024u * 1024)        /* input held beyond the frame being assembled */
 #define CJ_LINK_CTRL_MAX 65536u                  /* longest HELLO/READY/PING/PONG frame accepted */
 #define CJ_LINK_HANDSHAKE_TIMEOUT 10.0           /* seconds, when cfg says 0 */
 #define CJ_LINK_BUFFER_DEFAULT (64u * 1024 * 1024)

@@ -813,7 +813,9 @@ static void test_listen_unix(void **state)
 static void test_backpressure(void **state)
 {
     (void)state;
-    enum { LINK_BUFFER = 256 * 1024, CHUNK = 128 * 1024, NCHUNKS = 32 };
+    /* More than the worker socket's kernel buffer (CJ_SOCK_BUFFER, doubled by
+     * the kernel) can hold, so the relay's own queue fills. */
+    enum { LINK_BUFFER = 256 * 1024, CHUNK = 128 * 1024, NCHUNKS = 2 * (2 * CJ_SOCK_BUFFER) / CHUNK };
     struct world w;
     world_init(&w, LINK_BUFFER);
     int slow = raw_worker(&w, T1);
@@ -823,12 +825,15 @@ static void test_backpressure(void **state)
         assert_int_equal(cj_link_send_msg(w.srv.link, make_req("server.J1", ME, T1, "t", "bulk", false, CHUNK), false),
                          0);
     const struct cj_router_counters *c = cj_router_counters(w.r);
-    RUN_UNTIL(&w, c->throttles > 0, 3);
+    struct cj_link *to_slow = cj_router_child(w.r, T1);
+    assert_non_null(to_slow);
+    /* Throttles come and go while the kernel's buffer still takes bytes; once it
+     * is full the relay's queue stays over the bound and the upstream paused. */
+    RUN_UNTIL(&w, c->throttles > 0 && !cj_link_reading(up) && cj_link_queued(to_slow) > LINK_BUFFER, 5);
     assert_true(c->throttles > 0);
     assert_false(cj_link_reading(up));
     world_spin(&w, 0.1);
-    struct cj_link *to_slow = cj_router_child(w.r, T1);
-    assert_non_null(to_slow);
+    assert_false(cj_link_reading(up));
     assert_true(c->down_msgs < NCHUNKS);        /* the rest waits upstream, not in the relay */
 
     /* control traffic on another link still flows */
@@ -882,7 +887,9 @@ static void test_backpressure(void **state)
 static void test_stalled_worker_closed(void **state)
 {
     (void)state;
-    enum { LINK_BUFFER = 256 * 1024, CHUNK = 128 * 1024, NCHUNKS = 32 };
+    /* More than the worker socket's kernel buffer (CJ_SOCK_BUFFER, doubled by
+     * the kernel) can hold, so the relay's own queue fills. */
+    enum { LINK_BUFFER = 256 * 1024, CHUNK = 128 * 1024, NCHUNKS = 2 * (2 * CJ_SOCK_BUFFER) / CHUNK };
     struct world w;
     g_stall_timeout = 1;
     world_init(&w, LINK_BUFFER);
@@ -893,7 +900,9 @@ static void test_stalled_worker_closed(void **state)
         assert_int_equal(cj_link_send_msg(w.srv.link, make_req("server.J1", ME, T1, "t", "bulk", false, CHUNK), false),
                          0);
     const struct cj_router_counters *c = cj_router_counters(w.r);
-    RUN_UNTIL(&w, c->throttles > 0, 3);
+    struct cj_link *to_slow = cj_router_child(w.r, T1);
+    assert_non_null(to_slow);
+    RUN_UNTIL(&w, c->throttles > 0 && !cj_link_reading(up) && cj_link_queued(to_slow) > LINK_BUFFER, 5);
     assert_false(cj_link_reading(up));
     RUN_UNTIL(&w, c->stalled_closed > 0, 5);
     assert_int_equal(c->stalled_closed, 1);

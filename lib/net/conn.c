@@ -1,0 +1,505 @@
+/* conn.c — one non-blocking socket, clear or TLS, under a link: bulk reads
+ * into refcounted blocks, frame-aligned reference chains, batched writes
+ * (see conn.h). */
+#include "net/conn.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+
+#include "net/tls.h"
+
+/* A block retires (the next read takes a fresh one) when less than this is
+ * left in it: reads stay large, and a retired block wastes at most this. */
+#define BLOCK_RETIRE (256u * 1024)
+
+/* Read space, shared by the input chains that reference it and by the
+ * connection while it reads into it.  Chains may be freed on another thread
+ * (the spool's I/O thread), hence the atomic count. */
+struct blk {
+    atomic_size_t refs;
+    size_t used;
+    unsigned char data[];
+};
+
+struct cj_conn {
+    struct event_base *base;
+    evutil_socket_t fd;
+    SSL *ssl;
+    bool handshaking;
+    short hs_wants;                /* EV_READ / EV_WRITE: what the TLS handshake waits for */
+    bool write_wants_read;         /* SSL_write asked for input first */
+    bool read_wants_write;         /* SSL_read asked to send first */
+    int wr_retry;                  /* length of an SSL_write to repeat exactly (0 = none) */
+    struct event *rev, *wev, *kick;
+    bool rev_on, wev_on;
+    struct evbuffer *in, *out, *scratch;
+    size_t low, high, wlow;
+    bool reading;                  /* the owner's switch */
+    struct blk *blk;               /* the block being filled */
+    int busy;                      /* nesting of our own callbacks */
+    bool freed, ended;
+    int err_no;
+    char err[1024];
+    struct cj_conn_counters c;
+    struct cj_conn_ops ops;
+    void *ctx;
+};
+
+/* ---- blocks ------------------------------------------------------------------ */
+
+static void blk_unref(struct blk *b)
+{
+    if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) free(b);
+}
+
+static void chain_done(const void *data, size_t len, void *arg)
+{
+    (void)data; (void)len;
+    blk_unref(arg);
+}
+
+/* The block to read into: the current one while it has room, else a new one. */
+static struct blk *read_block(struct cj_conn *c)
+{
+    if (c->blk && CJ_CONN_BLOCK - c->blk->used >= BLOCK_RETIRE) return c->blk;
+    if (c->blk) blk_unref(c->blk);
+    c->blk = malloc(sizeof *c->blk + CJ_CONN_BLOCK);
+    if (!c->blk) return NULL;
+    atomic_init(&c->blk->refs, 1);
+    c->blk->used = 0;
+    return c->blk;
+}
+
+/* Appends len bytes at b->data + off to the input: by reference, or copied
+ * into a chain of their own when short (see CJ_CONN_SMALL). */
+static int add_piece(struct cj_conn *c, struct blk *b, size_t off, size_t len)
+{
+    if (len < CJ_CONN_SMALL) {
+        /* Into an empty buffer first: evbuffer_add would size a new chain
+         * after the input's last one (a 1 MiB reference) for a few bytes. */
+        if (evbuffer_add(c->scratch, b->data + off, len) < 0) return -1;
+        return evbuffer_add_buffer(c->in, c->scratch);
+    }
+    atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+    if (evbuffer_add_reference(c->in, b->data + off, len, chain_done, b) < 0) {
+        blk_unref(b);
+        return -1;
+    }
+    return 0;
+}
+
+/* n new bytes at the block's end go to the input, cut at the low watermark. */
+static int commit_read(struct cj_conn *c, struct blk *b, size_t n)
+{
+    size_t have = evbuffer_get_length(c->in);
+    size_t cut = c->low > have && c->low - have < n ? c->low - have : n;
+    int rc = add_piece(c, b, b->used, cut);
+    if (rc == 0 && cut < n) rc = add_piece(c, b, b->used + cut, n - cut);
+    b->used += n;
+    return rc;
+}
+
+/* ---- events ------------------------------------------------------------------- */
+
+static void set_event(struct event *ev, bool *on, bool want)
+{
+    if (want == *on) return;
+    if (want) event_add(ev, NULL);
+    else event_del(ev);
+    *on = want;
+}
+
+static bool wants_read(const struct cj_conn *c)
+{
+    if (c->ended || c->freed) return false;
+    if (c->handshaking) return c->hs_wants == EV_READ;
+    if (c->write_wants_read) return true;
+    return c->reading && !(c->high && evbuffer_get_length(c->in) >= c->high);
+}
+
+static bool wants_write(const struct cj_conn *c)
+{
+    if (c->ended || c->freed) return false;
+    if (c->handshaking) return c->hs_wants == EV_WRITE;
+    return c->read_wants_write || (evbuffer_get_length(c->out) > 0 && !c->write_wants_read);
+}
+
+static void update_events(struct cj_conn *c)
+{
+    set_event(c->rev, &c->rev_on, wants_read(c));
+    set_event(c->wev, &c->wev_on, wants_write(c));
+}
+
+static void really_free(struct cj_conn *c)
+{
+    if (c->rev) event_free(c->rev);
+    if (c->wev) event_free(c->wev);
+    if (c->kick) event_free(c->kick);
+    if (c->ssl) SSL_free(c->ssl);
+    if (c->fd >= 0) close(c->fd);
+    if (c->in) evbuffer_free(c->in);
+    if (c->out) evbuffer_free(c->out);
+    if (c->scratch) evbuffer_free(c->scratch);
+    if (c->blk) blk_unref(c->blk);
+    free(c);
+}
+
+static void enter(struct cj_conn *c) { c->busy++; }
+static void leave(struct cj_conn *c)
+{
+    if (--c->busy == 0 && c->freed) really_free(c);
+}
+static bool gone(const struct cj_conn *c) { return c->freed || c->ended; }
+
+/* The end: no more I/O, one report. */
+static void end(struct cj_conn *c, int what)
+{
+    if (gone(c)) return;
+    c->ended = true;
+    update_events(c);
+    if (c->ops.on_event) c->ops.on_event(c, what, c->ctx);
+}
+
+/* Keeps what went wrong: OpenSSL's queue, else the errno text. */
+static void capture_error(struct cj_conn *c, int err_no)
+{
+    c->err_no = err_no;
+    size_t n = c->ssl ? cj_tls_drain_errors(c->err, sizeof c->err) : 0;
+    if (!n) snprintf(c->err, sizeof c->err, "%s", err_no ? strerror(err_no) : "");
+}
+
+/* ---- TLS -------------------------------------------------------------------- */
+
+static void tls_handshake(struct cj_conn *c)
+{
+    ERR_clear_error();
+    int r = SSL_do_handshake(c->ssl);
+    if (r == 1) {
+        c->handshaking = false;
+        update_events(c);
+        if (c->ops.on_event) c->ops.on_event(c, CJ_CONN_CONNECTED, c->ctx);
+        /* Application data may have come with the handshake's last flight. */
+        if (!gone(c)) event_active(c->kick, 0, 0);
+        return;
+    }
+    int e = SSL_get_error(c->ssl, r), en = errno;
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        c->hs_wants = e == SSL_ERROR_WANT_READ ? EV_READ : EV_WRITE;
+        update_events(c);
+    } else if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && (r == 0 || en == 0))) {
+        end(c, CJ_CONN_EOF);
+    } else {
+        capture_error(c, e == SSL_ERROR_SYSCALL ? en : 0);
+        end(c, CJ_CONN_ERROR);
+    }
+}
+
+/* SSL_read records into buf until room is used or OpenSSL needs more input.
+ * Like read(2): bytes, 0 at the end, -1 with errno (EAGAIN: nothing yet). */
+static ssize_t tls_read(struct cj_conn *c, unsigned char *buf, size_t room)
+{
+    size_t got = 0;
+    while (got < room) {
+        size_t want = room - got < INT_MAX ? room - got : INT_MAX;
+        ERR_clear_error();
+        int r = SSL_read(c->ssl, buf + got, (int)want);
+        if (r > 0) {
+            got += (size_t)r;
+            continue;
+        }
+        if (got) break;                          /* the condition comes back on the next call */
+        int e = SSL_get_error(c->ssl, r), en = errno;
+        if (e == SSL_ERROR_WANT_READ) {
+            errno = EAGAIN;
+            return -1;
+        }
+        if (e == SSL_ERROR_WANT_WRITE) {          /* it has something to send first */
+            c->read_wants_write = true;
+            errno = EAGAIN;
+            return -1;
+        }
+        if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && (r == 0 || en == 0)))
+            return 0;
+        capture_error(c, e == SSL_ERROR_SYSCALL ? en : 0);
+        errno = e == SSL_ERROR_SYSCALL && en ? en : EPROTO;
+        return -2;                               /* error text already captured */
+    }
+    return (ssize_t)got;
+}
+
+/* One SSL_write per chain; a retry repeats the same length (OpenSSL's rule). */
+static ssize_t tls_write(struct cj_conn *c)
+{
+    size_t total = 0;
+    while (evbuffer_get_length(c->out) > 0) {
+        struct evbuffer_iovec v;
+        if (evbuffer_peek(c->out, -1, NULL, &v, 1) < 1) break;
+        int len = c->wr_retry ? c->wr_retry : (int)(v.iov_len < INT_MAX ? v.iov_len : INT_MAX);
+        ERR_clear_error();
+        int r = SSL_write(c->ssl, v.iov_base, len);
+        if (r > 0) {
+            c->wr_retry = 0;
+            evbuffer_drain(c->out, (size_t)r);
+            total += (size_t)r;
+            c->c.writes++;
+            continue;
+        }
+        int e = SSL_get_error(c->ssl, r), en = errno;
+        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+            c->wr_retry = len;
+            c->write_wants_read = e == SSL_ERROR_WANT_READ;
+            break;
+        }
+        if (total) break;
+        capture_error(c, e == SSL_ERROR_SYSCALL ? en : 0);
+        return -2;
+    }
+    if (!total) errno = EAGAIN;
+    return total ? (ssize_t)total : -1;
+}
+
+/* ---- clear sockets ------------------------------------------------------------- */
+
+static ssize_t plain_read(struct cj_conn *c, unsigned char *buf, size_t room)
+{
+    ssize_t n;
+    do n = read(c->fd, buf, room);
+    while (n < 0 && errno == EINTR);
+    return n;
+}
+
+/* Every queued chain (up to CJ_CONN_IOV) in one sendmsg.  MSG_NOSIGNAL: a
+ * closed peer is an error to report, not a signal. */
+static ssize_t plain_write(struct cj_conn *c, size_t *want)
+{
+    struct evbuffer_iovec v[CJ_CONN_IOV];
+    struct iovec iov[CJ_CONN_IOV];
+    int n = evbuffer_peek(c->out, -1, NULL, v, CJ_CONN_IOV);
+    if (n > CJ_CONN_IOV) n = CJ_CONN_IOV;
+    *want = 0;
+    for (int i = 0; i < n; i++) {
+        iov[i].iov_base = v[i].iov_base;
+        iov[i].iov_len = v[i].iov_len;
+        *want += v[i].iov_len;
+    }
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w;
+    do w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    if (w > 0) {
+        evbuffer_drain(c->out, (size_t)w);
+        c->c.writes++;
+    }
+    return w;
+}
+
+/* ---- the read and write loops ----------------------------------------------------- */
+
+static void fail_io(struct cj_conn *c, ssize_t rc, int en)
+{
+    if (rc != -2) capture_error(c, en);
+    end(c, CJ_CONN_ERROR);
+}
+
+static void do_read(struct cj_conn *c)
+{
+    size_t budget = CJ_CONN_BUDGET;
+    enter(c);
+    while (!gone(c) && c->reading && budget > 0) {
+        if (c->high && evbuffer_get_length(c->in) >= c->high) break;
+        struct blk *b = read_block(c);
+        if (!b) {
+            fail_io(c, -1, ENOMEM);
+            break;
+        }
+        size_t room = CJ_CONN_BLOCK - b->used;
+        ssize_t n = c->ssl ? tls_read(c, b->data + b->used, room) : plain_read(c, b->data + b->used, room);
+        if (n == 0) {
+            end(c, CJ_CONN_EOF);
+            break;
+        }
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK) fail_io(c, n, errno);
+            break;
+        }
+        c->c.reads++;
+        c->c.bytes_read += (uint64_t)n;
+        if (commit_read(c, b, (size_t)n) < 0) {
+            fail_io(c, -1, ENOMEM);
+            break;
+        }
+        budget = (size_t)n < budget ? budget - (size_t)n : 0;
+        if (evbuffer_get_length(c->in) >= c->low && c->ops.on_read) c->ops.on_read(c, c->ctx);
+        if ((size_t)n < room) break;             /* the socket is drained */
+    }
+    /* Records OpenSSL already holds raise no epoll event: come back for them. */
+    if (!gone(c) && c->ssl && c->reading && SSL_has_pending(c->ssl)) event_active(c->kick, 0, 0);
+    if (!gone(c)) update_events(c);
+    leave(c);
+}
+
+static void do_write(struct cj_conn *c)
+{
+    enter(c);
+    while (!gone(c) && evbuffer_get_length(c->out) > 0) {
+        size_t want = 0;
+        ssize_t w = c->ssl ? tls_write(c) : plain_write(c, &want);
+        if (w < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK) fail_io(c, w, errno);
+            break;
+        }
+        c->c.bytes_written += (uint64_t)w;
+        bool full = c->ssl ? c->wr_retry != 0 : (size_t)w < want;
+        if (evbuffer_get_length(c->out) <= c->wlow && c->ops.on_write) c->ops.on_write(c, c->ctx);
+        if (full) break;
+    }
+    if (!gone(c)) update_events(c);
+    leave(c);
+}
+
+static void read_ready(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd; (void)what;
+    struct cj_conn *c = arg;
+    if (c->handshaking) {
+        enter(c);
+        tls_handshake(c);
+        leave(c);
+        return;
+    }
+    if (c->write_wants_read) {
+        c->write_wants_read = false;
+        do_write(c);
+    }
+    do_read(c);
+}
+
+static void write_ready(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd; (void)what;
+    struct cj_conn *c = arg;
+    enter(c);
+    if (c->handshaking) {
+        tls_handshake(c);
+    } else {
+        do_write(c);
+        if (c->read_wants_write && !gone(c)) {
+            c->read_wants_write = false;
+            do_read(c);
+        }
+    }
+    leave(c);
+}
+
+static void kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd; (void)what;
+    struct cj_conn *c = arg;
+    enter(c);
+    if (c->handshaking) tls_handshake(c);
+    else do_read(c);
+    leave(c);
+}
+
+/* Output added: make sure the write event is armed. */
+static void output_changed(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void)buf;
+    struct cj_conn *c = arg;
+    if (info->n_added && !c->wev_on) update_events(c);
+}
+
+/* Input drained below the high watermark: reading may start again. */
+static void input_changed(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void)buf;
+    struct cj_conn *c = arg;
+    if (info->n_deleted && !c->rev_on) update_events(c);
+}
+
+/* ---- API ----------------------------------------------------------------------------- */
+
+struct cj_conn *cj_conn_new(struct event_base *base, evutil_socket_t fd, SSL *ssl, bool tls_client,
+                            const struct cj_conn_ops *ops, void *ctx)
+{
+    struct cj_conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->base = base;
+    c->fd = -1;
+    c->reading = true;
+    if (ops) c->ops = *ops;
+    c->ctx = ctx;
+    c->in = evbuffer_new();
+    c->out = evbuffer_new();
+    c->scratch = evbuffer_new();
+    c->rev = event_new(base, fd, EV_READ | EV_PERSIST, read_ready, c);
+    c->wev = event_new(base, fd, EV_WRITE | EV_PERSIST, write_ready, c);
+    c->kick = event_new(base, -1, 0, kick_cb, c);
+    if (!c->in || !c->out || !c->scratch || !c->rev || !c->wev || !c->kick ||
+        !evbuffer_add_cb(c->out, output_changed, c) || !evbuffer_add_cb(c->in, input_changed, c)) {
+        really_free(c);
+        return NULL;
+    }
+    evutil_make_socket_nonblocking(fd);
+    c->fd = fd;
+    if (ssl) {
+        c->ssl = ssl;
+        SSL_set_fd(ssl, (int)fd);
+        /* Big reads under TLS too: OpenSSL fills its record buffer with one
+         * read(2) per CJ_CONN_BLOCK of ciphertext instead of one per record. */
+        SSL_set_read_ahead(ssl, 1);
+        SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        if (tls_client) SSL_set_connect_state(ssl);
+        else SSL_set_accept_state(ssl);
+        c->handshaking = true;
+        event_active(c->kick, 0, 0);
+    } else {
+        update_events(c);
+    }
+    return c;
+}
+
+void cj_conn_free(struct cj_conn *c)
+{
+    if (!c) return;
+    if (!c->freed) {
+        c->freed = true;
+        update_events(c);
+        if (c->kick) event_del(c->kick);
+    }
+    if (c->busy == 0) really_free(c);
+}
+
+struct evbuffer *cj_conn_input(const struct cj_conn *c) { return c->in; }
+struct evbuffer *cj_conn_output(const struct cj_conn *c) { return c->out; }
+SSL *cj_conn_ssl(const struct cj_conn *c) { return c->ssl; }
+const char *cj_conn_error_text(const struct cj_conn *c) { return c->err; }
+int cj_conn_errno(const struct cj_conn *c) { return c->err_no; }
+const struct cj_conn_counters *cj_conn_counters(const struct cj_conn *c) { return &c->c; }
+
+void cj_conn_set_read_watermarks(struct cj_conn *c, size_t low, size_t high)
+{
+    c->low = low;
+    c->high = high;
+    if (!gone(c)) update_events(c);
+}
+
+void cj_conn_set_write_low(struct cj_conn *c, size_t low) { c->wlow = low; }
+
+void cj_conn_set_reading(struct cj_conn *c, bool on)
+{
+    if (c->reading == on) return;
+    c->reading = on;
+    if (gone(c)) return;
+    update_events(c);
+    if (on && c->ssl && !c->handshaking && SSL_has_pending(c->ssl)) event_active(c->kick, 0, 0);
+}
