@@ -18,6 +18,14 @@
 #      task per requesting cell); aggregate MiB/s, slowest worker, relay VmHWM
 #   5. CPU per byte: relay instructions per relayed MiB under valgrind --tool=callgrind (perf has
 #      no hardware counters here): Ir(BENCH_CPU_MODEL) - Ir(4K) over the MiB; top functions
+#   6. what the machine pays: one round of BENCH_SYS_MODEL (task down to the worker, result back up)
+#      per upstream kind (clear tcp, mtls over stcp, spool mode on clear tcp); the relay's user +
+#      system CPU seconds (/proc/PID/stat) and read/write syscalls (/proc/PID/io syscr/syscw) per
+#      GiB relayed (each byte counted once: 2 x the model), beside a floor measured the same way in
+#      the same run: bench/floor.c, a plain epoll read/write relay with 1 MiB buffers moving the
+#      same bytes between the same kinds of sockets (tcp from the server, unix to the worker)
+#   7. raw transfer: a worker that only checks and drops the items (cjrelay-worker --direct --raw)
+#      downloads BENCH_TPUT_MODEL through the relay and direct; MiB/s, median of BENCH_TPUT_RUNS
 #
 # Prints a table and writes build/bench/results.json (printf only, no Python).
 # Knobs [defaults]: BENCH_TPUT_MODEL [1G], BENCH_TPUT_RUNS [3], BENCH_MODELS [64M 512M 2G],
@@ -25,7 +33,9 @@
 # "X+nopace" runs mode X with [limits] pacing = false: the router's pacing off, see lib/cell/router.c),
 # BENCH_LAT_ROUNDS [1000], BENCH_FANIN [16], BENCH_FANIN_MODEL [64M per worker],
 # BENCH_CPU_MODEL [256M], BENCH_CPU [1; 0 skips callgrind], BENCH_SIM_ARGS [] (extra sim flags,
-# e.g. "--window 4M"), BENCH_JOB_TIMEOUT [300 s per job], BENCH_SECTIONS [tput mem lat fanin cpu].
+# e.g. "--window 4M"), BENCH_JOB_TIMEOUT [300 s per job], BENCH_SYS_MODEL [1G], BENCH_SYS_RUNS [3],
+# BENCH_SECTIONS [tput mem lat fanin cpu sys raw], BENCH_BIN [build/] (the cjrelay binaries to
+# measure, e.g. an older build's; the floor is always build/bench/floor).
 TPUT_MODEL=${BENCH_TPUT_MODEL:-1G}
 TPUT_RUNS=${BENCH_TPUT_RUNS:-3}
 MODELS=${BENCH_MODELS:-64M 512M 2G}
@@ -36,13 +46,15 @@ FANIN_MODEL=${BENCH_FANIN_MODEL:-64M}
 CPU_MODEL=${BENCH_CPU_MODEL:-256M}
 CPU_ON=${BENCH_CPU:-1}
 JOB_TIMEOUT=${BENCH_JOB_TIMEOUT:-300}
-SECTIONS=${BENCH_SECTIONS:-tput mem lat fanin cpu}
+SECTIONS=${BENCH_SECTIONS:-tput mem lat fanin cpu sys raw}
+SYS_MODEL=${BENCH_SYS_MODEL:-1G}
+SYS_RUNS=${BENCH_SYS_RUNS:-3}
 SIM_EXTRA=${BENCH_SIM_ARGS:-}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-B=$ROOT/build
+B=${BENCH_BIN:-$ROOT/build}
 S=$B/cjrelay-sim; D=$B/cjrelayd; C=$B/cjrelayctl; WK=$B/cjrelay-worker
-OUT=$B/bench
+OUT=$ROOT/build/bench; FLOOR=$ROOT/build/bench/floor
 for f in "$S" "$D" "$C" "$WK"; do
     [ -x "$f" ] || { echo "bench: $f missing; run 'make' (or 'make bench') first" >&2; exit 1; }
 done
@@ -93,7 +105,12 @@ json_num() { [ -n "$1" ] && echo "$1" || echo null; }
 # start_sim NAME SIM-ARGS...: sets SIM PORT
 start_sim() {
     _n=$1; shift
-    "$S" --listen tcp://127.0.0.1:0 --job-id J1 "$@" $SIM_EXTRA > "$W/$_n.sim" 2> "$W/$_n.simlog" & SIM=$!
+    # UP_TLS=DIR: the simulator listens on stcp:// with DIR's certificates (and the relay uses mtls)
+    if [ -n "$UP_TLS" ]; then
+        "$S" --listen stcp://127.0.0.1:0 --tls-dir "$UP_TLS" --job-id J1 "$@" $SIM_EXTRA > "$W/$_n.sim" 2> "$W/$_n.simlog" & SIM=$!
+    else
+        "$S" --listen tcp://127.0.0.1:0 --job-id J1 "$@" $SIM_EXTRA > "$W/$_n.sim" 2> "$W/$_n.simlog" & SIM=$!
+    fi
     if ! wait_for 10 grep -q '^SIM READY' "$W/$_n.sim"; then
         echo "bench: $_n: the simulator did not start" >&2; sed 's/^/  /' "$W/$_n.simlog" >&2; return 1
     fi
@@ -108,7 +125,12 @@ start_relay() {
     {
         printf '[relay]\nsite = site-1\njob_id = J1\non_end_run = wait\nmode = %s\n' "$_mode"
         [ "$_mode" = spool ] && printf 'spool_dir = %s\nspool_allow_tmpfs = true\n' "$W/spool-$_n"
-        printf '[upstream]\nurl = tcp://127.0.0.1:%s\n' "$PORT"
+        if [ -n "$UP_TLS" ]; then
+            printf '[upstream]\nurl = stcp://127.0.0.1:%s\nconnection_security = mtls\n' "$PORT"
+            printf 'ca_file = %s\ncert_file = %s\nkey_file = %s\n' "$UP_TLS/rootCA.pem" "$UP_TLS/client.crt" "$UP_TLS/client.key"
+        else
+            printf '[upstream]\nurl = tcp://127.0.0.1:%s\n' "$PORT"
+        fi
         printf '[workers]\nlisten = unix:%s\nheartbeat_interval = 1\nheartbeat_timeout = 10\nshutdown_grace = 2\n' \
             "$W/$_n.w.sock"
         [ "$_count" -gt 0 ] && printf 'command = %s\ncount = %s\n' "$WK" "$_count"
@@ -331,6 +353,116 @@ if has cpu && [ "$CPU_ON" = 1 ]; then
         CPU_NOTE="valgrind not installed"
     fi
 fi
+# ---- 6. what the machine pays: CPU and syscalls per GiB, beside the floor ---------------------------
+TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null; }      # utime + stime
+utick() { awk '{print $14}' "/proc/$1/stat" 2>/dev/null; }
+io() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/io" 2>/dev/null; }
+bytes_of() { awk -v m="$1" 'BEGIN {u = substr(m, length(m)); v = m + 0;
+    printf "%.0f", (u == "G" ? v * 1073741824 : u == "M" ? v * 1048576 : u == "K" ? v * 1024 : v)}'; }
+# per_gib VALUE BYTES: VALUE per GiB of BYTES
+per_gib() { awk -v v="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.3f", v / (b / 1073741824)}'; }
+SYS_ROWS=; SYS_JSON=; SYS_CLEAR_CPU=; SYS_TLS_CPU=; SYS_CLEAR_RD=; FLOOR_CPU=
+# sys_round LABEL MODE: one round of SYS_MODEL through a relay with one launched worker; the
+# relay's CPU and syscalls from just after it is up (worker connected) to the simulator's end
+sys_round() {
+    _l=$1; n=sys-$1
+    start_sim "$n" --rounds 1 --model-size "$SYS_MODEL" --tensors 8 --format numpy || { stop_job; return; }
+    if ! start_relay "$n" "$2" 1; then end_relay "$n"; return; fi
+    wait_for 30 sh -c "'$C' -s '$W/$n.status.sock' show workers json 2>/dev/null | grep -q client_api_trainer_1"
+    t0=$(ticks "$RELAY"); u0=$(utick "$RELAY"); r0=$(io "$RELAY" syscr); w0=$(io "$RELAY" syscw)
+    wait_exit "$SIM" "$JOB_TIMEOUT"; RC=$?
+    t1=$(ticks "$RELAY"); u1=$(utick "$RELAY"); r1=$(io "$RELAY" syscr); w1=$(io "$RELAY" syscw)
+    end_relay "$n"
+    if [ $RC -ne 0 ] || ! grep -q '^SIM OK rounds=1' "$W/$n.sim"; then
+        echo "bench: $n did not complete" >&2; tail -2 "$W/$n.sim" | sed 's/^/  sim: /' >&2; return
+    fi
+    mb=$(sed -n 's/^ROUND .* bytes=\([0-9]*\) .*/\1/p' "$W/$n.sim" | head -1)
+    by=$((2 * mb))
+    cpu=$(awk -v a="$t0" -v b="$t1" -v k="$TCK" 'BEGIN {printf "%.3f", (b - a) / k}')
+    usr=$(awk -v a="$u0" -v b="$u1" -v k="$TCK" 'BEGIN {printf "%.3f", (b - a) / k}')
+    sys_row "$_l" "$by" "$usr" "$(awk -v c="$cpu" -v u="$usr" 'BEGIN {printf "%.3f", c - u}')" $((r1 - r0)) $((w1 - w0))
+}
+# sys_row LABEL BYTES USER SYS SYSCR SYSCW: one measurement, kept in $W/sys.vals as
+# "label gib user sys cpu_s_per_gib reads_per_gib writes_per_gib avg_read_kib"
+sys_row() {
+    awk -v l="$1" -v b="$2" -v u="$3" -v s="$4" -v r="$5" -v w="$6" 'BEGIN {g = b / 1073741824;
+        printf "%s %.3f %.3f %.3f %.3f %.0f %.0f %.0f\n", l, g, u, s, (u + s) / g, r / g, w / g, r ? b / r / 1024 : 0}' \
+        >> "$W/sys.vals"
+}
+# sys_median LABEL: the run with the median CPU per GiB of that row (its whole line)
+sys_median() { awk -v l="$1" '$1 == l' "$W/sys.vals" 2>/dev/null | sort -k5,5n | awk '{v[NR] = $0} END {if (NR) print v[int((NR + 1) / 2)]}'; }
+floor_round() {
+    [ -x "$FLOOR" ] || { echo "bench: $FLOOR missing (make bench builds it)" >&2; return; }
+    fb=$(bytes_of "$SYS_MODEL")
+    "$FLOOR" server "$fb" > "$W/floor.server" 2>&1 & DIRECTS=$!
+    wait_for 10 grep -q '^FLOOR PORT' "$W/floor.server" || { stop_job; return; }
+    fp=$(awk '/^FLOOR PORT/ {print $3}' "$W/floor.server")
+    "$FLOOR" relay "$fp" "$W/floor.sock" > "$W/floor.relay" 2>&1 & RELAY=$!
+    wait_for 10 grep -q '^FLOOR LISTENING' "$W/floor.relay"
+    "$FLOOR" client "$W/floor.sock" "$fb" > "$W/floor.client" 2>&1
+    wait_exit "$RELAY" 60 >/dev/null; RELAY=
+    wait_exit "$DIRECTS" 10 >/dev/null; DIRECTS=
+    line=$(grep '^FLOOR cpu_user' "$W/floor.relay") || { echo "bench: the floor relay failed: $(cat "$W/floor.relay")" >&2; return; }
+    get() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+    sys_row floor "$((2 * fb))" "$(get cpu_user)" "$(get cpu_sys)" "$(get syscr)" "$(get syscw)"
+}
+if has sys; then
+    TLS_OK=false
+    command -v openssl >/dev/null 2>&1 && sh "$ROOT/tests/unit/tls_certs.sh" "$W/certs" >/dev/null 2>&1 && TLS_OK=true
+    [ $TLS_OK = true ] || echo "bench: no TLS row (certificates could not be made)" >&2
+    i=1
+    while [ $i -le "$SYS_RUNS" ]; do
+        echo "bench: machine cost, $SYS_MODEL, run $i/$SYS_RUNS: floor, relay over clear tcp, over mtls, spool mode ..."
+        floor_round
+        sys_round clear pass_through
+        [ $TLS_OK = true ] && UP_TLS=$W/certs sys_round tls pass_through
+        sys_round spool spool
+        i=$((i + 1))
+    done
+    for l in floor clear tls spool; do
+        set -- $(sys_median $l)
+        [ $# -eq 8 ] || continue
+        SYS_ROWS="$SYS_ROWS$(printf '  %-8s %7s %6s %6s %9s %9s %9s %9s' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8")
+"
+        SYS_JSON="$SYS_JSON${SYS_JSON:+,}$(printf '\n    {"row": "%s", "gib": %s, "user_s": %s, "sys_s": %s, "cpu_s_per_gib": %s, "reads_per_gib": %s, "writes_per_gib": %s, "avg_read_kib": %s, "runs_cpu_s_per_gib": [%s]}' \
+            "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$(awk -v l="$l" '$1 == l {printf "%s%s", n++ ? "," : "", $5}' "$W/sys.vals")")"
+        case $l in floor) FLOOR_CPU=$5 ;; clear) SYS_CLEAR_CPU=$5; SYS_CLEAR_RD=$6 ;; tls) SYS_TLS_CPU=$5 ;; esac
+    done
+fi
+SYS_RATIO=$(awk -v a="$SYS_CLEAR_CPU" -v b="$FLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
+SYS_TLS_RATIO=$(awk -v a="$SYS_TLS_CPU" -v b="$SYS_CLEAR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
+
+# ---- 7. raw transfer: the worker only checks and drops the items ---------------------------------------
+raw_run() { # raw_run NAME relay|direct: prints MiB/s or nothing
+    n=$1
+    start_sim "$n" --rounds 1 --model-size "$TPUT_MODEL" --tensors 8 --format numpy || { stop_job; return; }
+    if [ "$2" = relay ]; then
+        start_relay "$n" pass_through 0 || { end_relay "$n"; return; }
+        url="unix:$W/$n.w.sock"; cell=site-1.J1.r1
+    else
+        url="tcp://127.0.0.1:$PORT"; cell=site-1.J1
+    fi
+    "$WK" --direct "$url" --job-id J1 --cell "$cell" --raw > "$W/$n.out" 2> "$W/$n.err" & DIRECTS=$!
+    wait_exit "$DIRECTS" "$JOB_TIMEOUT" >/dev/null
+    DIRECTS=
+    direct_field "$W/$n.out" 'MiB/s'
+    if [ "$2" = relay ]; then end_relay "$n"; else stop_job; fi
+}
+RAW_A=; RAW_B=
+if has raw; then
+    i=1
+    while [ $i -le "$TPUT_RUNS" ]; do
+        echo "bench: raw transfer $TPUT_MODEL, run $i/$TPUT_RUNS: through the relay, then direct ..."
+        v=$(raw_run raw-a-$i relay); [ -n "$v" ] && RAW_A="$RAW_A $v"
+        v=$(raw_run raw-b-$i direct); [ -n "$v" ] && RAW_B="$RAW_B $v"
+        i=$((i + 1))
+    done
+fi
+RAW_A_MED=$(echo $RAW_A | tr ' ' '\n' | median)
+RAW_B_MED=$(echo $RAW_B | tr ' ' '\n' | median)
+RAW_RATIO=$(awk -v a="$RAW_A_MED" -v b="$RAW_B_MED" 'BEGIN {if (a != "" && b > 0) printf "%.3f", a / b}')
+
 # top self-cost functions: "pct function" lines
 cg_top() {
     [ -s "$OUT/callgrind-relay.txt" ] || return
@@ -364,6 +496,17 @@ echo "  aggregate ${FAN_AGG:-?} MiB/s; per worker min ${FAN_MIN:-?} max ${FAN_MA
 echo
 echo "5. CPU per byte: relay instructions per relayed MiB (callgrind, $CPU_MODEL minus a 4K run): ${CPU_PER_MIB:-n/a} ${CPU_NOTE}"
 [ -n "$CPU_IR" ] && { echo "  top functions by own instructions (of $CPU_IR):"; cg_top; }
+echo
+echo "6. what the machine pays, one round of $SYS_MODEL (task down, result up; GiB counts each byte once;"
+echo "   the run with the median CPU of $SYS_RUNS; floor = bench/floor.c, 1 MiB buffers, same sockets)"
+printf '  %-8s %7s %6s %6s %9s %9s %9s %9s\n' row GiB "user s" "sys s" "CPU s/GiB" "reads/GiB" "writes/GiB" "KiB/read"
+printf '%s' "$SYS_ROWS"
+echo "  relay (clear) / floor CPU: ${SYS_RATIO:-n/a}   TLS / clear CPU: ${SYS_TLS_RATIO:-n/a}   FLARE's Python CJ: ~2.3 s/GiB"
+echo
+echo "7. raw transfer, $TPUT_MODEL, worker checks and drops the items (MiB/s, median of $TPUT_RUNS)"
+echo "  through the relay: ${RAW_A_MED:-?}   runs:${RAW_A:- none}"
+echo "  direct:            ${RAW_B_MED:-?}   runs:${RAW_B:- none}"
+echo "  relay / direct: ${RAW_RATIO:-n/a}"
 
 {
     printf '{\n  "date": "%s",\n  "cores": %s,\n  "load": "%s",\n' "$DATE" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -380,8 +523,13 @@ echo "5. CPU per byte: relay instructions per relayed MiB (callgrind, $CPU_MODEL
     printf '  "fanin": {\n    "workers": %s, "model": "%s", "finished": %s, "secs": %s,\n' "$FANIN" "$FANIN_MODEL" "$FAN_OKN" "$(json_num "$FAN_SECS")"
     printf '    "aggregate_mib_s": %s, "min_mib_s": %s, "max_mib_s": %s, "slowest_over_fair_share": %s, "relay_peak_kib": %s\n  },\n' \
         "$(json_num "$FAN_AGG")" "$(json_num "$FAN_MIN")" "$(json_num "$FAN_MAX")" "$(json_num "$FAN_SHARE")" "$(json_num "$FAN_PEAK")"
-    printf '  "cpu": {\n    "tool": "callgrind", "model": "%s", "instructions": %s, "baseline_instructions": %s, "instructions_per_mib": %s\n  }\n}\n' \
+    printf '  "cpu": {\n    "tool": "callgrind", "model": "%s", "instructions": %s, "baseline_instructions": %s, "instructions_per_mib": %s\n  },\n' \
         "$CPU_MODEL" "$(json_num "$CPU_IR")" "$(json_num "$CPU_IR0")" "$(json_num "$CPU_PER_MIB")"
+    printf '  "machine_cost": {\n    "model": "%s", "clk_tck": %s,\n    "rows": [%s\n    ],\n' "$SYS_MODEL" "$TCK" "$SYS_JSON"
+    printf '    "relay_over_floor_cpu": %s, "tls_over_clear_cpu": %s\n  },\n' "$(json_num "$SYS_RATIO")" "$(json_num "$SYS_TLS_RATIO")"
+    printf '  "raw_transfer": {\n    "model": "%s", "relay_runs_mib_s": [%s], "direct_runs_mib_s": [%s],\n' "$TPUT_MODEL" "$(echo $RAW_A | tr ' ' ',')" "$(echo $RAW_B | tr ' ' ',')"
+    printf '    "relay_mib_s_median": %s, "direct_mib_s_median": %s, "relay_over_direct": %s\n  }\n}\n' \
+        "$(json_num "$RAW_A_MED")" "$(json_num "$RAW_B_MED")" "$(json_num "$RAW_RATIO")"
 } > "$OUT/results.json"
 echo
 echo "bench: wrote $OUT/results.json"

@@ -1,6 +1,6 @@
 /* conn.h — the bytes under a link: one non-blocking stream socket, clear or
  * TLS, read in large pieces straight into an input evbuffer and written with
- * one sendmsg per batch of queued chains.
+ * one writev per batch of queued chains.
  *
  * Why not a libevent bufferevent: libevent 2.1 reads at most 4096 bytes per
  * read(2) (EVBUFFER_MAX_READ), asks FIONREAD before each, and a bufferevent
@@ -22,7 +22,7 @@
  * time the input holds at least the low watermark.
  *
  * Writing.  What the owner adds to the output is written when the socket is
- * writable: every queued chain (up to CJ_CONN_IOV per call) in one sendmsg;
+ * writable: every queued chain (up to CJ_CONN_IOV per call) in one writev;
  * TLS: one SSL_write per chain.  on_write runs whenever a write leaves the
  * output at or below the write low watermark (so the owner can refill it).
  *
@@ -45,7 +45,11 @@
 #define CJ_CONN_BLOCK (1024u * 1024)     /* bytes one read asks for at most */
 #define CJ_CONN_BUDGET (4u * 1024 * 1024) /* bytes read per wakeup before yielding to the loop */
 #define CJ_CONN_SMALL (32u * 1024)       /* shorter pieces are copied, not referenced */
-#define CJ_CONN_IOV 64                   /* chains per sendmsg */
+#define CJ_CONN_IOV 64                   /* chains per writev */
+/* OpenSSL's read-ahead buffer: ciphertext per read(2) on a TLS link.  Not
+ * CJ_CONN_BLOCK: records are decrypted where they were read, and a buffer
+ * that outgrows the CPU's cache made TLS links cost more, not less. */
+#define CJ_CONN_TLS_READ (128u * 1024)
 
 enum { CJ_CONN_CONNECTED = 1, CJ_CONN_EOF = 2, CJ_CONN_ERROR = 4 };
 
@@ -59,7 +63,7 @@ struct cj_conn_ops {
 
 struct cj_conn_counters {
     uint64_t reads, bytes_read;          /* read(2) calls (TLS: batches of SSL_read) that returned data */
-    uint64_t writes, bytes_written;      /* sendmsg calls (TLS: SSL_write) that took data */
+    uint64_t writes, bytes_written;      /* writev calls (TLS: SSL_write) that took data */
 };
 
 /* A connection over the connected socket fd (made non-blocking; owned from
