@@ -1,7 +1,7 @@
 /* link.h — one SFM connection to a neighbour cell (DESIGN-net.md, sfm.md).
  *
- * A link owns one bufferevent (a socket, or OpenSSL over a socket for stcp)
- * and does everything below the cellnet message: connect, TLS, the HELLO/READY
+ * A link owns one cj_conn (net/conn.h: a socket, or OpenSSL over a socket for
+ * stcp, read and written in bulk) and does everything below the cellnet message: connect, TLS, the HELLO/READY
  * handshake (active side sends HELLO, passive side answers READY), PING after
  * idle, PONG to every PING, a dead-peer bound, frame splitting, and two output
  * queues.  DATA frames come out as struct cj_msg (cell/msg.h): header block
@@ -12,7 +12,7 @@
  *
  * Output: control frames (HELLO/READY, PING/PONG, and what the owner sends
  * with control = true: messages the relay originates) go straight to the
- * wire queue (the bufferevent's output).  Bulk frames (control = false:
+ * wire queue (the conn's output).  Bulk frames (control = false:
  * forwarded messages) wait in a link-level queue and move to the wire whole,
  * one frame at a time, only while the wire queue holds less than
  * CJ_LINK_WIRE_LOW.  So a control frame waits behind at most
@@ -22,8 +22,9 @@
  * dst, the owner calls cj_link_throttle(src, dst): when dst holds more than its
  * link_buffer, src stops reading until dst has drained below link_buffer / 2.
  * A source stops before reading its next frame, so a destination holds at most
- * link_buffer + one frame per source.  Input is bounded too: the link reads at
- * most max(one frame, CJ_LINK_READ_AHEAD) before its frames are handled.
+ * link_buffer + one frame per source.  Input is bounded too: no read starts
+ * once the input holds max(one frame, CJ_LINK_READ_AHEAD), and one read adds
+ * at most CJ_CONN_BLOCK; frames are handled as soon as they are whole.
  *
  * Lifetime: cj_link_connect/cj_link_attach either fail at once (NULL, err set,
  * no callback) or later report the end of the link exactly once through
