@@ -398,17 +398,17 @@ static void read_ready(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd; (void)what;
     struct cj_conn *c = arg;
+    enter(c);                        /* do_write may end (and the owner free) c before do_read */
     if (c->handshaking) {
-        enter(c);
         tls_handshake(c);
-        leave(c);
-        return;
+    } else {
+        if (c->write_wants_read) {
+            c->write_wants_read = false;
+            do_write(c);
+        }
+        if (!gone(c)) do_read(c);
     }
-    if (c->write_wants_read) {
-        c->write_wants_read = false;
-        do_write(c);
-    }
-    do_read(c);
+    leave(c);
 }
 
 static void write_ready(evutil_socket_t fd, short what, void *arg)
