@@ -8,7 +8,8 @@
  * cost ~256 reads, ioctls and epoll wakeups on every link it crossed, and the
  * kernel's share of that was most of the relay's CPU.
  *
- * Reading.  Each read(2) (TLS: each batch of SSL_read records) fills up to
+ * Reading.  Each read(2) (TLS: each batch of SSL_read records, whose
+ * ciphertext came in reads of up to CJ_CONN_TLS_READ) fills up to
  * CJ_CONN_BLOCK bytes of a refcounted block; the bytes enter the input as
  * reference chains (no copy).  A read is cut at the input's low watermark —
  * the end of the frame being assembled — so every frame ends on a chain
@@ -23,7 +24,8 @@
  *
  * Writing.  What the owner adds to the output is written when the socket is
  * writable: every queued chain (up to CJ_CONN_IOV per call) in one writev;
- * TLS: one SSL_write per chain.  on_write runs whenever a write leaves the
+ * TLS: one SSL_write per chain, the records collected in a write buffer that
+ * leaves in one write(2) when full and after the last chain.  on_write runs whenever a write leaves the
  * output at or below the write low watermark (so the owner can refill it).
  *
  * Events (on_event): CJ_CONN_CONNECTED once the TLS handshake is done (clear
@@ -46,10 +48,11 @@
 #define CJ_CONN_BUDGET (4u * 1024 * 1024) /* bytes read per wakeup before yielding to the loop */
 #define CJ_CONN_SMALL (32u * 1024)       /* shorter pieces are copied, not referenced */
 #define CJ_CONN_IOV 64                   /* chains per writev */
-/* OpenSSL's read-ahead buffer: ciphertext per read(2) on a TLS link.  Not
- * CJ_CONN_BLOCK: records are decrypted where they were read, and a buffer
- * that outgrows the CPU's cache made TLS links cost more, not less. */
-#define CJ_CONN_TLS_READ (128u * 1024)
+/* Ciphertext per read(2) on a TLS link (OpenSSL then takes it record by
+ * record from memory). */
+#define CJ_CONN_TLS_READ (512u * 1024)
+/* Records collect in a write buffer this large before a write(2) (TLS). */
+#define CJ_CONN_TLS_WRITE (256u * 1024)
 
 enum { CJ_CONN_CONNECTED = 1, CJ_CONN_EOF = 2, CJ_CONN_ERROR = 4 };
 
@@ -62,7 +65,7 @@ struct cj_conn_ops {
 };
 
 struct cj_conn_counters {
-    uint64_t reads, bytes_read;          /* read(2) calls (TLS: batches of SSL_read) that returned data */
+    uint64_t reads, bytes_read;          /* read(2) calls that returned data; bytes (TLS: plaintext) */
     uint64_t writes, bytes_written;      /* writev calls (TLS: SSL_write) that took data */
 };
 
