@@ -25,7 +25,8 @@
 #      the same run: bench/floor.c, a plain epoll read/write relay with 1 MiB buffers moving the
 #      same bytes between the same kinds of sockets (tcp from the server, unix to the worker)
 #   7. raw transfer: a worker that only checks and drops the items (cjrelay-worker --direct --raw)
-#      downloads BENCH_TPUT_MODEL through the relay and direct; MiB/s, median of BENCH_TPUT_RUNS
+#      downloads BENCH_TPUT_MODEL, built before the task went out (cjrelay-sim --prebuild), through
+#      the relay and direct; MiB/s, median of BENCH_TPUT_RUNS
 #
 # Prints a table and writes build/bench/results.json (printf only, no Python).
 # Knobs [defaults]: BENCH_TPUT_MODEL [1G], BENCH_TPUT_RUNS [3], BENCH_MODELS [64M 512M 2G],
@@ -436,7 +437,9 @@ SYS_TLS_RATIO=$(awk -v a="$SYS_TLS_CPU" -v b="$SYS_CLEAR_CPU" 'BEGIN {if (a != "
 # ---- 7. raw transfer: the worker only checks and drops the items ---------------------------------------
 raw_run() { # raw_run NAME relay|direct: prints MiB/s or nothing
     n=$1
-    start_sim "$n" --rounds 1 --model-size "$TPUT_MODEL" --tensors 8 --format numpy || { stop_job; return; }
+    # --prebuild: the simulator builds the items before the task goes out, so neither end's
+    # arithmetic (item building, the transform) is in the measure: only the transfer
+    start_sim "$n" --rounds 1 --model-size "$TPUT_MODEL" --tensors 8 --format numpy --prebuild || { stop_job; return; }
     if [ "$2" = relay ]; then
         start_relay "$n" pass_through 0 || { end_relay "$n"; return; }
         url="unix:$W/$n.w.sock"; cell=site-1.J1.r1

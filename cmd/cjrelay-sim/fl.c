@@ -79,7 +79,24 @@ struct task {
     char fail[384];                      /* a verification failure (fatal) */
     struct event *timeout_ev;
     bool reply_pending;                  /* the get_task reply carrying it is being sent */
+    struct built **built;                /* --prebuild: the items, one per tensor */
 };
+
+/* A prebuilt item: the task holds one reference and each reply lending its
+ * bytes another, so a reply still queued when the task ends keeps them. */
+struct built {
+    uint8_t *p;
+    size_t len;
+    unsigned refs;
+};
+
+static void built_unref(struct built *b)
+{
+    if (b && --b->refs == 0) {
+        free(b->p);
+        free(b);
+    }
+}
 
 /* (source, ref) named by an accepted source-failure notice. */
 struct sf_tomb {
@@ -380,6 +397,9 @@ static void task_free(struct task *t)
     if (t->fetch) cj_dl_fetch_cancel(t->fetch);
     if (t->timeout_ev) event_free(t->timeout_ev);
     free(t->item_tensor);
+    if (t->built)
+        for (long i = 0; i < t->fl->o->tensors; i++) built_unref(t->built[i]);
+    free(t->built);
     free(t);
 }
 
@@ -459,12 +479,27 @@ static void free_item(const void *data, size_t len, void *extra)
     free((void *)data);
 }
 
+static void built_done(const void *data, size_t len, void *extra)
+{
+    (void)data; (void)len;
+    built_unref(extra);
+}
+
 static int task_item(void *ctx, size_t index, struct evbuffer *out)
 {
     struct task *t = ctx;
     struct sim_fl *fl = t->fl;
     float per[SIM_PERIOD];
     size_t len;
+    if (t->built) {
+        struct built *b = t->built[index];
+        b->refs++;
+        if (evbuffer_add_reference(out, b->p, b->len, built_done, b)) {
+            b->refs--;
+            return -1;
+        }
+        return 0;
+    }
     sim_period(t->round, index, false, per);
     uint8_t *p = sim_item_build(fl->dot, index, fl->nelem, per, &len);
     if (!p) {
@@ -562,6 +597,24 @@ out:
     return rc;
 }
 
+/* --prebuild: every item of t built now. */
+static int prebuild_items(struct task *t, size_t n)
+{
+    t->built = calloc(n, sizeof *t->built);
+    if (!t->built) return -1;
+    for (size_t i = 0; i < n; i++) {
+        float per[SIM_PERIOD];
+        struct built *b = calloc(1, sizeof *b);
+        if (!b) return -1;
+        sim_period(t->round, i, false, per);
+        b->p = sim_item_build(t->fl->dot, i, t->fl->nelem, per, &b->len);
+        b->refs = 1;
+        t->built[i] = b;
+        if (!b->p) return -1;
+    }
+    return 0;
+}
+
 /* Adds the producer ref and writes the task payload. */
 static int build_task(msgpack_sbuffer *sb, struct sim_fl *fl, struct task *t, char *why, size_t wl)
 {
@@ -585,6 +638,10 @@ static int build_task(msgpack_sbuffer *sb, struct sim_fl *fl, struct task *t, ch
         goto out;
     }
     for (size_t i = 0; i < n; i++) t->bytes += sizes[i] = sim_item_size(fl->dot, i, fl->nelem);
+    if (fl->o->prebuild && prebuild_items(t, n) < 0) {
+        snprintf(why, wl, "out of memory prebuilding the items");
+        goto out;
+    }
     struct cj_dl_ref_cfg rc_cfg = {
         .n_items = n, .sizes = sizes, .item_fn = task_item, .num_receivers = 1, .done = task_ref_done, .ctx = t,
     };

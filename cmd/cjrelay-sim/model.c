@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "payload/items.h"
 
@@ -154,11 +155,27 @@ uint64_t sim_item_size(int dot, size_t t, uint64_t nelem)
 
 /* ---- items ----------------------------------------------------------------------------- */
 
+/* malloc, asking for transparent huge pages on a big item's body: filling a
+ * 256 MiB item page by page cost ~65,000 page faults (a second of system time
+ * per GiB served); with 2 MiB pages, a few hundred.  Freed with free(). */
+static uint8_t *item_alloc(size_t n)
+{
+    uint8_t *p = malloc(n);
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    if (p && n >= 4 * huge) {
+        uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + n) & ~(huge - 1);
+        if (e > a) madvise((void *)a, e - a, MADV_HUGEPAGE);   /* advice only: failure is harmless */
+    }
+#endif
+    return p;
+}
+
 static uint8_t *st_build(const char *key, uint64_t nelem, const float period[SIM_PERIOD], size_t *len)
 {
     uint8_t h[HDR_MAX];
     size_t hl = st_header(key, nelem, h);
-    uint8_t *p = malloc(hl + nelem * 4);
+    uint8_t *p = item_alloc(hl + nelem * 4);
     if (!p) return NULL;
     memcpy(p, h, hl);
     fill(p + hl, nelem, period);
@@ -172,7 +189,7 @@ static uint8_t *npz_build(const char *key, uint64_t nelem, const float period[SI
     char name[32];
     size_t nl = (size_t)snprintf(name, sizeof name, "%s.npy", key), hl = npy_header(nelem, h);
     uint64_t member = hl + nelem * 4, cd_off = NPZ_LFH + nl + NPZ_EXTRA + member, total = cd_off + NPZ_CDH + nl + NPZ_EOCD;
-    uint8_t *p = malloc((size_t)total);
+    uint8_t *p = item_alloc((size_t)total);
     if (!p) return NULL;
     uint8_t *m = p + NPZ_LFH + nl + NPZ_EXTRA;
     memcpy(m, h, hl);

@@ -39,6 +39,8 @@ static const char USAGE[] =
     "                  per tensor) or numpy (numpy.ndarray wrappers, DOT 3, one npz item per tensor)\n"
     "  --inline        tensors inside the task payload (\"native\") instead of a download ref\n"
     "                  (the task then holds the whole model; inline bytes are bin, never DOT-0 datums)\n"
+    "  --prebuild      build a task's items before the task goes out (held until its ref ends), so a\n"
+    "                  download measures the transfer, not the item building (make bench)\n"
     "  --isolate       refuse (invalid_request) download requests whose cn__origin is not a relay\n"
     "                  cell <site>.<job>: workers may not download from the server themselves\n"
     "  --download-log FILE  append one line per download of a task ref this simulator served:\n"
@@ -90,7 +92,7 @@ static const char USAGE[] =
 
 enum {
     O_LISTEN = 1, O_TLS_DIR, O_JOB_ID, O_LOG_HEADERS, O_WINDOW, O_HEARTBEAT, O_LOG_LEVEL, O_ROUNDS, O_MODEL_SIZE,
-    O_TENSORS, O_FORMAT, O_ISOLATE, O_INLINE, O_DOWNLOAD_LOG, O_WAIT_TIME, O_TASK_TIMEOUT, O_MAX_FAILURES,
+    O_TENSORS, O_FORMAT, O_ISOLATE, O_INLINE, O_PREBUILD, O_DOWNLOAD_LOG, O_WAIT_TIME, O_TASK_TIMEOUT, O_MAX_FAILURES,
     O_FETCH_TIMEOUT, O_SELF_TEST, O_DRIVE, O_DRIVE_AS, O_DRIVE_FAIL, O_DRIVE_CORRUPT, O_DRIVE_SOURCE_FAILURE, O_HELP,
     O_VERSION,
 };
@@ -109,6 +111,7 @@ static const struct option LONGOPTS[] = {
     {"format", required_argument, NULL, O_FORMAT},
     {"isolate", no_argument, NULL, O_ISOLATE},
     {"inline", no_argument, NULL, O_INLINE},
+    {"prebuild", no_argument, NULL, O_PREBUILD},
     {"download-log", required_argument, NULL, O_DOWNLOAD_LOG},
     {"wait-time", required_argument, NULL, O_WAIT_TIME},
     {"task-timeout", required_argument, NULL, O_TASK_TIMEOUT},
@@ -208,6 +211,7 @@ static int one_option(struct sim_opts *o, int c, const char *arg)
         return copy_arg(o->format, sizeof o->format, "--format", arg);
     case O_ISOLATE: o->isolate = true; return 0;
     case O_INLINE: o->inline_tensors = true; return 0;
+    case O_PREBUILD: o->prebuild = true; return 0;
     case O_DOWNLOAD_LOG:
         return copy_arg(o->download_log, sizeof o->download_log, "--download-log", arg);
     case O_WAIT_TIME: return seconds("--wait-time", arg, 0, 3600, &o->wait_time);

@@ -67,6 +67,7 @@ struct sim_opts {
     int64_t model_size;          /* --model-size (64M), split evenly over the tensors */
     char format[32];             /* --format safetensors (DOT 6, default) | numpy (DOT 3) */
     bool isolate, inline_tensors;
+    bool prebuild;                 /* --prebuild: a task's items built before it is sent */
     char download_log[SIM_PATH_MAX];
     double wait_time;            /* --wait-time: __wait_time__ of tasks and __try_again__ (0.5) */
     double task_timeout;         /* --task-timeout: a task without a result this long fails (0: never) */
