@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -72,18 +73,37 @@ struct cj_conn {
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct blk *pool[BLOCK_POOL];
 static size_t pool_n;
+static uint64_t pool_takes, pool_takes_seen;   /* blocks taken from the pool; at the last trim */
+
+/* Blocks are mappings of their own, so that a block given back really goes
+ * back to the system (a freed 1 MiB malloc chunk stays in the heap). */
+#define BLOCK_MAP (sizeof(struct blk) + CJ_CONN_BLOCK)
+
+static void blk_release(struct blk *b)
+{
+    if (b) munmap(b, BLOCK_MAP);
+}
 
 static struct blk *blk_new(void)
 {
     struct blk *b = NULL;
     pthread_mutex_lock(&pool_mu);
-    if (pool_n) b = pool[--pool_n];
+    if (pool_n) {
+        b = pool[--pool_n];
+        pool_takes++;
+    }
     pthread_mutex_unlock(&pool_mu);
-    if (!b && !(b = malloc(sizeof *b + CJ_CONN_BLOCK))) return NULL;
+    if (!b) {
+        void *m = mmap(NULL, BLOCK_MAP, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return NULL;
+        b = m;
+    }
     atomic_init(&b->refs, 1);
     b->used = 0;
     return b;
 }
+
+static void pool_trim(bool always);
 
 static void blk_unref(struct blk *b)
 {
@@ -94,7 +114,7 @@ static void blk_unref(struct blk *b)
         b = NULL;
     }
     pthread_mutex_unlock(&pool_mu);
-    free(b);
+    blk_release(b);
 }
 
 static void chain_done(const void *data, size_t len, void *arg)
@@ -185,6 +205,7 @@ static void really_free(struct cj_conn *c)
     if (c->blk) blk_unref(c->blk);
     free(c->cbuf);
     free(c);
+    pool_trim(true);   /* a link ended: no reason to keep its read memory */
 }
 
 static void enter(struct cj_conn *c) { c->busy++; }
@@ -659,6 +680,32 @@ void cj_conn_set_read_watermarks(struct cj_conn *c, size_t low, size_t high)
 }
 
 void cj_conn_set_write_low(struct cj_conn *c, size_t low) { c->wlow = low; }
+
+/* Empties the pool: always, or only when no block was taken since the last call. */
+static void pool_trim(bool always)
+{
+    struct blk *drop[BLOCK_POOL];
+    size_t n = 0;
+    pthread_mutex_lock(&pool_mu);
+    if (always || pool_takes == pool_takes_seen) {
+        n = pool_n;
+        memcpy(drop, pool, n * sizeof *drop);
+        pool_n = 0;
+    }
+    pool_takes_seen = pool_takes;
+    pthread_mutex_unlock(&pool_mu);
+    for (size_t i = 0; i < n; i++) blk_release(drop[i]);
+}
+
+void cj_conn_idle(struct cj_conn *c)
+{
+    /* The block being filled, when nothing else holds part of it. */
+    if (c->blk && atomic_load_explicit(&c->blk->refs, memory_order_acquire) == 1) {
+        blk_unref(c->blk);
+        c->blk = NULL;
+    }
+    pool_trim(false);
+}
 
 void cj_conn_set_reading(struct cj_conn *c, bool on)
 {

@@ -86,6 +86,11 @@ struct evbuffer *cj_conn_output(const struct cj_conn *c);
  * no limit); one read may go past it by at most CJ_CONN_BLOCK. */
 void cj_conn_set_read_watermarks(struct cj_conn *c, size_t low, size_t high);
 void cj_conn_set_write_low(struct cj_conn *c, size_t low);
+/* The owner says the connection has been idle for a while: the block it was
+ * filling goes back, and the process's pool of free blocks is emptied when no
+ * connection took a block from it since the last such call (so a transfer
+ * keeps its recycled blocks, and an idle process holds none). */
+void cj_conn_idle(struct cj_conn *c);
 /* The owner's switch for reading (the TLS handshake reads regardless). */
 void cj_conn_set_reading(struct cj_conn *c, bool on);
 

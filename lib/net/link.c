@@ -499,6 +499,7 @@ static void hb_cb(evutil_socket_t fd, short what, void *arg)
     double now = mono_now();
     if (!cj_link_reading(l)) l->last_rx = now;     /* we are not reading: no verdict */
     double idle = now - l->last_rx;
+    if (idle >= 0.2 && l->conn) cj_conn_idle(l->conn);   /* read memory back while quiet */
     if (l->dead_after > 0 && idle > l->dead_after) {
         link_down(l, CJ_LOG_WARNING, "nothing received for %.1f s (limit %.1f s): peer presumed dead", idle,
                   l->dead_after);

@@ -11,7 +11,7 @@
 #   (e) a corrupted result element: SIM FAIL naming the element, exit 1
 #   (f) --isolate: the relay cell may download, a deeper cell is refused
 #       (invalid_request, REFUSED line); --task-timeout then fails the round
-#   (g) --inline tasks
+#   (g) --inline tasks; --prebuild
 #   (h) the sim's own memory stays near two items for a 256 MiB model
 #   (i) without a relay it keeps waiting; SIGTERM: exit 0 when idle, 1 (SIM FAIL) mid-run
 #   (j) download_service__source_failure (download.md §2, §6.1 step 1): a notice from a
@@ -155,6 +155,14 @@ for fmt in safetensors numpy; do
     check "(g) --inline $fmt: tensors in the task, SIM OK ($SRC)" \
         sh -c "grep -q '^SIM OK rounds=2' '$W/inline-$fmt.sim' && grep -q '^TASK 1 .* ref=inline ' '$W/inline-$fmt.sim' && grep -q '^DRIVE GOT 1 .* inline' '$W/inline-$fmt.drive'"
 done
+
+# --prebuild: the same items, built before the task goes out
+A="--rounds 2 --model-size 8M --tensors 2 --format numpy"
+start_sim prebuild $A --prebuild
+drive prebuild $A
+sim_exit
+check "(g) --prebuild: items built ahead, every round verified, SIM OK ($SRC)" \
+    sh -c "grep -q '^SIM OK rounds=2' '$W/prebuild.sim' && [ $SRC -eq 0 ]"
 
 # ---- (h) memory ----------------------------------------------------------------------
 A="--rounds 1 --model-size 256M --tensors 8"
