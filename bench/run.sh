@@ -34,7 +34,7 @@
 # "X+nopace" runs mode X with [limits] pacing = false: the router's pacing off, see lib/cell/router.c),
 # BENCH_LAT_ROUNDS [1000], BENCH_FANIN [16], BENCH_FANIN_MODEL [64M per worker],
 # BENCH_CPU_MODEL [256M], BENCH_CPU [1; 0 skips callgrind], BENCH_SIM_ARGS [] (extra sim flags,
-# e.g. "--window 4M"), BENCH_JOB_TIMEOUT [300 s per job], BENCH_SYS_MODEL [1G], BENCH_SYS_RUNS [3],
+# e.g. "--window 4M"), BENCH_JOB_TIMEOUT [300 s per job], BENCH_SYS_MODEL [1G], BENCH_SYS_RUNS [5],
 # BENCH_SECTIONS [tput mem lat fanin cpu sys raw], BENCH_BIN [build/] (the cjrelay binaries to
 # measure, e.g. an older build's; the floor is always build/bench/floor).
 TPUT_MODEL=${BENCH_TPUT_MODEL:-1G}
@@ -49,7 +49,7 @@ CPU_ON=${BENCH_CPU:-1}
 JOB_TIMEOUT=${BENCH_JOB_TIMEOUT:-300}
 SECTIONS=${BENCH_SECTIONS:-tput mem lat fanin cpu sys raw}
 SYS_MODEL=${BENCH_SYS_MODEL:-1G}
-SYS_RUNS=${BENCH_SYS_RUNS:-3}
+SYS_RUNS=${BENCH_SYS_RUNS:-5}
 SIM_EXTRA=${BENCH_SIM_ARGS:-}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
