@@ -44,8 +44,8 @@ void cj_tls_ctx_free(SSL_CTX *ctx);
  * written (0: the queue was empty). */
 size_t cj_tls_drain_errors(char *buf, size_t n);
 
-/* Formats one packed OpenSSL error code (ERR_get_error, or libevent's
- * bufferevent_get_openssl_error) as "lib: reason". */
+/* Formats one packed OpenSSL error code (ERR_get_error,
+ * ERR_peek_error) as "lib: reason". */
 void cj_tls_error_text(unsigned long code, char *buf, size_t n);
 
 /* A hint for an alert the peer sent, from OpenSSL's reason text; NULL when
