@@ -30,6 +30,7 @@
 #include <event2/event.h>
 
 #include "dl/client.h"
+#include "dl/lent.h"
 #include "dl/producer.h"
 #include "model.h"
 #include "payload/lobs.h"
@@ -79,24 +80,8 @@ struct task {
     char fail[384];                      /* a verification failure (fatal) */
     struct event *timeout_ev;
     bool reply_pending;                  /* the get_task reply carrying it is being sent */
-    struct built **built;                /* --prebuild: the items, one per tensor */
+    struct cj_dl_lent **built;           /* --prebuild: the items, one per tensor */
 };
-
-/* A prebuilt item: the task holds one reference and each reply lending its
- * bytes another, so a reply still queued when the task ends keeps them. */
-struct built {
-    uint8_t *p;
-    size_t len;
-    unsigned refs;
-};
-
-static void built_unref(struct built *b)
-{
-    if (b && --b->refs == 0) {
-        free(b->p);
-        free(b);
-    }
-}
 
 /* (source, ref) named by an accepted source-failure notice. */
 struct sf_tomb {
@@ -398,7 +383,7 @@ static void task_free(struct task *t)
     if (t->timeout_ev) event_free(t->timeout_ev);
     free(t->item_tensor);
     if (t->built)
-        for (long i = 0; i < t->fl->o->tensors; i++) built_unref(t->built[i]);
+        for (long i = 0; i < t->fl->o->tensors; i++) cj_dl_lent_release(t->built[i]);
     free(t->built);
     free(t);
 }
@@ -479,27 +464,13 @@ static void free_item(const void *data, size_t len, void *extra)
     free((void *)data);
 }
 
-static void built_done(const void *data, size_t len, void *extra)
-{
-    (void)data; (void)len;
-    built_unref(extra);
-}
-
 static int task_item(void *ctx, size_t index, struct evbuffer *out)
 {
     struct task *t = ctx;
     struct sim_fl *fl = t->fl;
     float per[SIM_PERIOD];
     size_t len;
-    if (t->built) {
-        struct built *b = t->built[index];
-        b->refs++;
-        if (evbuffer_add_reference(out, b->p, b->len, built_done, b)) {
-            b->refs--;
-            return -1;
-        }
-        return 0;
-    }
+    if (t->built) return cj_dl_lent_add(t->built[index], out);
     sim_period(t->round, index, false, per);
     uint8_t *p = sim_item_build(fl->dot, index, fl->nelem, per, &len);
     if (!p) {
@@ -604,13 +575,10 @@ static int prebuild_items(struct task *t, size_t n)
     if (!t->built) return -1;
     for (size_t i = 0; i < n; i++) {
         float per[SIM_PERIOD];
-        struct built *b = calloc(1, sizeof *b);
-        if (!b) return -1;
+        size_t len;
         sim_period(t->round, i, false, per);
-        b->p = sim_item_build(t->fl->dot, i, t->fl->nelem, per, &b->len);
-        b->refs = 1;
-        t->built[i] = b;
-        if (!b->p) return -1;
+        uint8_t *p = sim_item_build(t->fl->dot, i, t->fl->nelem, per, &len);
+        if (!p || !(t->built[i] = cj_dl_lent_new(p, len))) return -1;
     }
     return 0;
 }

@@ -27,6 +27,7 @@
 
 #include "dl/client.h"
 #include "dl/itemcheck.h"
+#include "dl/lent.h"
 #include "dl/producer.h"
 #include "fl/capi.h"
 #include "payload/items.h"
@@ -50,13 +51,6 @@
 #define MIB (1024.0 * 1024.0)
 #define TRIM_MIN ((size_t)4 << 20)   /* items this large give their freed chunks back to the system */
 
-struct wk_item {
-    uint8_t *data;
-    size_t len;
-    unsigned refs;                   /* reply evbuffers still pointing at data */
-    bool released;                   /* the task is done with it */
-};
-
 struct wk_task {
     char id[CJ_CAPI_ID_MAX + 1];
     char name[CJ_CAPI_ID_MAX + 1];
@@ -71,7 +65,7 @@ struct wk_task {
     char src_ref[CJ_FOBS_REF_ID_MAX + 1];
     struct cj_dl_fetch *fetch;
     char why[512];                   /* our own reason when an item was refused */
-    struct wk_item **items;          /* result item i */
+    struct cj_dl_lent **items;       /* result item i, lent to the server's pulls */
     uint64_t *sizes;
     uint64_t got, bytes_in, bytes_out, floats;
     double t0, t_dl;
@@ -86,31 +80,12 @@ struct wk_task {
 
 /* ---- result items ------------------------------------------------------------------------- */
 
-static void item_maybe_free(struct wk_item *it)
-{
-    if (it->released && it->refs == 0) {
-        free(it->data);
-        free(it);
-    }
-}
-
-static void item_cleanup(const void *data, size_t len, void *arg)
-{
-    (void)data;
-    (void)len;
-    struct wk_item *it = arg;
-    it->refs--;
-    item_maybe_free(it);
-}
-
 static void release_items(struct wk_task *t)
 {
-    for (size_t i = 0; t->items && i < t->n; i++)
-        if (t->items[i]) {
-            t->items[i]->released = true;
-            item_maybe_free(t->items[i]);
-            t->items[i] = NULL;
-        }
+    for (size_t i = 0; t->items && i < t->n; i++) {
+        cj_dl_lent_release(t->items[i]);
+        t->items[i] = NULL;
+    }
 }
 
 /* The producer's item callback: lends item index by reference. */
@@ -119,13 +94,7 @@ static int serve_item(void *ctx, size_t index, struct evbuffer *out)
     struct wk *w = ctx;
     struct wk_task *t = w->task;
     if (!t || index >= t->n || !t->items[index]) return -1;
-    struct wk_item *it = t->items[index];
-    it->refs++;
-    if (evbuffer_add_reference(out, it->data, it->len, item_cleanup, it)) {
-        it->refs--;
-        return -1;
-    }
-    return 0;
+    return cj_dl_lent_add(t->items[index], out);
 }
 
 /* ---- task lifetime ---------------------------------------------------------------------------- */
@@ -270,14 +239,11 @@ static int make_result_item(struct wk_task *t, uint64_t index, uint8_t *p, size_
 /* Keeps result item index (out, taken).  0 or -1 (out freed). */
 static int store_result(struct wk_task *t, uint64_t index, uint8_t *out, size_t outlen)
 {
-    struct wk_item *it = calloc(1, sizeof *it);
+    struct cj_dl_lent *it = cj_dl_lent_new(out, outlen);
     if (!it) {
-        free(out);
         snprintf(t->why, sizeof t->why, "out of memory");
         return -1;
     }
-    it->data = out;
-    it->len = outlen;
     t->items[index] = it;
     t->sizes[index] = outlen;
     t->bytes_out += outlen;
