@@ -203,21 +203,16 @@ static int sock_family(evutil_socket_t fd)
     return ss.ss_family;
 }
 
-void cj_sock_nodelay(evutil_socket_t fd)
+void cj_sock_tune(evutil_socket_t fd)
 {
-    int fam = sock_family(fd);
-    if (fam != AF_INET && fam != AF_INET6) return;
-    int one = 1;
-    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0)
-        cj_log_warning("cannot set TCP_NODELAY: %s", strerror(errno));
-}
-
-void cj_sock_buffers(evutil_socket_t fd)
-{
-    if (sock_family(fd) != AF_UNIX) return;
-    int size = CJ_SOCK_BUFFER;
-    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size) < 0)
-        cj_log_debug("cannot set SO_SNDBUF: %s", strerror(errno));
+    int fam = sock_family(fd), one = 1, size = CJ_SOCK_BUFFER;
+    if (fam == AF_INET || fam == AF_INET6) {
+        if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0)
+            cj_log_warning("cannot set TCP_NODELAY: %s", strerror(errno));
+    } else if (fam == AF_UNIX) {
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size) < 0)
+            cj_log_debug("cannot set SO_SNDBUF: %s", strerror(errno));
+    }
 }
 
 static void inet_text(const struct sockaddr *sa, char *buf, size_t n)

@@ -82,16 +82,13 @@ evutil_socket_t cj_sock_connect_start(const struct sockaddr *sa, socklen_t len, 
  * failed connect (SO_ERROR). */
 int cj_sock_connect_result(evutil_socket_t fd);
 
-/* TCP_NODELAY on TCP sockets (sfm.md §1); a no-op on AF_UNIX. */
-void cj_sock_nodelay(evutil_socket_t fd);
-
-/* Socket buffers for reads of CJ_SOCK_BUFFER-sized pieces: on AF_UNIX, where
- * the sender's SO_SNDBUF is all the queue there is (default ~208 KiB), asks
- * for CJ_SOCK_BUFFER (the kernel caps it at net.core.wmem_max).  TCP is left
- * to the kernel's autotuning (tcp_wmem/tcp_rmem), which setting a size would
- * switch off. */
+/* A link's socket options.  TCP: TCP_NODELAY (sfm.md §1); its buffers are
+ * left to the kernel's autotuning (tcp_wmem/tcp_rmem), which setting a size
+ * would switch off.  AF_UNIX, where the sender's SO_SNDBUF is all the queue
+ * there is (default ~208 KiB): SO_SNDBUF of CJ_SOCK_BUFFER (the kernel caps it
+ * at net.core.wmem_max), so that reads of a megabyte find a megabyte. */
 #define CJ_SOCK_BUFFER (4 * 1024 * 1024)
-void cj_sock_buffers(evutil_socket_t fd);
+void cj_sock_tune(evutil_socket_t fd);
 
 /* "127.0.0.1:40022", "[::1]:40022", "unix:/path (pid 123)": the far end of a
  * connected socket, for logs. */

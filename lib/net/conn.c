@@ -23,9 +23,9 @@
  * left in it: reads stay large, and a retired block wastes at most this. */
 #define BLOCK_RETIRE (256u * 1024)
 /* Freed blocks kept for the next reads.  A fresh 1 MiB from malloc is fresh
- * pages: the kernel faults and zeroes each one (~250 faults per MiB relayed,
- * measured as a third of the relay's system time); a bulk transfer recycles
- * a handful of blocks, so a few kept ones remove nearly all of that. */
+ * pages the kernel faults in and zeroes (measured: ~48,800 faults per GiB
+ * relayed, ~15% of the relay's CPU); a bulk transfer recycles a handful of
+ * blocks, so a few kept ones remove nearly all of that (~980 faults). */
 #define BLOCK_POOL 6
 
 /* Read space, shared by the input chains that reference it and by the
@@ -38,7 +38,6 @@ struct blk {
 };
 
 struct cj_conn {
-    struct event_base *base;
     evutil_socket_t fd;
     SSL *ssl;
     bool handshaking;
@@ -59,7 +58,6 @@ struct cj_conn {
     struct blk *blk;               /* the block being filled */
     int busy;                      /* nesting of our own callbacks */
     bool freed, ended;
-    int err_no;
     char err[1024];
     struct cj_conn_counters c;
     struct cj_conn_ops ops;
@@ -103,7 +101,21 @@ static struct blk *blk_new(void)
     return b;
 }
 
-static void pool_trim(bool always);
+/* Empties the pool: always, or only when no block was taken since the last call. */
+static void pool_trim(bool always)
+{
+    struct blk *drop[BLOCK_POOL];
+    size_t n = 0;
+    pthread_mutex_lock(&pool_mu);
+    if (always || pool_takes == pool_takes_seen) {
+        n = pool_n;
+        memcpy(drop, pool, n * sizeof *drop);
+        pool_n = 0;
+    }
+    pool_takes_seen = pool_takes;
+    pthread_mutex_unlock(&pool_mu);
+    for (size_t i = 0; i < n; i++) blk_release(drop[i]);
+}
 
 static void blk_unref(struct blk *b)
 {
@@ -227,9 +239,17 @@ static void end(struct cj_conn *c, int what)
 /* Keeps what went wrong: OpenSSL's queue, else the errno text. */
 static void capture_error(struct cj_conn *c, int err_no)
 {
-    c->err_no = err_no;
     size_t n = c->ssl ? cj_tls_drain_errors(c->err, sizeof c->err) : 0;
     if (!n) snprintf(c->err, sizeof c->err, "%s", err_no ? strerror(err_no) : "");
+}
+
+/* One read(2) from the socket (clear data, or TLS ciphertext into cbuf). */
+static ssize_t plain_read(struct cj_conn *c, unsigned char *buf, size_t room)
+{
+    ssize_t n;
+    do n = read(c->fd, buf, room);
+    while (n < 0 && errno == EINTR);
+    return n;
 }
 
 /* ---- TLS -------------------------------------------------------------------- */
@@ -299,9 +319,7 @@ static int cin_fill(struct cj_conn *c)
 {
     if (c->coff < c->clen) return 1;
     if (c->ceof || c->cerr) return -1;
-    ssize_t n;
-    do n = read(c->fd, c->cbuf, CJ_CONN_TLS_READ);
-    while (n < 0 && errno == EINTR);
+    ssize_t n = plain_read(c, c->cbuf, CJ_CONN_TLS_READ);
     if (n > 0) {
         c->coff = 0;
         c->clen = (size_t)n;
@@ -312,6 +330,14 @@ static int cin_fill(struct cj_conn *c)
     else if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
     else c->cerr = errno;
     return -1;
+}
+
+/* An SSL_* call's failure that is the peer's end, not an error: a
+ * close_notify, or a close without one (SSL_OP_IGNORE_UNEXPECTED_EOF, tls.c;
+ * a bare EOF below OpenSSL). */
+static bool tls_ended(int e, int r, int en)
+{
+    return e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && (r == 0 || en == 0));
 }
 
 /* Bytes OpenSSL can return without the socket: ciphertext left in cbuf, or
@@ -343,7 +369,7 @@ static void tls_handshake(struct cj_conn *c)
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
         c->hs_wants = e == SSL_ERROR_WANT_READ ? EV_READ : EV_WRITE;
         update_events(c);
-    } else if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && (r == 0 || en == 0))) {
+    } else if (tls_ended(e, r, en)) {
         end(c, CJ_CONN_EOF);
     } else {
         capture_error(c, e == SSL_ERROR_SYSCALL ? en : 0);
@@ -376,8 +402,7 @@ static ssize_t tls_read(struct cj_conn *c, unsigned char *buf, size_t room)
             errno = EAGAIN;
             return -1;
         }
-        if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && (r == 0 || en == 0)))
-            return 0;
+        if (tls_ended(e, r, en)) return 0;
         capture_error(c, e == SSL_ERROR_SYSCALL ? en : 0);
         errno = e == SSL_ERROR_SYSCALL && en ? en : EPROTO;
         return -2;                               /* error text already captured */
@@ -435,14 +460,6 @@ static ssize_t tls_write(struct cj_conn *c)
 }
 
 /* ---- clear sockets ------------------------------------------------------------- */
-
-static ssize_t plain_read(struct cj_conn *c, unsigned char *buf, size_t room)
-{
-    ssize_t n;
-    do n = read(c->fd, buf, room);
-    while (n < 0 && errno == EINTR);
-    return n;
-}
 
 /* Every queued chain (up to CJ_CONN_IOV) in one writev.  (The binaries ignore
  * SIGPIPE: a closed peer is an EPIPE to report.  writev rather than sendmsg
@@ -604,7 +621,6 @@ struct cj_conn *cj_conn_new(struct event_base *base, evutil_socket_t fd, SSL *ss
 {
     struct cj_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    c->base = base;
     c->fd = -1;
     c->reading = true;
     if (ops) c->ops = *ops;
@@ -669,7 +685,6 @@ struct evbuffer *cj_conn_input(const struct cj_conn *c) { return c->in; }
 struct evbuffer *cj_conn_output(const struct cj_conn *c) { return c->out; }
 SSL *cj_conn_ssl(const struct cj_conn *c) { return c->ssl; }
 const char *cj_conn_error_text(const struct cj_conn *c) { return c->err; }
-int cj_conn_errno(const struct cj_conn *c) { return c->err_no; }
 const struct cj_conn_counters *cj_conn_counters(const struct cj_conn *c) { return &c->c; }
 
 void cj_conn_set_read_watermarks(struct cj_conn *c, size_t low, size_t high)
@@ -680,22 +695,6 @@ void cj_conn_set_read_watermarks(struct cj_conn *c, size_t low, size_t high)
 }
 
 void cj_conn_set_write_low(struct cj_conn *c, size_t low) { c->wlow = low; }
-
-/* Empties the pool: always, or only when no block was taken since the last call. */
-static void pool_trim(bool always)
-{
-    struct blk *drop[BLOCK_POOL];
-    size_t n = 0;
-    pthread_mutex_lock(&pool_mu);
-    if (always || pool_takes == pool_takes_seen) {
-        n = pool_n;
-        memcpy(drop, pool, n * sizeof *drop);
-        pool_n = 0;
-    }
-    pool_takes_seen = pool_takes;
-    pthread_mutex_unlock(&pool_mu);
-    for (size_t i = 0; i < n; i++) blk_release(drop[i]);
-}
 
 void cj_conn_idle(struct cj_conn *c)
 {

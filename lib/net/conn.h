@@ -98,8 +98,6 @@ SSL *cj_conn_ssl(const struct cj_conn *c);
 /* Why the connection ended: OpenSSL's error queue ("lib: reason; ...") or the
  * errno text, captured when it happened; "" when nothing was said. */
 const char *cj_conn_error_text(const struct cj_conn *c);
-/* errno of a socket error, 0 if none. */
-int cj_conn_errno(const struct cj_conn *c);
 const struct cj_conn_counters *cj_conn_counters(const struct cj_conn *c);
 
 #endif

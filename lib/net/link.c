@@ -11,7 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
@@ -85,7 +84,6 @@ struct cj_link {
 static void link_down(struct cj_link *l, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void process_input(struct cj_link *l);
 static void refill_wire(struct cj_link *l);
-static int add_small(struct cj_link *l, struct evbuffer *dst, const void *a, size_t an, const void *b, size_t bn);
 
 /* ---- small helpers ------------------------------------------------------------ */
 
@@ -220,6 +218,20 @@ static void data_prefix(struct cj_link *l, uint32_t length, uint16_t hlen, uint8
     cj_frame_prefix_encode(&p, out);
 }
 
+/* Appends a small piece (a frame prefix, a header block) to dst in a chain of
+ * its own.  evbuffer_add would size a new chain like dst's last one: after a
+ * 1 MiB payload chain, 1 MiB for 16 bytes, so every queued bulk frame held
+ * twice its size.  Frames also start on a chain boundary this way, so moving
+ * whole frames between buffers (refill_wire) moves chains and copies nothing. */
+static int add_small(struct cj_link *l, struct evbuffer *dst, const void *a, size_t an, const void *b, size_t bn)
+{
+    if (evbuffer_add(l->small, a, an) < 0 || (bn && evbuffer_add(l->small, b, bn) < 0)) {
+        evbuffer_drain(l->small, evbuffer_get_length(l->small));
+        return -1;
+    }
+    return evbuffer_add_buffer(dst, l->small);
+}
+
 static int send_heartbeat(struct cj_link *l, uint8_t type)
 {
     uint8_t f[CJ_FRAME_HEARTBEAT_LEN];
@@ -249,20 +261,6 @@ static int send_hello(struct cj_link *l, uint8_t type)
     if (rc == 0) count_out(l, sb.size);
     msgpack_sbuffer_destroy(&sb);
     return rc;
-}
-
-/* Appends a small piece (a frame prefix, a header block) to dst in a chain of
- * its own.  evbuffer_add would size a new chain like dst's last one: after a
- * 1 MiB payload chain, 1 MiB for 16 bytes, so every queued bulk frame held
- * twice its size.  Frames also start on a chain boundary this way, so moving
- * whole frames between buffers (refill_wire) moves chains and copies nothing. */
-static int add_small(struct cj_link *l, struct evbuffer *dst, const void *a, size_t an, const void *b, size_t bn)
-{
-    if (evbuffer_add(l->small, a, an) < 0 || (bn && evbuffer_add(l->small, b, bn) < 0)) {
-        evbuffer_drain(l->small, evbuffer_get_length(l->small));
-        return -1;
-    }
-    return evbuffer_add_buffer(dst, l->small);
 }
 
 static int fifo_push(struct cj_link *l, uint32_t hlen, uint32_t body)
@@ -906,8 +904,7 @@ static void tls_info_cb(const SSL *ssl, int where, int ret)
 static int attach_conn(struct cj_link *l, evutil_socket_t fd)
 {
     static const struct cj_conn_ops conn_ops = {read_cb, write_cb, event_cb};
-    cj_sock_nodelay(fd);
-    cj_sock_buffers(fd);
+    cj_sock_tune(fd);
     l->kick_ev = event_new(l->base, -1, 0, kick_cb, l);
     if (!l->kick_ev) return -1;
     SSL *ssl = NULL;

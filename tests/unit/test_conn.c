@@ -50,34 +50,50 @@ static void spin(struct event_base *b, int turns)
     for (int i = 0; i < turns; i++) event_base_loop(b, EVLOOP_NONBLOCK);
 }
 
-static void pair(int sv[2])
+/* A conn over one end of a socketpair (no TLS); the test talks on sv[1]. */
+struct fx {
+    struct event_base *b;
+    int sv[2];
+    struct seen s;
+    struct cj_conn *c;
+};
+
+static void fx_open(struct fx *f, const struct cj_conn_ops *o, void *ctx)
 {
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    cj_sock_buffers(sv[1]);   /* the test writes here: room for 3 MiB at once */
+    memset(f, 0, sizeof *f);
+    f->b = event_base_new();
+    assert_non_null(f->b);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, f->sv), 0);
+    cj_sock_tune(f->sv[0]);
+    cj_sock_tune(f->sv[1]);   /* room for 3 MiB at once either way */
+    f->c = cj_conn_new(f->b, f->sv[0], NULL, false, o, ctx ? ctx : &f->s);
+    assert_non_null(f->c);
+}
+
+/* c NULL: the test freed it; sv[1] -1: the test closed it. */
+static void fx_close(struct fx *f)
+{
+    cj_conn_free(f->c);
+    if (f->sv[1] >= 0) close(f->sv[1]);
+    event_base_free(f->b);
 }
 
 static void test_big_reads_cut_at_low(void **state)
 {
     (void)state;
-    struct event_base *b = event_base_new();
-    int sv[2];
-    pair(sv);
-    struct seen s = {0};
-    struct cj_conn *c = cj_conn_new(b, sv[0], NULL, false, &ops, &s);
-    assert_non_null(c);
+    struct fx f;
+    fx_open(&f, &ops, NULL);
     const size_t frame = CJ_CONN_BLOCK + 300;      /* a 1 MiB stream chunk and its header */
-    cj_conn_set_read_watermarks(c, frame, 0);
-    fill(sv[1], 3 * CJ_CONN_BLOCK);
-    spin(b, 10);
-    struct evbuffer *in = cj_conn_input(c);
+    cj_conn_set_read_watermarks(f.c, frame, 0);
+    fill(f.sv[1], 3 * CJ_CONN_BLOCK);
+    spin(f.b, 10);
+    struct evbuffer *in = cj_conn_input(f.c);
     assert_int_equal(evbuffer_get_length(in), 3 * CJ_CONN_BLOCK);
     /* a few big reads, not one per 4 KiB */
-    assert_true(cj_conn_counters(c)->reads <= 8);
-    assert_int_equal(cj_conn_counters(c)->bytes_read, 3 * CJ_CONN_BLOCK);
-    assert_true(s.reads >= 1);
+    assert_true(cj_conn_counters(f.c)->reads <= 8);
+    assert_int_equal(cj_conn_counters(f.c)->bytes_read, 3 * CJ_CONN_BLOCK);
+    assert_true(f.s.reads >= 1);
     /* the frame's end is a chain boundary */
-    struct evbuffer_ptr p;
-    assert_int_equal(evbuffer_ptr_set(in, &p, 0, EVBUFFER_PTR_SET), 0);
     struct evbuffer_iovec v[16];
     int n = evbuffer_peek(in, (ev_ssize_t)frame, NULL, v, 16);
     size_t sum = 0;
@@ -87,54 +103,42 @@ static void test_big_reads_cut_at_low(void **state)
     uint8_t head[4];
     evbuffer_copyout(in, head, 4);
     assert_int_equal(head[3], 3);
-    cj_conn_free(c);
-    close(sv[1]);
-    event_base_free(b);
+    fx_close(&f);
 }
 
 static void test_high_watermark_and_switch(void **state)
 {
     (void)state;
-    struct event_base *b = event_base_new();
-    int sv[2];
-    pair(sv);
-    struct seen s = {0};
-    struct cj_conn *c = cj_conn_new(b, sv[0], NULL, false, &ops, &s);
-    cj_conn_set_read_watermarks(c, 1, 64 * 1024);
-    fill(sv[1], 3 * CJ_CONN_BLOCK);
-    spin(b, 10);
-    struct evbuffer *in = cj_conn_input(c);
+    struct fx f;
+    fx_open(&f, &ops, NULL);
+    cj_conn_set_read_watermarks(f.c, 1, 64 * 1024);
+    fill(f.sv[1], 3 * CJ_CONN_BLOCK);
+    spin(f.b, 10);
+    struct evbuffer *in = cj_conn_input(f.c);
     /* no read starts at or past high; one read adds at most a block */
     assert_true(evbuffer_get_length(in) >= 64 * 1024);
     assert_true(evbuffer_get_length(in) < 64 * 1024 + CJ_CONN_BLOCK);
-    size_t had = evbuffer_get_length(in);
     /* draining below high lets reading go on */
-    evbuffer_drain(in, had);
-    spin(b, 10);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    spin(f.b, 10);
     assert_true(evbuffer_get_length(in) > 0);
     /* the owner's switch: nothing more is read while it is off */
-    cj_conn_set_reading(c, false);
+    cj_conn_set_reading(f.c, false);
     evbuffer_drain(in, evbuffer_get_length(in));
-    spin(b, 10);
+    spin(f.b, 10);
     assert_int_equal(evbuffer_get_length(in), 0);
-    cj_conn_set_reading(c, true);
-    spin(b, 10);
+    cj_conn_set_reading(f.c, true);
+    spin(f.b, 10);
     assert_true(evbuffer_get_length(in) > 0);
-    cj_conn_free(c);
-    close(sv[1]);
-    event_base_free(b);
+    fx_close(&f);
 }
 
 static void test_writes_batched_and_eof(void **state)
 {
     (void)state;
-    struct event_base *b = event_base_new();
-    int sv[2];
-    pair(sv);
-    cj_sock_buffers(sv[0]);
-    struct seen s = {0};
-    struct cj_conn *c = cj_conn_new(b, sv[0], NULL, false, &ops, &s);
-    struct evbuffer *out = cj_conn_output(c);
+    struct fx f;
+    fx_open(&f, &ops, NULL);
+    struct evbuffer *out = cj_conn_output(f.c);
     /* 64 separate 16 KiB chains: one writev takes them all */
     static uint8_t piece[16384];
     for (int i = 0; i < 64; i++) {
@@ -143,55 +147,48 @@ static void test_writes_batched_and_eof(void **state)
         evbuffer_add_buffer(out, one);
         evbuffer_free(one);
     }
-    spin(b, 5);
+    spin(f.b, 5);
     assert_int_equal(evbuffer_get_length(out), 0);
-    assert_true(cj_conn_counters(c)->writes <= 2);
-    assert_true(s.writes >= 1);                   /* on_write: the output fell to its low mark */
+    assert_true(cj_conn_counters(f.c)->writes <= 2);
+    assert_true(f.s.writes >= 1);                 /* on_write: the output fell to its low mark */
     static uint8_t sink[1 << 20];
     size_t got = 0;
     while (got < sizeof sink) {
-        ssize_t r = read(sv[1], sink, sizeof sink - got);
+        ssize_t r = read(f.sv[1], sink, sizeof sink - got);
         assert_true(r > 0);
         got += (size_t)r;
     }
     /* the peer closes: one EOF event, no more I/O */
-    close(sv[1]);
-    spin(b, 5);
-    assert_int_equal(s.events, 1);
-    assert_int_equal(s.last_event, CJ_CONN_EOF);
-    cj_conn_free(c);
-    event_base_free(b);
+    close(f.sv[1]);
+    f.sv[1] = -1;
+    spin(f.b, 5);
+    assert_int_equal(f.s.events, 1);
+    assert_int_equal(f.s.last_event, CJ_CONN_EOF);
+    fx_close(&f);
 }
 
 /* cj_conn_free from inside on_read: the read loop stops, nothing is touched after. */
-struct freer {
-    struct cj_conn *c;
-    int reads;
-};
 static void free_on_read(struct cj_conn *c, void *ctx)
 {
-    struct freer *f = ctx;
-    f->reads++;
+    ((struct seen *)ctx)->reads++;
     cj_conn_free(c);
 }
+
 static void test_free_inside_callback(void **state)
 {
     (void)state;
-    struct event_base *b = event_base_new();
-    int sv[2];
-    pair(sv);
     static const struct cj_conn_ops fops = {free_on_read, NULL, NULL};
-    struct freer f = {0};
-    f.c = cj_conn_new(b, sv[0], NULL, false, &fops, &f);
+    struct fx f;
+    fx_open(&f, &fops, NULL);
     cj_conn_set_read_watermarks(f.c, 1, 0);
-    fill(sv[1], 2 * CJ_CONN_BLOCK);
-    spin(b, 5);
-    assert_int_equal(f.reads, 1);
+    fill(f.sv[1], 2 * CJ_CONN_BLOCK);
+    spin(f.b, 5);
+    f.c = NULL;                                   /* freed by its callback */
+    assert_int_equal(f.s.reads, 1);
     /* the socket was closed with it */
     char x;
-    assert_true(read(sv[1], &x, 1) <= 0);   /* EOF, or ECONNRESET: it left bytes unread */
-    close(sv[1]);
-    event_base_free(b);
+    assert_true(read(f.sv[1], &x, 1) <= 0);      /* EOF, or ECONNRESET: it left bytes unread */
+    fx_close(&f);
 }
 
 int main(void)
@@ -202,5 +199,5 @@ int main(void)
         cmocka_unit_test(test_writes_batched_and_eof),
         cmocka_unit_test(test_free_inside_callback),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests_name("conn", tests, NULL, NULL);
 }
