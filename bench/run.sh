@@ -81,6 +81,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null; }
+# bytes_of SIZE: "256M", "1G", "4K" or plain bytes, in bytes
+bytes_of() { awk -v m="$1" 'BEGIN {u = substr(m, length(m)); v = m + 0;
+    printf "%.0f", (u == "G" ? v * 1073741824 : u == "M" ? v * 1048576 : u == "K" ? v * 1024 : v)}'; }
 now() { date +%s.%N; }
 wait_for() { # wait_for SECS cmd...
     _t=$1; shift; _i=0
@@ -342,9 +345,7 @@ if has cpu && [ "$CPU_ON" = 1 ]; then
         CPU_IR=$(cg_run cpu "$CPU_MODEL")
         CPU_IR0=$(cg_run cpu0 4K)
         if [ -n "$CPU_IR" ] && [ -n "$CPU_IR0" ]; then
-            mib=$(awk -v m="$CPU_MODEL" 'BEGIN {u = substr(m, length(m)); v = m + 0;
-                print (u == "G" ? v * 1024 : u == "M" ? v : u == "K" ? v / 1024 : v / 1048576)}')
-            CPU_PER_MIB=$(awk -v a="$CPU_IR" -v b="$CPU_IR0" -v m="$mib" 'BEGIN {printf "%.0f", (a - b) / m}')
+            CPU_PER_MIB=$(awk -v a="$CPU_IR" -v b="$CPU_IR0" -v m="$(bytes_of "$CPU_MODEL")" 'BEGIN {printf "%.0f", (a - b) / (m / 1048576)}')
             callgrind_annotate --inclusive=no "$W/cpu.cg" 2>/dev/null > "$OUT/callgrind-relay.txt"
             cp "$W/cpu.cg" "$OUT/callgrind.out.relay" 2>/dev/null
         else
@@ -356,14 +357,12 @@ if has cpu && [ "$CPU_ON" = 1 ]; then
 fi
 # ---- 6. what the machine pays: CPU and syscalls per GiB, beside the floor ---------------------------
 TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null; }      # utime + stime
-utick() { awk '{print $14}' "/proc/$1/stat" 2>/dev/null; }
-io() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/io" 2>/dev/null; }
-bytes_of() { awk -v m="$1" 'BEGIN {u = substr(m, length(m)); v = m + 0;
-    printf "%.0f", (u == "G" ? v * 1073741824 : u == "M" ? v * 1048576 : u == "K" ? v * 1024 : v)}'; }
-# per_gib VALUE BYTES: VALUE per GiB of BYTES
-per_gib() { awk -v v="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.3f", v / (b / 1073741824)}'; }
-SYS_ROWS=; SYS_JSON=; SYS_CLEAR_CPU=; SYS_TLS_CPU=; SYS_CLEAR_RD=; FLOOR_CPU=
+# usage PID: "utime stime syscr syscw" (clock ticks, then /proc/PID/io counts)
+usage() {
+    printf '%s %s\n' "$(awk '{print $14, $15}' "/proc/$1/stat" 2>/dev/null)" \
+        "$(awk '$1 == "syscr:" || $1 == "syscw:" {printf "%s ", $2}' "/proc/$1/io" 2>/dev/null)"
+}
+SYS_ROWS=; SYS_JSON=; SYS_CLEAR_CPU=; SYS_TLS_CPU=; FLOOR_CPU=
 # sys_round LABEL MODE: one round of SYS_MODEL through a relay with one launched worker; the
 # relay's CPU and syscalls from just after it is up (worker connected) to the simulator's end
 sys_round() {
@@ -371,18 +370,18 @@ sys_round() {
     start_sim "$n" --rounds 1 --model-size "$SYS_MODEL" --tensors 8 --format numpy || { stop_job; return; }
     if ! start_relay "$n" "$2" 1; then end_relay "$n"; return; fi
     wait_for 30 sh -c "'$C' -s '$W/$n.status.sock' show workers json 2>/dev/null | grep -q client_api_trainer_1"
-    t0=$(ticks "$RELAY"); u0=$(utick "$RELAY"); r0=$(io "$RELAY" syscr); w0=$(io "$RELAY" syscw)
+    u0=$(usage "$RELAY")
     wait_exit "$SIM" "$JOB_TIMEOUT"; RC=$?
-    t1=$(ticks "$RELAY"); u1=$(utick "$RELAY"); r1=$(io "$RELAY" syscr); w1=$(io "$RELAY" syscw)
+    u1=$(usage "$RELAY")
     end_relay "$n"
     if [ $RC -ne 0 ] || ! grep -q '^SIM OK rounds=1' "$W/$n.sim"; then
         echo "bench: $n did not complete" >&2; tail -2 "$W/$n.sim" | sed 's/^/  sim: /' >&2; return
     fi
     mb=$(sed -n 's/^ROUND .* bytes=\([0-9]*\) .*/\1/p' "$W/$n.sim" | head -1)
-    by=$((2 * mb))
-    cpu=$(awk -v a="$t0" -v b="$t1" -v k="$TCK" 'BEGIN {printf "%.3f", (b - a) / k}')
-    usr=$(awk -v a="$u0" -v b="$u1" -v k="$TCK" 'BEGIN {printf "%.3f", (b - a) / k}')
-    sys_row "$_l" "$by" "$usr" "$(awk -v c="$cpu" -v u="$usr" 'BEGIN {printf "%.3f", c - u}')" $((r1 - r0)) $((w1 - w0))
+    # shellcheck disable=SC2086
+    set -- $u0 $u1
+    sys_row "$_l" $((2 * mb)) "$(awk -v a="$1" -v b="$5" -v k="$TCK" 'BEGIN {printf "%.3f", (b - a) / k}')" \
+        "$(awk -v a="$2" -v b="$6" -v k="$TCK" 'BEGIN {printf "%.3f", (b - a) / k}')" $(($7 - $3)) $(($8 - $4))
 }
 # sys_row LABEL BYTES USER SYS SYSCR SYSCW: one measurement, kept in $W/sys.vals as
 # "label gib user sys cpu_s_per_gib reads_per_gib writes_per_gib avg_read_kib"
@@ -428,7 +427,7 @@ if has sys; then
 "
         SYS_JSON="$SYS_JSON${SYS_JSON:+,}$(printf '\n    {"row": "%s", "gib": %s, "user_s": %s, "sys_s": %s, "cpu_s_per_gib": %s, "reads_per_gib": %s, "writes_per_gib": %s, "avg_read_kib": %s, "runs_cpu_s_per_gib": [%s]}' \
             "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$(awk -v l="$l" '$1 == l {printf "%s%s", n++ ? "," : "", $5}' "$W/sys.vals")")"
-        case $l in floor) FLOOR_CPU=$5 ;; clear) SYS_CLEAR_CPU=$5; SYS_CLEAR_RD=$6 ;; tls) SYS_TLS_CPU=$5 ;; esac
+        case $l in floor) FLOOR_CPU=$5 ;; clear) SYS_CLEAR_CPU=$5 ;; tls) SYS_TLS_CPU=$5 ;; esac
     done
 fi
 SYS_RATIO=$(awk -v a="$SYS_CLEAR_CPU" -v b="$FLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
