@@ -155,9 +155,10 @@ uint64_t sim_item_size(int dot, size_t t, uint64_t nelem)
 
 /* ---- items ----------------------------------------------------------------------------- */
 
-/* malloc, asking for transparent huge pages on a big item's body: filling a
- * 256 MiB item page by page cost ~65,000 page faults (a second of system time
- * per GiB served); with 2 MiB pages, a few hundred.  Freed with free(). */
+/* malloc, asking for transparent huge pages on a big item's body: a 1 GiB
+ * model built in 4 KiB pages cost the simulator ~350,000 page faults, with
+ * the advice ~100,000-130,000 (measured with --prebuild; the kernel grants
+ * huge pages as it can).  Freed with free(). */
 static uint8_t *item_alloc(size_t n)
 {
     uint8_t *p = malloc(n);
