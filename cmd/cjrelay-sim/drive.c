@@ -35,7 +35,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "cell/msg.h"
+#include "wire/msg.h"
 #include "dl/client.h"
 #include "dl/producer.h"
 #include "model.h"

@@ -14,7 +14,7 @@
 #include <event2/listener.h>
 #include <netinet/in.h>
 
-#include "cell/msg.h"
+#include "wire/msg.h"
 #include "hdrline.h"
 #include "model.h"
 #include "net/addr.h"

@@ -11,7 +11,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "cell/msg.h"
+#include "wire/msg.h"
 #include "dl/producer.h"
 #include "net/link.h"
 #include "stream/stream.h"

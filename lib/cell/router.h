@@ -5,7 +5,7 @@
  *   - the upstream link (active, to the server root) and reconnects it with
  *     exponential back-off and jitter between reconnect_min and reconnect_max;
  *   - worker links (passive): a HELLO is accepted only from a direct child
- *     me.<leaf>; a second connection with a connected name replaces the first;
+ *     me.<leaf>; a second connection naming a live child is refused (the first stays);
  *   - local handlers by (channel, topic) for messages addressed to me.
  *
  * Routing of a message with destination D (cellnet.md §6):
@@ -44,7 +44,7 @@
 #include <event2/event.h>
 #include <openssl/ssl.h>
 
-#include "cell/msg.h"
+#include "wire/msg.h"
 #include "net/link.h"
 #include "util/err.h"
 #include "wire/header.h"

@@ -44,7 +44,7 @@
 #include <event2/event.h>
 #include <openssl/ssl.h>
 
-#include "cell/msg.h"
+#include "wire/msg.h"
 #include "util/err.h"
 
 struct evdns_base;

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cell/msg.h"
+#include "wire/msg.h"
 #include "cell/router.h"
 #include "net/link.h"
 #include "net/tls.h"

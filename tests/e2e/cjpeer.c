@@ -46,7 +46,7 @@
 
 #include "../../cmd/cjrelay-sim/hdrline.h"
 #include "../../cmd/cjrelay-sim/pattern.h"
-#include "cell/msg.h"
+#include "wire/msg.h"
 #include "fl/bootstrap.h"
 #include "fl/capi.h"
 #include "net/link.h"

@@ -38,7 +38,7 @@
 
 #include <event2/event.h>
 
-#include "cell/msg.h"
+#include "wire/msg.h"
 #include "cell/router.h"
 #include "net/link.h"
 #include "util/log.h"

@@ -15,7 +15,7 @@
 
 #include <event2/event.h>
 
-#include "cell/msg.h"
+#include "wire/msg.h"
 #include "cell/router.h"
 #include "net/addr.h"
 #include "net/link.h"

@@ -1,5 +1,5 @@
 /* msg.c — the cellnet message object (see msg.h). */
-#include "cell/msg.h"
+#include "wire/msg.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,8 +6,8 @@
  * moved again into the next link's output: payload bytes are never copied by
  * the relay.  Whoever holds a struct cj_msg owns it and must cj_msg_free it or
  * hand it on (cj_router_* and the link send functions say when they take it). */
-#ifndef CJ_CELL_MSG_H
-#define CJ_CELL_MSG_H
+#ifndef CJ_WIRE_MSG_H
+#define CJ_WIRE_MSG_H
 
 #include <stddef.h>
 #include <stdint.h>
