@@ -17,13 +17,14 @@
 # or tests/fuzz/fuzz_<name>.c is picked up without editing this file.
 
 CC       ?= cc
-PKGS     := libevent libevent_openssl msgpack openssl inih
+PKGS     := libevent libevent_openssl msgpack openssl inih libnghttp2
 CSTD     := -std=c11 -D_GNU_SOURCE
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 OPT      ?= -O2 -g
 CFLAGS   ?=
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# wslay (bookworm's libwslay-dev) ships no pkg-config file
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lwslay
 CMOCKA_LIBS = $(shell pkg-config --libs cmocka 2>/dev/null)
 ALL_CFLAGS = $(CSTD) $(WARN) $(OPT) -Ilib $(PKG_CFLAGS) $(CFLAGS)
 LDLIBS   = $(PKG_LIBS) -lpthread -lm

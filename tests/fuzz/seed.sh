@@ -69,4 +69,10 @@ mkdir -p $s/fuzz_dlreply
 for f in $V/3[137]_*.bin; do { printf '\003\001'; cat "$f"; } > $s/fuzz_dlreply/$(basename "$f"); done
 # fuzz_refmap: whole payloads with DOT-3/6 datums to rewrite.
 mkdir -p $s/fuzz_refmap; cp $V/[0-9]*.bin $s/fuzz_refmap/
+# fuzz_ws: byte 0 = flags (bit 0: server; bits 1-7: piece size - 1), byte 1 bit 0 set:
+# no 101 prepended for a client; then what the peer sends (the http capture's starts).
+mkdir -p $s/fuzz_ws
+{ printf '\016\001'; head -c 6000 $V/transports/http/s2c.bin; } > $s/fuzz_ws/s2c-client
+{ printf '\017\000'; head -c 6000 $V/transports/http/c2s.bin; } > $s/fuzz_ws/c2s-server
+{ printf '\000\000'; tail -c 2000 $V/transports/http/s2c.bin; } > $s/fuzz_ws/s2c-tail-client
 exit 0
