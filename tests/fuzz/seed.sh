@@ -75,4 +75,10 @@ mkdir -p $s/fuzz_ws
 { printf '\016\001'; head -c 6000 $V/transports/http/s2c.bin; } > $s/fuzz_ws/s2c-client
 { printf '\017\000'; head -c 6000 $V/transports/http/c2s.bin; } > $s/fuzz_ws/c2s-server
 { printf '\000\000'; tail -c 2000 $V/transports/http/s2c.bin; } > $s/fuzz_ws/s2c-tail-client
+# fuzz_grpc: byte 0 = flags (bit 0: server; bit 1: message reader alone; bits 2-7: piece
+# size / 4 + 1), then what the peer sends (the grpc capture's starts).
+mkdir -p $s/fuzz_grpc
+{ printf '\010'; head -c 8000 $V/transports/grpc/s2c.bin; } > $s/fuzz_grpc/s2c-client
+{ printf '\011'; head -c 8000 $V/transports/grpc/c2s.bin; } > $s/fuzz_grpc/c2s-server
+{ printf '\002'; cat $V/transports/grpc/frames/client-000.bin; } > $s/fuzz_grpc/frame-reader
 exit 0
