@@ -17,6 +17,7 @@
 
 #include <openssl/err.h>
 
+#include "net/carrier.h"
 #include "net/tls.h"
 
 /* A block retires (the next read takes a fresh one) when less than this is
@@ -53,6 +54,9 @@ struct cj_conn {
     struct event *rev, *wev, *kick;
     bool rev_on, wev_on;
     struct evbuffer *in, *out, *scratch;
+    struct cj_carrier *carrier;    /* NULL: the socket's bytes are the SFM stream */
+    struct evbuffer *wire_in, *wire_out; /* with a carrier: the socket's bytes */
+    bool carrier_closed;           /* the peer ended the carriage: EOF once the input is handed on */
     size_t low, high, wlow;
     bool reading;                  /* the owner's switch */
     struct blk *blk;               /* the block being filled */
@@ -148,25 +152,27 @@ static struct blk *read_block(struct cj_conn *c)
  * into a chain of their own when short (see CJ_CONN_SMALL). */
 static int add_piece(struct cj_conn *c, struct blk *b, size_t off, size_t len)
 {
+    struct evbuffer *to = c->carrier ? c->wire_in : c->in;
     if (len < CJ_CONN_SMALL) {
         /* Into an empty buffer first: evbuffer_add would size a new chain
          * after the input's last one (a 1 MiB reference) for a few bytes. */
         if (evbuffer_add(c->scratch, b->data + off, len) < 0) return -1;
-        return evbuffer_add_buffer(c->in, c->scratch);
+        return evbuffer_add_buffer(to, c->scratch);
     }
     atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
-    if (evbuffer_add_reference(c->in, b->data + off, len, chain_done, b) < 0) {
+    if (evbuffer_add_reference(to, b->data + off, len, chain_done, b) < 0) {
         blk_unref(b);
         return -1;
     }
     return 0;
 }
 
-/* n new bytes at the block's end go to the input, cut at the low watermark. */
+/* n new bytes at the block's end go to the input, cut at the low watermark
+ * (a carrier copies the SFM bytes out of its wire bytes: no cut). */
 static int commit_read(struct cj_conn *c, struct blk *b, size_t n)
 {
     size_t have = evbuffer_get_length(c->in);
-    size_t cut = c->low > have && c->low - have < n ? c->low - have : n;
+    size_t cut = !c->carrier && c->low > have && c->low - have < n ? c->low - have : n;
     int rc = add_piece(c, b, b->used, cut);
     if (rc == 0 && cut < n) rc = add_piece(c, b, b->used + cut, n - cut);
     b->used += n;
@@ -183,11 +189,19 @@ static void set_event(struct event *ev, bool *on, bool want)
     *on = want;
 }
 
+/* A gRPC peer is held by its flow-control window, not by our reading: the
+ * socket is read while the owner pauses, and the window bounds the input. */
+static bool window_paced(const struct cj_conn *c) { return c->carrier && cj_carrier_window_paced(c->carrier); }
+
+/* What the socket writes from: the owner's output, or the carrier's wire bytes. */
+static struct evbuffer *send_buf(const struct cj_conn *c) { return c->carrier ? c->wire_out : c->out; }
+
 static bool wants_read(const struct cj_conn *c)
 {
     if (c->ended || c->freed) return false;
     if (c->handshaking) return c->hs_wants == EV_READ;
     if (c->write_wants_read) return true;
+    if (window_paced(c)) return true;
     return c->reading && !(c->high && evbuffer_get_length(c->in) >= c->high);
 }
 
@@ -195,7 +209,8 @@ static bool wants_write(const struct cj_conn *c)
 {
     if (c->ended || c->freed) return false;
     if (c->handshaking) return c->hs_wants == EV_WRITE;
-    return c->read_wants_write || c->flush_pending || (evbuffer_get_length(c->out) > 0 && !c->write_wants_read);
+    bool more = evbuffer_get_length(send_buf(c)) > 0 || (c->carrier && cj_carrier_can_send(c->carrier, c->out));
+    return c->read_wants_write || c->flush_pending || (more && !c->write_wants_read);
 }
 
 static void update_events(struct cj_conn *c)
@@ -214,6 +229,9 @@ static void really_free(struct cj_conn *c)
     if (c->in) evbuffer_free(c->in);
     if (c->out) evbuffer_free(c->out);
     if (c->scratch) evbuffer_free(c->scratch);
+    if (c->wire_in) evbuffer_free(c->wire_in);
+    if (c->wire_out) evbuffer_free(c->wire_out);
+    cj_carrier_free(c->carrier);
     if (c->blk) blk_unref(c->blk);
     free(c->cbuf);
     free(c);
@@ -432,15 +450,16 @@ static int tls_flush(struct cj_conn *c)
 static ssize_t tls_write(struct cj_conn *c)
 {
     size_t total = 0;
-    while (evbuffer_get_length(c->out) > 0) {
+    struct evbuffer *out = send_buf(c);
+    while (evbuffer_get_length(out) > 0) {
         struct evbuffer_iovec v;
-        if (evbuffer_peek(c->out, -1, NULL, &v, 1) < 1) break;
+        if (evbuffer_peek(out, -1, NULL, &v, 1) < 1) break;
         int len = c->wr_retry ? c->wr_retry : (int)(v.iov_len < INT_MAX ? v.iov_len : INT_MAX);
         ERR_clear_error();
         int r = SSL_write(c->ssl, v.iov_base, len);
         if (r > 0) {
             c->wr_retry = 0;
-            evbuffer_drain(c->out, (size_t)r);
+            evbuffer_drain(out, (size_t)r);
             total += (size_t)r;
             c->c.writes++;
             continue;
@@ -468,7 +487,8 @@ static ssize_t plain_write(struct cj_conn *c, size_t *want)
 {
     struct evbuffer_iovec v[CJ_CONN_IOV];
     struct iovec iov[CJ_CONN_IOV];
-    int n = evbuffer_peek(c->out, -1, NULL, v, CJ_CONN_IOV);
+    struct evbuffer *out = send_buf(c);
+    int n = evbuffer_peek(out, -1, NULL, v, CJ_CONN_IOV);
     if (n > CJ_CONN_IOV) n = CJ_CONN_IOV;
     *want = 0;
     for (int i = 0; i < n; i++) {
@@ -480,7 +500,7 @@ static ssize_t plain_write(struct cj_conn *c, size_t *want)
     do w = writev(c->fd, iov, n);
     while (w < 0 && errno == EINTR);
     if (w > 0) {
-        evbuffer_drain(c->out, (size_t)w);
+        evbuffer_drain(out, (size_t)w);
         c->c.writes++;
     }
     return w;
@@ -494,12 +514,27 @@ static void fail_io(struct cj_conn *c, ssize_t rc, int en)
     end(c, CJ_CONN_ERROR);
 }
 
+/* The carrier turns the wire bytes read into SFM bytes (and answers); false
+ * when that ended the connection. */
+static bool unwrap_input(struct cj_conn *c)
+{
+    struct cj_err err = {0};
+    int rc = cj_carrier_read(c->carrier, c->wire_in, c->in, c->wire_out, &err);
+    if (rc < 0) {
+        snprintf(c->err, sizeof c->err, "%s: %s", cj_carrier_name(c->carrier), err.msg);
+        end(c, CJ_CONN_ERROR);
+        return false;
+    }
+    if (rc == CJ_CARRIER_CLOSED) c->carrier_closed = true;
+    return true;
+}
+
 static void do_read(struct cj_conn *c)
 {
     size_t budget = CJ_CONN_BUDGET;
     enter(c);
-    while (!gone(c) && c->reading && budget > 0) {
-        if (c->high && evbuffer_get_length(c->in) >= c->high) break;
+    while (!gone(c) && (c->reading || window_paced(c)) && budget > 0) {
+        if (c->high && !window_paced(c) && evbuffer_get_length(c->in) >= c->high) break;
         struct blk *b = read_block(c);
         if (!b) {
             fail_io(c, -1, ENOMEM);
@@ -522,7 +557,12 @@ static void do_read(struct cj_conn *c)
             break;
         }
         budget = (size_t)n < budget ? budget - (size_t)n : 0;
-        if (evbuffer_get_length(c->in) >= c->low && c->ops.on_read) c->ops.on_read(c, c->ctx);
+        if (c->carrier && !unwrap_input(c)) break;
+        if (c->reading && evbuffer_get_length(c->in) >= c->low && c->ops.on_read) c->ops.on_read(c, c->ctx);
+        if (c->carrier_closed && !gone(c)) {
+            snprintf(c->err, sizeof c->err, "the peer closed the %s carriage", cj_carrier_name(c->carrier));
+            end(c, CJ_CONN_EOF);
+        }
         if ((size_t)n < room) break;             /* the socket is drained */
     }
     /* Records OpenSSL already holds raise no epoll event: come back for them.
@@ -535,10 +575,20 @@ static void do_read(struct cj_conn *c)
     leave(c);
 }
 
+/* With a carrier: the owner's whole frames go into the wire bytes. */
+static bool wrap_output(struct cj_conn *c)
+{
+    if (!c->carrier || cj_carrier_send(c->carrier, c->out, c->wire_out) == 0) return true;
+    snprintf(c->err, sizeof c->err, "%s: a frame could not be carried", cj_carrier_name(c->carrier));
+    end(c, CJ_CONN_ERROR);
+    return false;
+}
+
 static void do_write(struct cj_conn *c)
 {
     enter(c);
-    while (!gone(c) && (evbuffer_get_length(c->out) > 0 || c->flush_pending)) {
+    bool ok = wrap_output(c);
+    while (ok && !gone(c) && (evbuffer_get_length(send_buf(c)) > 0 || c->flush_pending)) {
         size_t want = 0;
         ssize_t w = c->ssl ? tls_write(c) : plain_write(c, &want);
         if (w < 0) {
@@ -547,7 +597,8 @@ static void do_write(struct cj_conn *c)
         }
         c->c.bytes_written += (uint64_t)w;
         bool full = c->ssl ? c->wr_retry != 0 || c->flush_pending : (size_t)w < want;
-        if (evbuffer_get_length(c->out) <= c->wlow && c->ops.on_write) c->ops.on_write(c, c->ctx);
+        if (cj_conn_queued(c) <= c->wlow && c->ops.on_write) c->ops.on_write(c, c->ctx);
+        if (!gone(c)) ok = wrap_output(c);
         if (full) break;
     }
     if (!gone(c)) update_events(c);
@@ -606,12 +657,18 @@ static void output_changed(struct evbuffer *buf, const struct evbuffer_cb_info *
     if (info->n_added && !c->wev_on) update_events(c);
 }
 
-/* Input drained below the high watermark: reading may start again. */
+/* Input drained below the high watermark: reading may start again.  A
+ * carrier hears how much the owner took (gRPC's window credit). */
 static void input_changed(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
     (void)buf;
     struct cj_conn *c = arg;
-    if (info->n_deleted && !c->rev_on) update_events(c);
+    if (!info->n_deleted) return;
+    if (c->carrier && !gone(c)) {
+        cj_carrier_taken(c->carrier, info->n_deleted, c->wire_out);
+        if (!c->wev_on) update_events(c);
+    }
+    if (!c->rev_on) update_events(c);
 }
 
 /* ---- API ----------------------------------------------------------------------------- */
@@ -686,6 +743,24 @@ struct evbuffer *cj_conn_output(const struct cj_conn *c) { return c->out; }
 SSL *cj_conn_ssl(const struct cj_conn *c) { return c->ssl; }
 const char *cj_conn_error_text(const struct cj_conn *c) { return c->err; }
 const struct cj_conn_counters *cj_conn_counters(const struct cj_conn *c) { return &c->c; }
+
+size_t cj_conn_queued(const struct cj_conn *c)
+{
+    size_t q = evbuffer_get_length(c->out);
+    if (c->carrier) q += evbuffer_get_length(c->wire_out) + cj_carrier_pending(c->carrier);
+    return q;
+}
+
+int cj_conn_set_carrier(struct cj_conn *c, struct cj_carrier *k)
+{
+    if (c->carrier || !k) return -1;
+    c->wire_in = evbuffer_new();
+    c->wire_out = evbuffer_new();
+    if (!c->wire_in || !c->wire_out || cj_carrier_start(k, c->wire_out) < 0) return -1;
+    c->carrier = k;
+    if (!gone(c) && !c->handshaking) update_events(c);
+    return 0;
+}
 
 void cj_conn_set_read_watermarks(struct cj_conn *c, size_t low, size_t high)
 {

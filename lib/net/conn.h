@@ -94,6 +94,18 @@ void cj_conn_idle(struct cj_conn *c);
 /* The owner's switch for reading (the TLS handshake reads regardless). */
 void cj_conn_set_reading(struct cj_conn *c, bool on);
 
+/* Output bytes not yet on the socket: the owner's output, and with a carrier
+ * its wire bytes and what waits for the peer's window. */
+size_t cj_conn_queued(const struct cj_conn *c);
+
+struct cj_carrier;
+/* Puts a carrier (carrier.h) between the socket and the SFM stream: from now
+ * on the input holds the SFM bytes it unwraps and the output's whole frames
+ * are wrapped by it; its first bytes are queued.  Set once, before any I/O
+ * (after cj_conn_new); the conn owns k from then on.  0, or -1 (k is then the
+ * caller's). */
+int cj_conn_set_carrier(struct cj_conn *c, struct cj_carrier *k);
+
 SSL *cj_conn_ssl(const struct cj_conn *c);
 /* Why the connection ended: OpenSSL's error queue ("lib: reason; ...") or the
  * errno text, captured when it happened; "" when nothing was said. */
