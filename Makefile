@@ -7,9 +7,9 @@
 #                   built under ASan+UBSan in build/san/ (see tests/run-all.sh)
 #   make fuzz       build the libFuzzer targets and run each for FUZZ_SECONDS (default
 #                   60) one after the other: `make fuzz FUZZ_SECONDS=1800` runs every
-#                   target for 30 minutes (issue 8's pre-release run)
+#                   target for 30 minutes (the pre-release run)
 #   make soak       deps, build, run tests/soak.sh (long; outside make check)
-#   make demo       deps, build, run the end-to-end demo
+#   make demo       deps, build, run the end-to-end demo (SCHEME=tcp|stcp|http|https|grpc|grpcs)
 #   make bench      deps, build -O2, run the benchmarks (numbers, not pass/fail)
 #   make install    PREFIX=/usr/local DESTDIR=
 #
@@ -52,6 +52,7 @@ SAN_BIN  := $(addprefix $(B)/san/,$(BINS))
 SAN_E2E  := $(patsubst tests/e2e/%.c,$(B)/san/tests/e2e/%,$(E2E_SRC))
 
 FUZZ_SECONDS ?= 60
+SCHEME   ?= tcp
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 
@@ -164,7 +165,7 @@ soak: deps
 # ---- demo and install ------------------------------------------------------
 demo: deps
 	$(MAKE) -j$(JOBS) all
-	@sh tests/demo.sh
+	@SCHEME=$(SCHEME) sh tests/demo.sh
 
 # The floor of make bench: a plain epoll read/write relay (bench/floor.c).
 $(B)/bench/floor: bench/floor.c

@@ -4,6 +4,10 @@
 # 3 rounds of a 256 MiB model whose tensors travel as download refs: each worker pulls
 # them straight from the server through the relay's router, adds 1.0, and serves its
 # result back; the relay never holds a tensor.
+# SCHEME (tcp, stcp, http, https, grpc, grpcs; default tcp) is how the relay reaches the
+# simulator: `make demo SCHEME=http`.  The TLS schemes use certificates made here with
+# openssl (mutual TLS, as a provisioned FLARE site).
+SCHEME=${SCHEME:-tcp}
 ROUNDS=${DEMO_ROUNDS:-3}
 MODEL=${DEMO_MODEL:-256M}
 B=$(cd "$(dirname "$0")/.." && pwd)/build
@@ -21,8 +25,20 @@ cleanup() {
 trap cleanup EXIT INT TERM
 kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null; }
 
-echo "demo: $ROUNDS rounds, model $MODEL in 8 tensors, 2 workers, in $W"
-"$B/cjrelay-sim" --listen tcp://127.0.0.1:0 --job-id J1 --rounds "$ROUNDS" --model-size "$MODEL" --tensors 8 \
+echo "demo: $ROUNDS rounds, model $MODEL in 8 tensors, 2 workers, over $SCHEME, in $W"
+TLS_DIR=; SECURITY=
+case $SCHEME in
+tcp|http|grpc) ;;
+stcp|https|grpcs)
+    sh "$(dirname "$0")/unit/tls_certs.sh" "$W/certs" || { echo "demo: cannot make certificates (openssl)"; exit 1; }
+    TLS_DIR=$W/certs
+    SECURITY="connection_security = mtls
+ca_file = $W/certs/rootCA.pem
+cert_file = $W/certs/client.crt
+key_file = $W/certs/client.key" ;;
+*) echo "demo: SCHEME must be tcp, stcp, http, https, grpc or grpcs, not '$SCHEME'"; exit 2 ;;
+esac
+"$B/cjrelay-sim" --listen "$SCHEME://127.0.0.1:0" ${TLS_DIR:+--tls-dir "$TLS_DIR"} --job-id J1 --rounds "$ROUNDS" --model-size "$MODEL" --tensors 8 \
     --format numpy --download-log "$W/downloads.log" > "$W/sim.out" 2> "$W/sim.log" & SIM=$!
 i=0; while ! grep -q '^SIM READY' "$W/sim.out" 2>/dev/null; do
     i=$((i + 1)); [ $i -gt 100 ] && { echo "demo: the simulator did not start"; cat "$W/sim.log"; exit 1; }
@@ -36,7 +52,8 @@ site = site-1
 job_id = J1
 on_end_run = wait
 [upstream]
-url = tcp://127.0.0.1:$PORT
+url = $SCHEME://127.0.0.1:$PORT
+$SECURITY
 [workers]
 listen = unix:$W/workers.sock
 command = $B/cjrelay-worker

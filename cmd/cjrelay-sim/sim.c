@@ -357,7 +357,8 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
     s->links[s->n_links++] = l;
 }
 
-/* --listen: tcp:// or stcp://, any host literal, port 0 = any free port. */
+/* --listen: any network scheme (tcp, stcp, http, https, grpc, grpcs), any host
+ * literal, port 0 = any free port. */
 static int open_listener(struct sim *s, struct cj_err *err)
 {
     char url[sizeof s->o->listen];
@@ -371,19 +372,22 @@ static int open_listener(struct sim *s, struct cj_err *err)
         port0 = true;
     }
     memset(&a, 0, sizeof a);
-    if (cj_parse_endpoint(url, CJ_EP_TCP | CJ_EP_STCP, &a.ep, &why) < 0)
+    if (cj_parse_endpoint(url, CJ_EP_NET, &a.ep, &why) < 0)
         return cj_fail(err, CJ_E_INVALID, 0, "--listen '%s': %s", s->o->listen, why);
     if (port0) a.ep.port = 0;
     cj_endpoint_format(&a.ep, a.text, sizeof a.text);
-    bool tls = a.ep.kind == CJ_EP_STCP;
+    bool tls = cj_ep_tls(a.ep.kind);
     if (tls != (s->o->tls_dir[0] != 0))
-        return cj_fail(err, CJ_E_INVALID, 0, "%s", tls ? "stcp:// needs --tls-dir" : "--tls-dir needs an stcp:// address");
+        return cj_fail(err, CJ_E_INVALID, 0, tls ? "%s:// needs --tls-dir" : "--tls-dir needs an stcp://, https:// or grpcs:// address",
+                       cj_ep_scheme(a.ep.kind));
+    s->lcfg.scheme = a.ep.kind;   /* http/https: WebSocket, grpc/grpcs: gRPC, as the server's drivers */
     if (tls) {
         char crt[SIM_PATH_MAX + 16], key[SIM_PATH_MAX + 16], ca[SIM_PATH_MAX + 16];
         snprintf(crt, sizeof crt, "%s/server.crt", s->o->tls_dir);
         snprintf(key, sizeof key, "%s/server.key", s->o->tls_dir);
         snprintf(ca, sizeof ca, "%s/rootCA.pem", s->o->tls_dir);
         if (!(s->tls = cj_tls_server_ctx(crt, key, ca, true, err))) return -1;
+        if (a.ep.kind == CJ_EP_GRPCS) cj_tls_server_alpn_h2(s->tls);
     }
     struct sockaddr_storage ss;
     socklen_t len;

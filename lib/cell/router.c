@@ -1240,10 +1240,10 @@ int cj_router_upstream_start(struct cj_router *r, const struct cj_upstream_cfg *
 {
     struct cj_addr a;
     if (r->up_state != CJ_UP_DISABLED) return cj_fail(err, CJ_E_INVALID, 0, "the upstream is already started");
-    if (cj_addr_parse(u->url, CJ_EP_TCP | CJ_EP_STCP, 0, &a, err) < 0) return -1;
-    if ((a.ep.kind == CJ_EP_STCP) != (u->tls != NULL))
+    if (cj_addr_parse(u->url, CJ_EP_NET, 0, &a, err) < 0) return -1;
+    if (cj_ep_tls(a.ep.kind) != (u->tls != NULL))
         return cj_fail(err, CJ_E_INVALID, 0, "upstream %s: %s", a.text,
-                       u->tls ? "TLS needs an stcp:// url" : "stcp:// needs a TLS context");
+                       u->tls ? "TLS needs an stcp://, https:// or grpcs:// url" : "a TLS scheme needs a TLS context");
     snprintf(r->up_url, sizeof r->up_url, "%s", u->url);
     r->up_tls = u->tls;
     r->rmin = u->reconnect_min > 0 ? u->reconnect_min : 0.5;

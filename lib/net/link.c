@@ -15,6 +15,7 @@
 #include <openssl/x509.h>
 
 #include "net/addr.h"
+#include "net/carrier.h"
 #include "net/conn.h"
 #include "net/tls.h"
 #include "util/log.h"
@@ -34,6 +35,7 @@ struct cj_link {
     struct cj_conn *conn;
     SSL_CTX *tls;
     bool active;
+    int scheme;                  /* enum cj_ep_kind: the carrier under the frames */
     bool reneg_refused;          /* the TLS peer asked to renegotiate (refused: tls.c) */
     enum cj_link_state state;
 
@@ -191,7 +193,7 @@ static void apply_reading(struct cj_link *l)
 size_t cj_link_queued(const struct cj_link *l)
 {
     size_t q = l->bulk ? evbuffer_get_length(l->bulk) : 0;
-    if (l->conn) q += evbuffer_get_length(cj_conn_output(l->conn));
+    if (l->conn) q += cj_conn_queued(l->conn);
     return q;
 }
 
@@ -858,6 +860,7 @@ static struct cj_link *link_new(struct event_base *base, bool active, SSL_CTX *t
     l->hb_interval = cfg->heartbeat_interval;
     l->dead_after = cfg->dead_after;
     l->quiet = cfg->quiet;
+    l->scheme = cfg->scheme;
     l->link_buffer = cfg->link_buffer ? cfg->link_buffer : CJ_LINK_BUFFER_DEFAULT;
     if (ops) l->ops = *ops;
     l->ctx = ctx;
@@ -900,6 +903,35 @@ static void tls_info_cb(const SSL *ssl, int where, int ret)
     l->reneg_refused = true;
 }
 
+/* http/https and grpc/grpcs carry the frames in WebSocket or gRPC messages:
+ * the conn gets that carrier (a client names HOST:PORT to the server). */
+static int attach_carrier(struct cj_link *l)
+{
+    if (!(l->scheme & (CJ_EP_HTTP | CJ_EP_HTTPS | CJ_EP_GRPC | CJ_EP_GRPCS))) return 0;
+    enum cj_carrier_kind kind = l->scheme & (CJ_EP_HTTP | CJ_EP_HTTPS) ? CJ_CARRIER_WS : CJ_CARRIER_GRPC;
+    char authority[CJ_EP_ADDR_MAX + 16] = "";
+    if (l->active)
+        snprintf(authority, sizeof authority, strchr(l->addr.ep.addr, ':') ? "[%s]:%u" : "%s:%u", l->addr.ep.addr,
+                 l->addr.ep.port);
+    struct cj_carrier *k = cj_carrier_new(kind, !l->active, authority, cj_ep_tls(l->scheme));
+    if (!k) return -1;
+    if (cj_conn_set_carrier(l->conn, k) < 0) {
+        cj_carrier_free(k);
+        return -1;
+    }
+    return 0;
+}
+
+/* TLS for grpcs as FLARE's gRPC client does it: ALPN h2, and the server's
+ * certificate must name the host of the URL. */
+static int tls_for_grpcs(struct cj_link *l, SSL *ssl)
+{
+    if (l->scheme != CJ_EP_GRPCS) return 0;
+    if (!l->active) return 0;  /* a server's ALPN answer is its context's (cj_tls_server_ctx) */
+    if (SSL_set_alpn_protos(ssl, (const unsigned char *)"\x02h2", 3) != 0) return -1;
+    return SSL_set1_host(ssl, l->addr.ep.addr) == 1 ? 0 : -1;
+}
+
 /* Wraps the connected fd in a conn (OpenSSL over it for TLS links). */
 static int attach_conn(struct cj_link *l, evutil_socket_t fd)
 {
@@ -913,6 +945,10 @@ static int attach_conn(struct cj_link *l, evutil_socket_t fd)
         if (!ssl) return -1;
         SSL_set_app_data(ssl, l);
         SSL_set_info_callback(ssl, tls_info_cb);
+        if (tls_for_grpcs(l, ssl) < 0) {
+            SSL_free(ssl);
+            return -1;
+        }
     }
     l->conn = cj_conn_new(l->base, fd, ssl, l->active, &conn_ops, l);
     if (!l->conn) {
@@ -920,6 +956,7 @@ static int attach_conn(struct cj_link *l, evutil_socket_t fd)
         return -1;
     }
     l->fd = -1;                                   /* the conn owns it now */
+    if (attach_carrier(l) < 0) return -1;
     l->need = 0;
     set_need(l, CJ_FRAME_PREFIX_LEN);
     cj_conn_set_write_low(l->conn, CJ_LINK_WIRE_LOW);
@@ -987,13 +1024,13 @@ struct cj_link *cj_link_connect(struct event_base *base, struct evdns_base *dns,
                                 struct cj_err *err)
 {
     struct cj_addr a;
-    if (cj_addr_parse(url, CJ_EP_TCP | CJ_EP_STCP | CJ_EP_UNIX, 0, &a, err) < 0) return NULL;
-    if (a.ep.kind == CJ_EP_STCP && !tls) {
-        cj_fail(err, CJ_E_INVALID, 0, "%s: stcp:// needs a TLS context", a.text);
+    if (cj_addr_parse(url, CJ_EP_NET | CJ_EP_UNIX, 0, &a, err) < 0) return NULL;
+    if (cj_ep_tls(a.ep.kind) && !tls) {
+        cj_fail(err, CJ_E_INVALID, 0, "%s: %s:// needs a TLS context", a.text, cj_ep_scheme(a.ep.kind));
         return NULL;
     }
-    if (a.ep.kind != CJ_EP_STCP && tls) {
-        cj_fail(err, CJ_E_INVALID, 0, "%s: TLS needs an stcp:// address", a.text);
+    if (!cj_ep_tls(a.ep.kind) && tls) {
+        cj_fail(err, CJ_E_INVALID, 0, "%s: TLS needs an stcp://, https:// or grpcs:// address", a.text);
         return NULL;
     }
     struct cj_link *l = link_new(base, true, tls, cfg, ops, ctx);
@@ -1002,6 +1039,7 @@ struct cj_link *cj_link_connect(struct event_base *base, struct evdns_base *dns,
         return NULL;
     }
     l->addr = a;
+    l->scheme = a.ep.kind;
     l->dns = dns;
     snprintf(l->addr_text, sizeof l->addr_text, "%s", a.text);
     l->start_ev = event_new(base, -1, 0, start_cb, l);

@@ -146,6 +146,20 @@ SSL_CTX *cj_tls_server_ctx(const char *cert_file, const char *key_file, const ch
     return ctx;
 }
 
+static int select_h2(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                     unsigned int inlen, void *arg)
+{
+    (void)ssl; (void)arg;
+    static const unsigned char h2[] = "\x02h2";
+    unsigned char *sel;
+    if (SSL_select_next_proto(&sel, outlen, h2, sizeof h2 - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+void cj_tls_server_alpn_h2(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ctx, select_h2, NULL); }
+
 void cj_tls_ctx_free(SSL_CTX *ctx)
 {
     if (ctx) SSL_CTX_free(ctx);

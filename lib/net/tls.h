@@ -39,6 +39,10 @@ SSL_CTX *cj_tls_server_ctx(const char *cert_file, const char *key_file, const ch
 
 void cj_tls_ctx_free(SSL_CTX *ctx);
 
+/* A server context answers ALPN with h2 (the grpcs scheme: gRPC clients
+ * refuse a server that does not). */
+void cj_tls_server_alpn_h2(SSL_CTX *ctx);
+
 /* Drains this thread's OpenSSL error queue into buf as "reason; reason"
  * (OpenSSL's own text, e.g. "tlsv1 alert unknown ca").  Returns the length
  * written (0: the queue was empty). */

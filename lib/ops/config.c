@@ -329,7 +329,7 @@ static int parse_url(const struct cj_cfg_key *k, const char *s, void *field,
                      const char *base, char *why, size_t wl)
 {
     const char *w;
-    if (cj_parse_endpoint(s, CJ_EP_TCP | CJ_EP_STCP, field, &w) < 0) return fail(why, wl, "%s", w);
+    if (cj_parse_endpoint(s, CJ_EP_NET, field, &w) < 0) return fail(why, wl, "%s", w);
     return 0;
 }
 
@@ -830,10 +830,13 @@ static void rule_security(struct vctx *v)
     const char *cs = "upstream.connection_security";
     if (is_bad(v, cs) || is_bad(v, "upstream.url")) return;
     bool tls = c->upstream.connection_security != CJ_SEC_CLEAR;
-    if (tls && c->upstream.url.kind == CJ_EP_TCP)
-        rule_fail(v, cs, "upstream.url", "connection_security = %s needs an stcp:// url, not tcp://", sec);
-    if (!tls && c->upstream.url.kind == CJ_EP_STCP)
-        rule_fail(v, cs, "upstream.url", "an stcp:// url needs connection_security = tls or mtls, not clear");
+    const char *scheme = cj_ep_scheme(c->upstream.url.kind);
+    if (tls && !cj_ep_tls(c->upstream.url.kind))
+        rule_fail(v, cs, "upstream.url", "connection_security = %s needs an stcp://, https:// or grpcs:// url, not %s://",
+                  sec, scheme);
+    if (!tls && cj_ep_tls(c->upstream.url.kind))
+        rule_fail(v, cs, "upstream.url", "%s %s:// url needs connection_security = tls or mtls, not clear",
+                  c->upstream.url.kind == CJ_EP_GRPCS ? "a" : "an", scheme);
     if (tls && !c->upstream.ca_file[0] && !is_bad(v, "upstream.ca_file"))
         rule_fail(v, cs, "upstream.ca_file", "connection_security = %s needs ca_file", sec);
     if (c->upstream.connection_security != CJ_SEC_MTLS) return;

@@ -237,20 +237,44 @@ static int parse_host_port(const char *hp, struct cj_endpoint *e, const char **w
     return parse_port(rest + 1, &e->port, why);
 }
 
+/* The one table of URL schemes: prefix, kind, the refusal when not allowed. */
+static const struct {
+    const char *name, *prefix;
+    int kind;
+    const char *refused;
+} SCHEMES[] = {
+    {"unix", "unix:", CJ_EP_UNIX, "unix: is not allowed here"},
+    {"tcp", "tcp://", CJ_EP_TCP, "tcp:// is not allowed here"},
+    {"stcp", "stcp://", CJ_EP_STCP, "stcp:// is not allowed here"},
+    {"http", "http://", CJ_EP_HTTP, "http:// is not allowed here"},
+    {"https", "https://", CJ_EP_HTTPS, "https:// is not allowed here"},
+    {"grpc", "grpc://", CJ_EP_GRPC, "grpc:// is not allowed here"},
+    {"grpcs", "grpcs://", CJ_EP_GRPCS, "grpcs:// is not allowed here"},
+};
+#define N_SCHEMES (sizeof SCHEMES / sizeof SCHEMES[0])
+
+const char *cj_ep_scheme(int kind)
+{
+    for (size_t i = 0; i < N_SCHEMES; i++)
+        if (SCHEMES[i].kind == kind) return SCHEMES[i].name;
+    return "?";
+}
+
 int cj_parse_endpoint(const char *s, unsigned allowed, struct cj_endpoint *ep,
                       const char **why)
 {
     struct cj_endpoint e = {0};
-    const char *rest;
-    if (!strncmp(s, "unix:", 5)) { e.kind = CJ_EP_UNIX; rest = s + 5; }
-    else if (!strncmp(s, "tcp://", 6)) { e.kind = CJ_EP_TCP; rest = s + 6; }
-    else if (!strncmp(s, "stcp://", 7)) { e.kind = CJ_EP_STCP; rest = s + 7; }
-    else return bad(why, "expected unix:PATH, tcp://HOST:PORT or stcp://HOST:PORT");
-    if (!(allowed & (unsigned)e.kind)) {
-        if (e.kind == CJ_EP_UNIX) return bad(why, "unix: is not allowed here");
-        if (e.kind == CJ_EP_TCP) return bad(why, "tcp:// is not allowed here");
-        return bad(why, "stcp:// is not allowed here");
-    }
+    const char *rest = NULL;
+    size_t i = 0;
+    for (; i < N_SCHEMES; i++)
+        if (!strncmp(s, SCHEMES[i].prefix, strlen(SCHEMES[i].prefix))) break;
+    if (i == N_SCHEMES)
+        return bad(why, allowed & (CJ_EP_NET & ~(unsigned)(CJ_EP_TCP | CJ_EP_STCP))
+                            ? "expected unix:PATH or tcp, stcp, http, https, grpc or grpcs://HOST:PORT"
+                            : "expected unix:PATH, tcp://HOST:PORT or stcp://HOST:PORT");
+    e.kind = SCHEMES[i].kind;
+    rest = s + strlen(SCHEMES[i].prefix);
+    if (!(allowed & (unsigned)e.kind)) return bad(why, SCHEMES[i].refused);
     if (e.kind == CJ_EP_UNIX) {
         if (!*rest) return bad(why, "empty socket path");
         if (strlen(rest) > CJ_SUN_PATH_MAX) return bad(why, "socket path longer than 107 bytes");
@@ -276,7 +300,7 @@ bool cj_endpoint_is_loopback(const struct cj_endpoint *ep)
 
 int cj_endpoint_format(const struct cj_endpoint *ep, char *buf, size_t len)
 {
-    const char *scheme = ep->kind == CJ_EP_STCP ? "stcp" : "tcp";
+    const char *scheme = cj_ep_scheme(ep->kind);
     if (ep->kind == CJ_EP_UNIX) return snprintf(buf, len, "unix:%s", ep->addr);
     if (strchr(ep->addr, ':')) return snprintf(buf, len, "%s://[%s]:%u", scheme, ep->addr, ep->port);
     return snprintf(buf, len, "%s://%s:%u", scheme, ep->addr, ep->port);

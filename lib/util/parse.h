@@ -40,9 +40,23 @@ bool cj_text_ok(const char *s);
  * are compared on their first 64 bytes only. */
 size_t cj_levenshtein(const char *a, const char *b);
 
-/* ---- endpoints: unix:PATH, tcp://HOST:PORT, stcp://HOST:PORT ---------------- */
+/* ---- endpoints: unix:PATH, SCHEME://HOST:PORT ---------------------------------
+ * The schemes are FLARE's (doc/protocol/sfm.md §1): tcp and stcp carry SFM
+ * frames bare, http/https in WebSocket messages, grpc/grpcs in gRPC messages;
+ * the second of each pair is the TLS one. */
 
-enum cj_ep_kind { CJ_EP_UNIX = 1, CJ_EP_TCP = 2, CJ_EP_STCP = 4 };
+enum cj_ep_kind {
+    CJ_EP_UNIX = 1, CJ_EP_TCP = 2, CJ_EP_STCP = 4,
+    CJ_EP_HTTP = 8, CJ_EP_HTTPS = 16, CJ_EP_GRPC = 32, CJ_EP_GRPCS = 64,
+};
+#define CJ_EP_TLS (CJ_EP_STCP | CJ_EP_HTTPS | CJ_EP_GRPCS)
+#define CJ_EP_NET (CJ_EP_TCP | CJ_EP_HTTP | CJ_EP_GRPC | CJ_EP_TLS)  /* every network scheme */
+
+/* "unix", "tcp", "stcp", "http", "https", "grpc" or "grpcs". */
+const char *cj_ep_scheme(int kind);
+
+/* True for the TLS schemes (stcp, https, grpcs). */
+static inline bool cj_ep_tls(int kind) { return (kind & CJ_EP_TLS) != 0; }
 
 #define CJ_EP_ADDR_MAX 256      /* host name (253) or socket path */
 #define CJ_SUN_PATH_MAX 107     /* sizeof(sockaddr_un.sun_path) - 1 */

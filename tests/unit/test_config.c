@@ -310,7 +310,7 @@ static void test_bad_values(void **state)
     expect_one(BASE "mode = fast\n", 4, "expected pass_through | spool");
     expect_one(BASE "[status]\nsocket_mode = 0999\n", 5, "expected an octal mode");
     expect_one(BASE "[workers]\ncount = many\n", 5, "expected an integer");
-    expect_one(BASE "[upstream]\nurl = http://x:1\n", 5, "expected unix:PATH, tcp://HOST:PORT or stcp://HOST:PORT");
+    expect_one(BASE "[upstream]\nurl = ftp://x:1\n", 5, "expected unix:PATH or tcp, stcp, http, https, grpc or grpcs://HOST:PORT");
     expect_one(BASE "[upstream]\nurl = unix:/x\n", 5, "unix: is not allowed");
     expect_one(BASE "[workers]\nlisten = stcp://127.0.0.1:1\n", 5, "stcp:// is not allowed");
     expect_one(BASE "[workers]\nlisten = unix:/a, , unix:/b\n", 5, "empty entry");
@@ -359,7 +359,11 @@ static void test_contradictions(void **state)
     expect_one(BASE "[upstream]\nurl = stcp://h:1\nconnection_security = mtls\nca_file = ca\nkey_file = k\n", 6,
                "connection_security = mtls needs cert_file");
     expect_one(BASE "[upstream]\nurl = tcp://h:1\nconnection_security = tls\nca_file = ca\n", 6,
-               "connection_security = tls needs an stcp:// url, not tcp://");
+               "connection_security = tls needs an stcp://, https:// or grpcs:// url, not tcp://");
+    expect_one(BASE "[upstream]\nurl = grpc://h:1\nconnection_security = mtls\nca_file = ca\ncert_file = c\nkey_file = k\n", 6,
+               "connection_security = mtls needs an stcp://, https:// or grpcs:// url, not grpc://");
+    expect_one(BASE "[upstream]\nurl = https://h:1\n", 5, "an https:// url needs connection_security = tls or mtls");
+    expect_one(BASE "[upstream]\nurl = grpcs://h:1\n", 5, "a grpcs:// url needs connection_security = tls or mtls");
     expect_one(BASE "[upstream]\nurl = stcp://h:1\n", 5, "an stcp:// url needs connection_security = tls or mtls");
     expect_one(BASE "mode = spool\nspool_dir =\n", 4, "mode = spool needs spool_dir");
     expect_one(BASE "[limits]\nstream_chunk = 64M\nstream_window = 1M\n", 5,

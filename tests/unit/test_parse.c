@@ -230,7 +230,21 @@ static void test_endpoint(void **state)
     ep_bad("tcp://h:80/path", all, "PORT");
     ep_bad("tcp://:80", all, "missing host");
     ep_bad("tcp://bad host:80", all, "invalid host");
-    ep_bad("http://h:80", all, "expected unix:PATH");
+    ep_bad("http://h:80", all, "http:// is not allowed here");
+    ep_bad("ftp://h:80", all, "expected unix:PATH, tcp://HOST:PORT or stcp://HOST:PORT");
+    ep_bad("ftp://h:80", CJ_EP_NET, "expected unix:PATH or tcp, stcp, http, https, grpc or grpcs://HOST:PORT");
+    static const char *const schemes[] = {"tcp", "stcp", "http", "https", "grpc", "grpcs"};
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) { /* every network scheme round-trips */
+        char url[64], back[64];
+        struct cj_endpoint e;
+        const char *why = NULL;
+        snprintf(url, sizeof url, "%s://[::1]:8002", schemes[i]);
+        assert_int_equal(cj_parse_endpoint(url, CJ_EP_NET, &e, &why), 0);
+        assert_string_equal(cj_ep_scheme(e.kind), schemes[i]);
+        assert_int_equal(cj_ep_tls(e.kind), i % 2 == 1);
+        cj_endpoint_format(&e, back, sizeof back);
+        assert_string_equal(back, url);
+    }
     ep_bad("", all, "expected unix:PATH");
     ep_bad("unix:", all, "empty socket path");
     ep_bad("stcp://h:1", CJ_EP_UNIX | CJ_EP_TCP, "stcp:// is not allowed");

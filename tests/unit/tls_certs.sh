@@ -1,7 +1,8 @@
 #!/bin/sh
 # tls_certs.sh DIR — makes the certificates the TLS link tests use, with openssl:
 #   rootCA.pem rootCA.key          the provisioning CA
-#   server.crt server.key          CN=server, signed by rootCA (key in PKCS#8 "BEGIN PRIVATE KEY" form)
+#   server.crt server.key          CN=server, SAN server/localhost/127.0.0.1/::1, signed by rootCA (key in
+#                                  PKCS#8 "BEGIN PRIVATE KEY" form)
 #   client.crt client.key          CN=site-1, signed by rootCA (key in PKCS#1 "BEGIN RSA PRIVATE KEY" form,
 #                                  as NVFlare provisions it)
 #   expired.crt                    CN=site-1, signed by rootCA, valid 2020-01-01..2020-01-02 (key: client.key)
@@ -25,17 +26,19 @@ ca() {   # ca NAME CN
 }
 
 printf 'basicConstraints=CA:FALSE\n' > leaf.ext
-leaf() { # leaf OUT KEY CN CA
+# A provisioned FLARE server's certificate names its host (grpcs clients check it).
+printf 'basicConstraints=CA:FALSE\nsubjectAltName=DNS:server,DNS:localhost,IP:127.0.0.1,IP:::1\n' > server.ext
+leaf() { # leaf OUT KEY CN CA [EXTFILE]
     openssl req -new -key "$2" -subj "/CN=$3" -out "$1.csr"
     openssl x509 -req -in "$1.csr" -CA "$4.pem" -CAkey "$4.key" -CAcreateserial -sha256 -days 30 \
-        -extfile leaf.ext -out "$1.crt"
+        -extfile "${5:-leaf.ext}" -out "$1.crt"
 }
 
 ca rootCA cjrelay-test-root
 ca wrongCA cjrelay-test-other-root
 key_p8 server.key
 key_rsa client.key
-leaf server server.key server rootCA
+leaf server server.key server rootCA server.ext
 leaf client client.key site-1 rootCA
 leaf wrong client.key site-1 wrongCA
 
