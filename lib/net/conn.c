@@ -514,6 +514,17 @@ static void fail_io(struct cj_conn *c, ssize_t rc, int en)
     end(c, CJ_CONN_ERROR);
 }
 
+/* What the carrier answered a peer it refuses (an HTTP error, a CLOSE, a
+ * GOAWAY) goes out once, best effort, before the connection ends: the peer's
+ * operator then reads why. */
+static void send_last_words(struct cj_conn *c)
+{
+    size_t want;
+    if (evbuffer_get_length(c->wire_out) == 0) return;
+    if (c->ssl) (void)tls_write(c);
+    else (void)plain_write(c, &want);
+}
+
 /* The carrier turns the wire bytes read into SFM bytes (and answers); false
  * when that ended the connection. */
 static bool unwrap_input(struct cj_conn *c)
@@ -522,11 +533,26 @@ static bool unwrap_input(struct cj_conn *c)
     int rc = cj_carrier_read(c->carrier, c->wire_in, c->in, c->wire_out, &err);
     if (rc < 0) {
         snprintf(c->err, sizeof c->err, "%s: %s", cj_carrier_name(c->carrier), err.msg);
+        send_last_words(c);
         end(c, CJ_CONN_ERROR);
         return false;
     }
     if (rc == CJ_CARRIER_CLOSED) c->carrier_closed = true;
     return true;
+}
+
+/* The peer closed before the carriage was set up: say so, with the start of
+ * what it sent that was not understood. */
+static void note_early_close(struct cj_conn *c)
+{
+    unsigned char b[48];
+    char q[sizeof b + 1];
+    ev_ssize_t n = evbuffer_copyout(c->wire_in, b, sizeof b);
+    for (ev_ssize_t i = 0; i < n; i++) q[i] = b[i] >= 0x20 && b[i] < 0x7f ? (char)b[i] : '.';
+    q[n > 0 ? n : 0] = '\0';
+    snprintf(c->err, sizeof c->err, "%s: the peer closed before the %s was set up%s%s%s", cj_carrier_name(c->carrier),
+             cj_carrier_name(c->carrier)[0] == 'W' ? "WebSocket" : "gRPC call", n > 0 ? " (it sent \"" : "", q,
+             n > 0 ? "\")" : " (it sent nothing)");
 }
 
 static void do_read(struct cj_conn *c)
@@ -543,6 +569,7 @@ static void do_read(struct cj_conn *c)
         size_t room = CJ_CONN_BLOCK - b->used;
         ssize_t n = c->ssl ? tls_read(c, b->data + b->used, room) : plain_read(c, b->data + b->used, room);
         if (n == 0) {
+            if (c->carrier && !cj_carrier_ready(c->carrier)) note_early_close(c);
             end(c, CJ_CONN_EOF);
             break;
         }

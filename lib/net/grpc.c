@@ -365,6 +365,10 @@ int cj_grpc_read(struct cj_grpc *g, struct evbuffer *in, struct evbuffer *sfm, s
         g->overhead = 0;
     }
     if (!g->failed && flush(g, out) < 0) failf(g, "HTTP/2 output to the %s failed", peer(g));
+    if (g->failed) { /* a GOAWAY tells the peer; the owner sends it before closing */
+        nghttp2_session_terminate_session(g->s, NGHTTP2_PROTOCOL_ERROR);
+        flush(g, out);
+    }
     g->out = NULL;
     if (g->failed) {
         if (err) *err = g->err;

@@ -836,7 +836,9 @@ static void event_cb(struct cj_conn *c, int what, void *arg)
                                  "CN equals [relay] site)"
                            : l->state == CJ_LINK_HANDSHAKE ? (l->active ? " before READY" : " before HELLO")
                                                            : "";
-        link_down(l, l->state == CJ_LINK_UP ? CJ_LOG_INFO : CJ_LOG_WARNING, "peer closed the connection%s", when);
+        const char *carrier = l->scheme & (CJ_EP_HTTP | CJ_EP_HTTPS | CJ_EP_GRPC | CJ_EP_GRPCS) ? cj_conn_error_text(l->conn) : "";
+        link_down(l, l->state == CJ_LINK_UP ? CJ_LOG_INFO : CJ_LOG_WARNING, "peer closed the connection%s%s%s", when,
+                  carrier[0] ? ": " : "", carrier);
     }
     leave(l);
 }

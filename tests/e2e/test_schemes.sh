@@ -1,0 +1,120 @@
+#!/bin/sh
+# FLARE's transports on the upstream link (doc/protocol/sfm.md §1), with the real
+# binaries: for each of tcp, stcp, http, https, grpc and grpcs the simulator listens
+# with that scheme (the TLS ones with certificates made here, client certificates
+# required) and the relay reaches it with mutual TLS where it applies; two rounds of a
+# model sent as download refs go to a launched worker and come back verified.  Then
+# what an operator must be told clearly:
+#   - grpcs checks the server certificate's name against the URL's host (FLARE's gRPC
+#     client does), https does not (FLARE's http client does not);
+#   - a relay speaking the wrong scheme to a server: each side names what it got.
+. "$(dirname "$0")/lib.sh"
+D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim; WK=$BUILD/cjrelay-worker
+W=$(mktemp -d); SIM=; RELAY=
+cleanup() {
+    for p in $SIM $RELAY; do kill -9 "$p" 2>/dev/null; done
+    if [ -n "$KEEP" ]; then echo "# kept $W"; else rm -rf "$W"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+command -v openssl >/dev/null || { skip "openssl missing"; finish; }
+K=$W/certs
+if ! sh "$ROOT/tests/unit/tls_certs.sh" "$K"; then
+    fail "certificates made with openssl"; note "$K/openssl.log"; finish
+fi
+
+is_tls() { case $1 in stcp|https|grpcs) return 0 ;; esac; return 1; }
+
+# start_sim NAME SCHEME [HOST] [ROUNDS]: the simulator listening on SCHEME://HOST:0; sets SIM, PORT
+start_sim() {
+    R=$W/$1; mkdir -p "$R"
+    tls=; is_tls "$2" && tls="--tls-dir $K"
+    # shellcheck disable=SC2086
+    $S --listen "$2://${3:-127.0.0.1}:0" $tls --job-id J1 --rounds "${4:-2}" --model-size 16M --tensors 4 \
+        --format numpy > "$R/sim.out" 2> "$R/sim.err" & SIM=$!
+    wait_for 10 grep -q '^SIM READY' "$R/sim.out"
+    PORT=$(awk '/^SIM READY/ {print $3}' "$R/sim.out")
+}
+
+# start_relay NAME URL: a relay with one launched worker toward URL; sets RELAY
+start_relay() {
+    R=$W/$1
+    sec=
+    is_tls "${2%%:*}" && sec="connection_security = mtls
+ca_file = $K/rootCA.pem
+cert_file = $K/client.crt
+key_file = $K/client.key"
+    cat > "$R/relay.ini" <<EOF
+[relay]
+site = site-1
+job_id = J1
+on_end_run = wait
+[upstream]
+url = $2
+$sec
+reconnect_min = 0.1
+reconnect_max = 0.5
+[workers]
+listen = unix:$R/w.sock
+command = $WK
+count = 1
+[status]
+socket = $R/status.sock
+[log]
+level = debug
+EOF
+    $D -c "$R/relay.ini" > "$R/relay.log" 2>&1 & RELAY=$!
+}
+
+stop_all() {
+    [ -n "$RELAY" ] && { kill -TERM "$RELAY" 2>/dev/null; wait "$RELAY" 2>/dev/null; }
+    [ -n "$SIM" ] && { kill -TERM "$SIM" 2>/dev/null; wait "$SIM" 2>/dev/null; }
+    RELAY=; SIM=
+}
+
+for sc in tcp stcp http https grpc grpcs; do
+    start_sim "$sc" "$sc"
+    if [ -z "$PORT" ]; then fail "$sc: the simulator listens"; note "$W/$sc/sim.err"; continue; fi
+    start_relay "$sc" "$sc://127.0.0.1:$PORT"
+    wait_for 120 sh -c "! kill -0 $SIM 2>/dev/null"
+    check "$sc: 2 rounds through the relay verified" grep -q '^SIM OK rounds=2' "$W/$sc/sim.out" ||
+        { tail -5 "$W/$sc/sim.err" | note; grep -iE 'error|warn' "$W/$sc/relay.log" | tail -5 | note; }
+    check "$sc: show info names the url with its scheme" \
+        sh -c "'$C' -s '$W/$sc/status.sock' show info | grep -q 'upstream_url.*$sc://127.0.0.1:$PORT'"
+    stop_all
+done
+
+# grpcs checks the server's name, https does not: both dial 127.0.0.2, which the
+# server certificate does not name (it names server, localhost, 127.0.0.1, ::1).
+start_sim name-grpcs grpcs 0.0.0.0 1
+start_relay name-grpcs "grpcs://127.0.0.2:$PORT"
+wait_for 15 grep -qiE 'IP address mismatch|hostname mismatch' "$W/name-grpcs/relay.log"
+check "grpcs to a host the certificate does not name: refused, the log says the address does not match" \
+    grep -qi 'certificate verify failed; server certificate: IP address mismatch' "$W/name-grpcs/relay.log"
+check "grpcs: no round ran" sh -c "! grep -q '^ROUND' '$W/name-grpcs/sim.out'"
+stop_all
+start_sim name-https https 0.0.0.0 1
+start_relay name-https "https://127.0.0.2:$PORT"
+wait_for 60 sh -c "! kill -0 $SIM 2>/dev/null"
+check "https to a host the certificate does not name: accepted (FLARE's http client does not check)" \
+    grep -q '^SIM OK rounds=1' "$W/name-https/sim.out"
+stop_all
+
+# The wrong scheme for the server: each refusal names what came back.
+start_sim wrong-grpc http 127.0.0.1 1
+start_relay wrong-grpc "grpc://127.0.0.1:$PORT"
+wait_for 15 grep -q 'does not speak HTTP/2' "$W/wrong-grpc/relay.log"
+check "grpc:// to a WebSocket server: 'does not speak HTTP/2' with its first bytes" \
+    grep -q 'does not speak HTTP/2 (first bytes "HTTP/1.1 400' "$W/wrong-grpc/relay.log"
+check "the WebSocket server says what it was sent" grep -q 'not a GET upgrade: "PRI \* HTTP/2.0"' "$W/wrong-grpc/sim.err"
+stop_all
+start_sim wrong-http grpc 127.0.0.1 1
+start_relay wrong-http "http://127.0.0.1:$PORT"
+wait_for 15 grep -q 'WebSocket: the peer closed before the WebSocket was set up (it sent' "$W/wrong-http/relay.log"
+check "http:// to a gRPC server: the relay says the upgrade was never answered, quoting what came back" \
+    grep -q 'WebSocket: the peer closed before the WebSocket was set up (it sent' "$W/wrong-http/relay.log"
+check "the gRPC server names the HTTP/1.1 request" grep -q 'bad client magic' "$W/wrong-http/sim.err"
+check "the relay keeps retrying with back-off" \
+    sh -c "[ \$(grep -c 'WebSocket: the peer closed' '$W/wrong-http/relay.log') -ge 2 ]"
+stop_all
+finish
