@@ -19,7 +19,7 @@
 #   5. CPU per byte: relay instructions per relayed MiB under valgrind --tool=callgrind (perf has
 #      no hardware counters here): Ir(BENCH_CPU_MODEL) - Ir(4K) over the MiB; top functions
 #   6. what the machine pays: one round of BENCH_SYS_MODEL (task down to the worker, result back up)
-#      per upstream kind (clear tcp, mtls over stcp, spool mode on clear tcp); the relay's user +
+#      per upstream scheme (tcp, stcp with mtls, http, grpc, https, grpcs; spool mode on tcp); the relay's user +
 #      system CPU seconds (/proc/PID/stat) and read/write syscalls (/proc/PID/io syscr/syscw) per
 #      GiB relayed (each byte counted once: 2 x the model), beside a floor measured the same way in
 #      the same run: bench/floor.c, a plain epoll read/write relay with 1 MiB buffers moving the
@@ -106,14 +106,18 @@ pct() { # pct P < numbers (sorted or not): nearest-rank percentile
 }
 json_num() { [ -n "$1" ] && echo "$1" || echo null; }
 
+# UP_SCHEME: how the relay reaches the simulator (tcp, stcp, http, https, grpc, grpcs; default
+# tcp); the TLS ones use the certificates in $W/certs (the relay with mtls).
+up_scheme() { echo "${UP_SCHEME:-tcp}"; }
+up_tls() { case $(up_scheme) in stcp|https|grpcs) return 0 ;; esac; return 1; }
+
 # start_sim NAME SIM-ARGS...: sets SIM PORT
 start_sim() {
     _n=$1; shift
-    # UP_TLS=DIR: the simulator listens on stcp:// with DIR's certificates (and the relay uses mtls)
-    if [ -n "$UP_TLS" ]; then
-        "$S" --listen stcp://127.0.0.1:0 --tls-dir "$UP_TLS" --job-id J1 "$@" $SIM_EXTRA > "$W/$_n.sim" 2> "$W/$_n.simlog" & SIM=$!
+    if up_tls; then
+        "$S" --listen "$(up_scheme)://127.0.0.1:0" --tls-dir "$W/certs" --job-id J1 "$@" $SIM_EXTRA > "$W/$_n.sim" 2> "$W/$_n.simlog" & SIM=$!
     else
-        "$S" --listen tcp://127.0.0.1:0 --job-id J1 "$@" $SIM_EXTRA > "$W/$_n.sim" 2> "$W/$_n.simlog" & SIM=$!
+        "$S" --listen "$(up_scheme)://127.0.0.1:0" --job-id J1 "$@" $SIM_EXTRA > "$W/$_n.sim" 2> "$W/$_n.simlog" & SIM=$!
     fi
     if ! wait_for 10 grep -q '^SIM READY' "$W/$_n.sim"; then
         echo "bench: $_n: the simulator did not start" >&2; sed 's/^/  /' "$W/$_n.simlog" >&2; return 1
@@ -129,11 +133,10 @@ start_relay() {
     {
         printf '[relay]\nsite = site-1\njob_id = J1\non_end_run = wait\nmode = %s\n' "$_mode"
         [ "$_mode" = spool ] && printf 'spool_dir = %s\nspool_allow_tmpfs = true\n' "$W/spool-$_n"
-        if [ -n "$UP_TLS" ]; then
-            printf '[upstream]\nurl = stcp://127.0.0.1:%s\nconnection_security = mtls\n' "$PORT"
-            printf 'ca_file = %s\ncert_file = %s\nkey_file = %s\n' "$UP_TLS/rootCA.pem" "$UP_TLS/client.crt" "$UP_TLS/client.key"
-        else
-            printf '[upstream]\nurl = tcp://127.0.0.1:%s\n' "$PORT"
+        printf '[upstream]\nurl = %s://127.0.0.1:%s\n' "$(up_scheme)" "$PORT"
+        if up_tls; then
+            printf 'connection_security = mtls\nca_file = %s\ncert_file = %s\nkey_file = %s\n' \
+                "$W/certs/rootCA.pem" "$W/certs/client.crt" "$W/certs/client.key"
         fi
         printf '[workers]\nlisten = unix:%s\nheartbeat_interval = 1\nheartbeat_timeout = 10\nshutdown_grace = 2\n' \
             "$W/$_n.w.sock"
@@ -413,25 +416,33 @@ if has sys; then
     [ $TLS_OK = true ] || echo "bench: no TLS row (certificates could not be made)" >&2
     i=1
     while [ $i -le "$SYS_RUNS" ]; do
-        echo "bench: machine cost, $SYS_MODEL, run $i/$SYS_RUNS: floor, relay over clear tcp, over mtls, spool mode ..."
+        echo "bench: machine cost, $SYS_MODEL, run $i/$SYS_RUNS: floor, relay over tcp, stcp (mtls), http, grpc, https, grpcs, spool mode ..."
         floor_round
         sys_round clear pass_through
-        [ $TLS_OK = true ] && UP_TLS=$W/certs sys_round tls pass_through
+        [ $TLS_OK = true ] && UP_SCHEME=stcp sys_round tls pass_through
+        UP_SCHEME=http sys_round http pass_through
+        UP_SCHEME=grpc sys_round grpc pass_through
+        [ $TLS_OK = true ] && UP_SCHEME=https sys_round https pass_through
+        [ $TLS_OK = true ] && UP_SCHEME=grpcs sys_round grpcs pass_through
         sys_round spool spool
         i=$((i + 1))
     done
-    for l in floor clear tls spool; do
+    for l in floor clear tls http grpc https grpcs spool; do
         set -- $(sys_median $l)
         [ $# -eq 8 ] || continue
         SYS_ROWS="$SYS_ROWS$(printf '  %-8s %7s %6s %6s %9s %9s %9s %9s' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8")
 "
         SYS_JSON="$SYS_JSON${SYS_JSON:+,}$(printf '\n    {"row": "%s", "gib": %s, "user_s": %s, "sys_s": %s, "cpu_s_per_gib": %s, "reads_per_gib": %s, "writes_per_gib": %s, "avg_read_kib": %s, "runs_cpu_s_per_gib": [%s]}' \
             "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$(awk -v l="$l" '$1 == l {printf "%s%s", n++ ? "," : "", $5}' "$W/sys.vals")")"
-        case $l in floor) FLOOR_CPU=$5 ;; clear) SYS_CLEAR_CPU=$5 ;; tls) SYS_TLS_CPU=$5 ;; esac
+        case $l in floor) FLOOR_CPU=$5 ;; clear) SYS_CLEAR_CPU=$5 ;; tls) SYS_TLS_CPU=$5 ;; http) SYS_HTTP_CPU=$5 ;;
+                   grpc) SYS_GRPC_CPU=$5 ;; https) SYS_HTTPS_CPU=$5 ;; grpcs) SYS_GRPCS_CPU=$5 ;; esac
     done
 fi
 SYS_RATIO=$(awk -v a="$SYS_CLEAR_CPU" -v b="$FLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
 SYS_TLS_RATIO=$(awk -v a="$SYS_TLS_CPU" -v b="$SYS_CLEAR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}'; }
+SYS_HTTP_RATIO=$(ratio "$SYS_HTTP_CPU" "$SYS_CLEAR_CPU"); SYS_GRPC_RATIO=$(ratio "$SYS_GRPC_CPU" "$SYS_CLEAR_CPU")
+SYS_HTTPS_RATIO=$(ratio "$SYS_HTTPS_CPU" "$SYS_TLS_CPU"); SYS_GRPCS_RATIO=$(ratio "$SYS_GRPCS_CPU" "$SYS_TLS_CPU")
 
 # ---- 7. raw transfer: the worker only checks and drops the items ---------------------------------------
 raw_run() { # raw_run NAME relay|direct: prints MiB/s or nothing
@@ -504,6 +515,7 @@ echo "   the run with the median CPU of $SYS_RUNS; floor = bench/floor.c, 1 MiB 
 printf '  %-8s %7s %6s %6s %9s %9s %9s %9s\n' row GiB "user s" "sys s" "CPU s/GiB" "reads/GiB" "writes/GiB" "KiB/read"
 printf '%s' "$SYS_ROWS"
 echo "  relay (clear) / floor CPU: ${SYS_RATIO:-n/a}   TLS / clear CPU: ${SYS_TLS_RATIO:-n/a}   FLARE's Python CJ: ~2.3 s/GiB"
+echo "  http / tcp CPU: ${SYS_HTTP_RATIO:-n/a}   grpc / tcp: ${SYS_GRPC_RATIO:-n/a}   https / stcp: ${SYS_HTTPS_RATIO:-n/a}   grpcs / stcp: ${SYS_GRPCS_RATIO:-n/a}"
 echo
 echo "7. raw transfer, $TPUT_MODEL, worker checks and drops the items (MiB/s, median of $TPUT_RUNS)"
 echo "  through the relay: ${RAW_A_MED:-?}   runs:${RAW_A:- none}"
@@ -528,7 +540,9 @@ echo "  relay / direct: ${RAW_RATIO:-n/a}"
     printf '  "cpu": {\n    "tool": "callgrind", "model": "%s", "instructions": %s, "baseline_instructions": %s, "instructions_per_mib": %s\n  },\n' \
         "$CPU_MODEL" "$(json_num "$CPU_IR")" "$(json_num "$CPU_IR0")" "$(json_num "$CPU_PER_MIB")"
     printf '  "machine_cost": {\n    "model": "%s", "clk_tck": %s,\n    "rows": [%s\n    ],\n' "$SYS_MODEL" "$TCK" "$SYS_JSON"
-    printf '    "relay_over_floor_cpu": %s, "tls_over_clear_cpu": %s\n  },\n' "$(json_num "$SYS_RATIO")" "$(json_num "$SYS_TLS_RATIO")"
+    printf '    "relay_over_floor_cpu": %s, "tls_over_clear_cpu": %s,\n' "$(json_num "$SYS_RATIO")" "$(json_num "$SYS_TLS_RATIO")"
+    printf '    "http_over_tcp_cpu": %s, "grpc_over_tcp_cpu": %s, "https_over_stcp_cpu": %s, "grpcs_over_stcp_cpu": %s\n  },\n' \
+        "$(json_num "$SYS_HTTP_RATIO")" "$(json_num "$SYS_GRPC_RATIO")" "$(json_num "$SYS_HTTPS_RATIO")" "$(json_num "$SYS_GRPCS_RATIO")"
     printf '  "raw_transfer": {\n    "model": "%s", "relay_runs_mib_s": [%s], "direct_runs_mib_s": [%s],\n' "$TPUT_MODEL" "$(echo $RAW_A | tr ' ' ',')" "$(echo $RAW_B | tr ' ' ',')"
     printf '    "relay_mib_s_median": %s, "direct_mib_s_median": %s, "relay_over_direct": %s\n  }\n}\n' \
         "$(json_num "$RAW_A_MED")" "$(json_num "$RAW_B_MED")" "$(json_num "$RAW_RATIO")"
