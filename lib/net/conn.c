@@ -17,26 +17,13 @@
 
 #include <openssl/err.h>
 
+#include "net/blocks.h"
 #include "net/carrier.h"
 #include "net/tls.h"
 
 /* A block retires (the next read takes a fresh one) when less than this is
  * left in it: reads stay large, and a retired block wastes at most this. */
 #define BLOCK_RETIRE (256u * 1024)
-/* Freed blocks kept for the next reads.  A fresh 1 MiB from malloc is fresh
- * pages the kernel faults in and zeroes (measured: ~48,800 faults per GiB
- * relayed, ~15% of the relay's CPU); a bulk transfer recycles a handful of
- * blocks, so a few kept ones remove nearly all of that (~980 faults). */
-#define BLOCK_POOL 6
-
-/* Read space, shared by the input chains that reference it and by the
- * connection while it reads into it.  Chains may be freed on another thread
- * (the spool's I/O thread), hence the atomic count. */
-struct blk {
-    atomic_size_t refs;
-    size_t used;
-    unsigned char data[];
-};
 
 struct cj_conn {
     evutil_socket_t fd;
@@ -59,7 +46,7 @@ struct cj_conn {
     bool carrier_closed;           /* the peer ended the carriage: EOF once the input is handed on */
     size_t low, high, wlow;
     bool reading;                  /* the owner's switch */
-    struct blk *blk;               /* the block being filled */
+    struct cj_block *blk;               /* the block being filled */
     int busy;                      /* nesting of our own callbacks */
     bool freed, ended;
     char err[1024];
@@ -68,89 +55,20 @@ struct cj_conn {
     void *ctx;
 };
 
-/* ---- blocks ------------------------------------------------------------------ */
-
-/* The pool is shared by every connection of the process, and a block's last
- * chain may be freed on the spool's I/O thread: a mutex guards it. */
-static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct blk *pool[BLOCK_POOL];
-static size_t pool_n;
-static uint64_t pool_takes, pool_takes_seen;   /* blocks taken from the pool; at the last trim */
-
-/* Blocks are mappings of their own, so that a block given back really goes
- * back to the system (a freed 1 MiB malloc chunk stays in the heap). */
-#define BLOCK_MAP (sizeof(struct blk) + CJ_CONN_BLOCK)
-
-static void blk_release(struct blk *b)
-{
-    if (b) munmap(b, BLOCK_MAP);
-}
-
-static struct blk *blk_new(void)
-{
-    struct blk *b = NULL;
-    pthread_mutex_lock(&pool_mu);
-    if (pool_n) {
-        b = pool[--pool_n];
-        pool_takes++;
-    }
-    pthread_mutex_unlock(&pool_mu);
-    if (!b) {
-        void *m = mmap(NULL, BLOCK_MAP, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) return NULL;
-        b = m;
-    }
-    atomic_init(&b->refs, 1);
-    b->used = 0;
-    return b;
-}
-
-/* Empties the pool: always, or only when no block was taken since the last call. */
-static void pool_trim(bool always)
-{
-    struct blk *drop[BLOCK_POOL];
-    size_t n = 0;
-    pthread_mutex_lock(&pool_mu);
-    if (always || pool_takes == pool_takes_seen) {
-        n = pool_n;
-        memcpy(drop, pool, n * sizeof *drop);
-        pool_n = 0;
-    }
-    pool_takes_seen = pool_takes;
-    pthread_mutex_unlock(&pool_mu);
-    for (size_t i = 0; i < n; i++) blk_release(drop[i]);
-}
-
-static void blk_unref(struct blk *b)
-{
-    if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
-    pthread_mutex_lock(&pool_mu);
-    if (pool_n < BLOCK_POOL) {
-        pool[pool_n++] = b;
-        b = NULL;
-    }
-    pthread_mutex_unlock(&pool_mu);
-    blk_release(b);
-}
-
-static void chain_done(const void *data, size_t len, void *arg)
-{
-    (void)data; (void)len;
-    blk_unref(arg);
-}
+/* ---- blocks (blocks.c) ------------------------------------------------------- */
 
 /* The block to read into: the current one while it has room, else a new one. */
-static struct blk *read_block(struct cj_conn *c)
+static struct cj_block *read_block(struct cj_conn *c)
 {
     if (c->blk && CJ_CONN_BLOCK - c->blk->used >= BLOCK_RETIRE) return c->blk;
-    if (c->blk) blk_unref(c->blk);
-    c->blk = blk_new();
+    if (c->blk) cj_block_unref(c->blk);
+    c->blk = cj_block_new();
     return c->blk;
 }
 
 /* Appends len bytes at b->data + off to the input: by reference, or copied
  * into a chain of their own when short (see CJ_CONN_SMALL). */
-static int add_piece(struct cj_conn *c, struct blk *b, size_t off, size_t len)
+static int add_piece(struct cj_conn *c, struct cj_block *b, size_t off, size_t len)
 {
     struct evbuffer *to = c->carrier ? c->wire_in : c->in;
     if (len < CJ_CONN_SMALL) {
@@ -159,17 +77,12 @@ static int add_piece(struct cj_conn *c, struct blk *b, size_t off, size_t len)
         if (evbuffer_add(c->scratch, b->data + off, len) < 0) return -1;
         return evbuffer_add_buffer(to, c->scratch);
     }
-    atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
-    if (evbuffer_add_reference(to, b->data + off, len, chain_done, b) < 0) {
-        blk_unref(b);
-        return -1;
-    }
-    return 0;
+    return cj_block_add_reference(to, b, off, len);
 }
 
 /* n new bytes at the block's end go to the input, cut at the low watermark
  * (a carrier copies the SFM bytes out of its wire bytes: no cut). */
-static int commit_read(struct cj_conn *c, struct blk *b, size_t n)
+static int commit_read(struct cj_conn *c, struct cj_block *b, size_t n)
 {
     size_t have = evbuffer_get_length(c->in);
     size_t cut = !c->carrier && c->low > have && c->low - have < n ? c->low - have : n;
@@ -232,10 +145,10 @@ static void really_free(struct cj_conn *c)
     if (c->wire_in) evbuffer_free(c->wire_in);
     if (c->wire_out) evbuffer_free(c->wire_out);
     cj_carrier_free(c->carrier);
-    if (c->blk) blk_unref(c->blk);
+    if (c->blk) cj_block_unref(c->blk);
     free(c->cbuf);
     free(c);
-    pool_trim(true);   /* a link ended: no reason to keep its read memory */
+    cj_block_pool_trim(true);   /* a link ended: no reason to keep its read memory */
 }
 
 static void enter(struct cj_conn *c) { c->busy++; }
@@ -561,7 +474,7 @@ static void do_read(struct cj_conn *c)
     enter(c);
     while (!gone(c) && (c->reading || window_paced(c)) && budget > 0) {
         if (c->high && !window_paced(c) && evbuffer_get_length(c->in) >= c->high) break;
-        struct blk *b = read_block(c);
+        struct cj_block *b = read_block(c);
         if (!b) {
             fail_io(c, -1, ENOMEM);
             break;
@@ -802,10 +715,10 @@ void cj_conn_idle(struct cj_conn *c)
 {
     /* The block being filled, when nothing else holds part of it. */
     if (c->blk && atomic_load_explicit(&c->blk->refs, memory_order_acquire) == 1) {
-        blk_unref(c->blk);
+        cj_block_unref(c->blk);
         c->blk = NULL;
     }
-    pool_trim(false);
+    cj_block_pool_trim(false);
 }
 
 void cj_conn_set_reading(struct cj_conn *c, bool on)

@@ -44,7 +44,9 @@
 #include <event2/event.h>
 #include <openssl/ssl.h>
 
-#define CJ_CONN_BLOCK (1024u * 1024)     /* bytes one read asks for at most */
+#include "net/blocks.h"
+
+#define CJ_CONN_BLOCK CJ_BLOCK_SIZE       /* bytes one read asks for at most (blocks.h) */
 #define CJ_CONN_BUDGET (4u * 1024 * 1024) /* bytes read per wakeup before yielding to the loop */
 #define CJ_CONN_SMALL (32u * 1024)       /* shorter pieces are copied, not referenced */
 #define CJ_CONN_IOV 64                   /* chains per writev */

@@ -268,6 +268,7 @@ void cj_grpc_free(struct cj_grpc *g)
 {
     if (!g) return;
     nghttp2_session_del(g->s);
+    cj_grpcmsg_rx_free(&g->rx);
     evbuffer_free(g->pending);
     free(g);
 }

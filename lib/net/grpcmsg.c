@@ -17,6 +17,8 @@ void cj_grpcmsg_rx_init(struct cj_grpcmsg_rx *rx, uint64_t max)
     rx->max = max;
 }
 
+void cj_grpcmsg_rx_free(struct cj_grpcmsg_rx *rx) { cj_chunks_release(&rx->chunks); }
+
 static size_t put_varint(uint8_t *out, uint64_t v)
 {
     size_t n = 0;
@@ -158,7 +160,7 @@ static size_t take_bulk(struct cj_grpcmsg_rx *rx, const uint8_t *p, size_t n, st
     if (rx->state == RX_COPY) {
         uint64_t done = rx->data_len - rx->field_left;
         for (size_t i = 0; i < k && done + i < 4; i++) rx->sfm_len[done + i] = p[i];
-        if (evbuffer_add(sfm, p, k) != 0) *rc = -CJ_E_NOMEM;
+        if (cj_chunks_add(&rx->chunks, sfm, p, k) != 0) *rc = -CJ_E_NOMEM;
         rx->sfm_bytes += k;
     }
     rx->field_left -= k;
@@ -202,6 +204,7 @@ int cj_grpcmsg_feed(struct cj_grpcmsg_rx *rx, const uint8_t *p, size_t n, struct
         else if (rc >= 0 && rx->state == RX_SKIP && rx->field_left == 0) rc = field_end(rx, err);
         else if (rc >= 0 && rx->state == RX_TAG && rx->msg_left == 0) rc = message_done(rx, err);
     }
+    if (cj_chunks_flush(&rx->chunks, sfm) < 0 && rc >= 0) rc = -CJ_E_NOMEM;
     if (rc == -CJ_E_NOMEM) return cj_fail(err, CJ_E_NOMEM, rx->offset, "out of memory for a gRPC message");
     return rc;
 }

@@ -17,6 +17,7 @@
 
 #include <event2/buffer.h>
 
+#include "net/chunks.h"
 #include "util/err.h"
 
 /* Bytes the writer puts before an SFM frame: prefix 5 + seq tag and varint 11 +
@@ -36,10 +37,14 @@ struct cj_grpcmsg_rx {
     int data_fields;       /* data fields seen in this message */
     uint64_t offset;       /* bytes fed so far, for error offsets */
     uint64_t sfm_bytes;    /* data bytes handed to sfm so far */
+    struct cj_chunks chunks; /* they go into pooled blocks */
 };
 
 /* A reader accepting messages up to max bytes. */
 void cj_grpcmsg_rx_init(struct cj_grpcmsg_rx *rx, uint64_t max);
+
+/* Gives back the block the reader holds. */
+void cj_grpcmsg_rx_free(struct cj_grpcmsg_rx *rx);
 
 /* Takes n bytes of message stream; appends data bytes to sfm.  0, or -code. */
 int cj_grpcmsg_feed(struct cj_grpcmsg_rx *rx, const uint8_t *p, size_t n, struct evbuffer *sfm, struct cj_err *err);

@@ -7,13 +7,13 @@
 
 #include <wslay/wslay.h>
 
+#include "net/chunks.h"
 #include "net/wsupgrade.h"
 #include "util/text.h"
 
 enum ws_state { WS_UPGRADE, WS_OPEN, WS_CLOSED };
 
 #define KEY_STOCK 256            /* mask key bytes fetched per getrandom */
-#define SFM_RESERVE (1u << 20)   /* contiguous room made in sfm for a large frame */
 
 struct cj_ws {
     enum cj_ws_role role;
@@ -34,6 +34,8 @@ struct cj_ws {
     bool in_msg;
     uint64_t msg_len;
     uint8_t sfm_len[4]; /* its first 4 bytes: the SFM frame's length */
+    struct cj_chunks chunks;     /* the SFM bytes, into pooled blocks */
+    struct cj_chunks out_chunks; /* a client's masked payloads, likewise */
     /* a control frame's payload */
     uint8_t ctl[125];
     size_t ctl_len;
@@ -100,6 +102,8 @@ struct cj_ws *cj_ws_new(enum cj_ws_role role, const char *host, const char *key)
 void cj_ws_free(struct cj_ws *ws)
 {
     if (!ws) return;
+    cj_chunks_release(&ws->chunks);
+    cj_chunks_release(&ws->out_chunks);
     wslay_frame_context_free(ws->fr);
     free(ws);
 }
@@ -166,27 +170,24 @@ static size_t data_header(uint8_t h[14], uint64_t len, bool masked, const uint8_
     return n;
 }
 
-/* Copies len bytes of src into out masked, in one pass; src drained. */
-static int move_masked(struct evbuffer *src, size_t len, struct evbuffer *out, const uint8_t key[4])
+/* Copies len bytes of src into out masked, in one pass, into pooled blocks
+ * (chunks.h); src drained. */
+static int move_masked(struct cj_ws *ws, struct evbuffer *src, size_t len, struct evbuffer *out, const uint8_t key[4])
 {
-    struct evbuffer_iovec dst;
-    if (len == 0) return 0;
-    if (evbuffer_reserve_space(out, (ev_ssize_t)len, &dst, 1) != 1 || dst.iov_len < len) return -1;
-    uint8_t *d = dst.iov_base;
     uint64_t off = 0;
-    struct evbuffer_ptr pos;
-    evbuffer_ptr_set(src, &pos, 0, EVBUFFER_PTR_SET);
     while (off < len) {
+        size_t room;
+        uint8_t *d = cj_chunks_space(&ws->out_chunks, out, &room);
         struct evbuffer_iovec v;
-        if (evbuffer_peek(src, (ev_ssize_t)(len - off), &pos, &v, 1) < 1) return -1;
-        size_t n = v.iov_len < len - off ? v.iov_len : (size_t)(len - off);
-        cj_ws_mask(d + off, v.iov_base, n, key, off);
+        if (!d || evbuffer_peek(src, -1, NULL, &v, 1) < 1) return -1;
+        size_t n = v.iov_len < room ? v.iov_len : room;
+        if (n > len - off) n = (size_t)(len - off);
+        cj_ws_mask(d, v.iov_base, n, key, off);
+        cj_chunks_wrote(&ws->out_chunks, n);
+        evbuffer_drain(src, n);
         off += n;
-        evbuffer_ptr_set(src, &pos, n, EVBUFFER_PTR_ADD);
     }
-    dst.iov_len = len;
-    if (evbuffer_commit_space(out, &dst, 1) != 0) return -1;
-    return evbuffer_drain(src, len);
+    return cj_chunks_flush(&ws->out_chunks, out);
 }
 
 int cj_ws_write(struct cj_ws *ws, struct evbuffer *src, size_t len, struct evbuffer *out)
@@ -197,7 +198,7 @@ int cj_ws_write(struct cj_ws *ws, struct evbuffer *src, size_t len, struct evbuf
     if (masked && next_key(ws, key) < 0) return -1;
     size_t hn = data_header(h, len, masked, key);
     if (evbuffer_add(out, h, hn) != 0) return -1;
-    if (masked) return move_masked(src, len, out, key);
+    if (masked) return move_masked(ws, src, len, out, key);
     return evbuffer_remove_buffer(src, out, len) == (int)len ? 0 : -1;
 }
 
@@ -256,8 +257,6 @@ static int frame_start(struct cj_ws *ws, const struct wslay_frame_iocb *io, stru
     if (io->payload_length > ws->max_msg - ws->msg_len)
         return proto_error(ws, out, 1009, cj_fail(err, CJ_E_LIMIT, at, "WebSocket message over %llu bytes",
                                                   (unsigned long long)ws->max_msg));
-    size_t room = io->payload_length < SFM_RESERVE ? (size_t)io->payload_length : SFM_RESERVE;
-    if (room > 4096) evbuffer_expand(sfm, room); /* whole chains, not wslay's 4 KiB pieces */
     return 0;
 }
 
@@ -266,7 +265,7 @@ static int data_bytes(struct cj_ws *ws, const uint8_t *p, size_t n, struct evbuf
 {
     for (size_t i = 0; i < n && ws->msg_len + i < 4; i++) ws->sfm_len[ws->msg_len + i] = p[i];
     ws->msg_len += n;
-    return n ? evbuffer_add(sfm, p, n) : 0;
+    return n ? cj_chunks_add(&ws->chunks, sfm, p, n) : 0;
 }
 
 /* A message ended: it must have carried exactly one SFM frame. */
@@ -342,6 +341,8 @@ int cj_ws_read(struct cj_ws *ws, struct evbuffer *in, struct evbuffer *sfm, stru
         rc = on_chunk(ws, &io, sfm, out, err);
     }
     ws->in = NULL;
+    if (cj_chunks_flush(&ws->chunks, sfm) < 0 && rc >= 0)
+        rc = cj_fail(err, CJ_E_NOMEM, ws->consumed, "out of memory for a WebSocket message");
     if (rc == CJ_WS_MORE && ws->state == WS_CLOSED) rc = CJ_WS_CLOSED;
     return rc;
 }

@@ -58,6 +58,7 @@ static void run_reader(const uint8_t *p, size_t n, size_t piece, struct run *r)
     r->rc = 0;
     for (size_t off = 0; off < n && r->rc == 0; off += piece)
         r->rc = cj_grpcmsg_feed(&rx, p + off, n - off < piece ? n - off : piece, r->sfm, &err);
+    cj_grpcmsg_rx_free(&rx);
 }
 
 static void check_frames(struct evbuffer *sfm)
@@ -77,6 +78,7 @@ static void check_frames(struct evbuffer *sfm)
         CHECK(cj_grpcmsg_feed(&rx, head, h, back, &err) == 0);
         CHECK(cj_grpcmsg_feed(&rx, b + off, fl, back, &err) == 0);
         CHECK(evbuffer_get_length(back) == fl && memcmp(evbuffer_pullup(back, -1), b + off, fl) == 0);
+        cj_grpcmsg_rx_free(&rx);
         evbuffer_free(back);
         off += fl;
     }

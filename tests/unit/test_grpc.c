@@ -118,8 +118,12 @@ static int feed_msg(const uint8_t *p, size_t n, struct evbuffer *sfm, struct cj_
     cj_grpcmsg_rx_init(&rx, 1 << 20);
     for (size_t i = 0; i < n; i++) { /* byte by byte: every state boundary */
         int rc = cj_grpcmsg_feed(&rx, p + i, 1, sfm, err);
-        if (rc < 0) return rc;
+        if (rc < 0) {
+            cj_grpcmsg_rx_free(&rx);
+            return rc;
+        }
     }
+    cj_grpcmsg_rx_free(&rx);
     return 0;
 }
 
