@@ -42,7 +42,7 @@
 #include "net/link.h"
 #include "payload/lobs.h"
 #include "sim.h"
-#include "fl/task.h"
+#include "fl/flmsg.h"
 #include "stream/stream.h"
 #include "util/log.h"
 #include "util/mp.h"
@@ -132,7 +132,7 @@ static int request(struct drive *d, const char *channel, const char *topic, msgp
 static void reply_rc(struct cj_stream_reply *r, char *rc, size_t n)
 {
     size_t len = r->data ? evbuffer_get_length(r->data) : 0;
-    if (!len || cj_task_read_rc(evbuffer_pullup(r->data, -1), len, rc, n, NULL, 0)) rc[0] = '\0';
+    if (!len || cj_flmsg_read_rc(evbuffer_pullup(r->data, -1), len, rc, n, NULL, 0)) rc[0] = '\0';
 }
 
 /* ---- start: sync, heartbeat, poll ---------------------------------------------------- */

@@ -25,7 +25,7 @@
 #include "payload/fobs.h"
 #include "payload/lobs.h"
 #include "payload/splice.h"
-#include "fl/task.h"
+#include "fl/flmsg.h"
 #include "stream/stream.h"
 #include "util/log.h"
 #include "worker.h"
@@ -70,7 +70,7 @@ static int request(struct wk *w, const char *channel, const char *topic, msgpack
 static void reply_rc(struct cj_stream_reply *r, char *rc, size_t n)
 {
     size_t len = r->data ? evbuffer_get_length(r->data) : 0;
-    if (!len || cj_task_read_rc(evbuffer_pullup(r->data, -1), len, rc, n, NULL, 0)) rc[0] = '\0';
+    if (!len || cj_flmsg_read_rc(evbuffer_pullup(r->data, -1), len, rc, n, NULL, 0)) rc[0] = '\0';
 }
 
 static void direct_fail(struct wk *w, const char *why)

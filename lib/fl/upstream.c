@@ -8,8 +8,8 @@
  *   - submissions: one struct up_sub per result or failure report, each
  *     cycling task check -> submit_update -> (check -> resend)...
  *
- * Payloads are built and read by the helpers in task.c (payload/fobs.h cannot
- * be included next to stream/stream.h). */
+ * Payloads are built and read by fl/flmsg.c, so the loop never handles raw
+ * spans. */
 #include "fl/upstream.h"
 
 #include <stdarg.h>
@@ -20,6 +20,7 @@
 #include <event2/buffer.h>
 #include <msgpack.h>
 
+#include "fl/flmsg.h"
 #include "stream/stream.h"
 #include "util/log.h"
 #include "util/stats.h"
@@ -165,7 +166,7 @@ static int aux_reply_rc(struct cj_stream_reply *r, char *rc, size_t rcsz, char *
     }
     size_t len;
     const uint8_t *p = bytes_of(r->data, &len);
-    return cj_task_read_rc(p, len, rc, rcsz, why, whysz);
+    return cj_flmsg_read_rc(p, len, rc, rcsz, why, whysz);
 }
 
 static bool from_server(const struct cj_fl_up *up, const char *origin)
@@ -246,7 +247,7 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
     struct cj_fl_up *up = arg;
     char why[WHY_MAX];
     struct evbuffer *b = evbuffer_new();
-    if (!b || cj_task_aux_request(b, TOPIC_HEARTBEAT, NULL, up->site, up->job, why, sizeof why)) {
+    if (!b || cj_flmsg_aux_request(b, TOPIC_HEARTBEAT, NULL, up->site, up->job, why, sizeof why)) {
         if (b) evbuffer_free(b);
         cj_log_error("upstream %s: cannot build __job_heartbeat__", up->server);
         return;
@@ -285,8 +286,8 @@ static void send_get_task(struct cj_fl_up *up)
 {
     char why[WHY_MAX];
     struct evbuffer *b = evbuffer_new();
-    if (!b || cj_task_get_task_request(b, up->site, up->job, up->last_task_id[0] ? up->last_task_id : NULL, why,
-                                       sizeof why)) {
+    if (!b || cj_flmsg_get_task_request(b, up->site, up->job, up->last_task_id[0] ? up->last_task_id : NULL, why,
+                                        sizeof why)) {
         if (b) evbuffer_free(b);
         poll_failed(up, "cannot build the request");
         return;
@@ -319,7 +320,7 @@ static void report_failed(struct cj_fl_up *up, struct cj_task *t, const char *wh
 static struct up_sub *find_sub(struct cj_fl_up *up, const struct cj_task *t);
 
 /* A real task: into the table, then to a worker. */
-static void take_task(struct cj_fl_up *up, const uint8_t *p, size_t len, const struct cj_task_reply *tr)
+static void take_task(struct cj_fl_up *up, const uint8_t *p, size_t len, const struct cj_flmsg_task_reply *tr)
 {
     char why[WHY_MAX];
     struct cj_task *t = cj_task_add(up->tt, p, len, why, sizeof why);
@@ -379,8 +380,8 @@ static void on_get_task_reply(void *arg, struct cj_stream_reply *r)
 
     size_t len;
     const uint8_t *p = bytes_of(r->data, &len);
-    struct cj_task_reply tr;
-    if (cj_task_read_reply(p, len, &tr, why, sizeof why)) {
+    struct cj_flmsg_task_reply tr;
+    if (cj_flmsg_read_reply(p, len, &tr, why, sizeof why)) {
         cj_stats.errors++;
         poll_failed(up, why);
         return;
@@ -466,7 +467,7 @@ static const char *send_aux(struct cj_fl_up *up, const char *topic, const char *
 {
     char why[WHY_MAX];
     struct evbuffer *b = evbuffer_new();
-    if (!b || cj_task_aux_request(b, topic, task_id, up->site, up->job, why, sizeof why)) {
+    if (!b || cj_flmsg_aux_request(b, topic, task_id, up->site, up->job, why, sizeof why)) {
         if (b) evbuffer_free(b);
         return "cannot build the request";
     }
@@ -587,9 +588,9 @@ static int sub_build(struct up_sub *s, char *why, size_t whysz)
         return -1;
     }
     if (s->result)
-        return cj_task_submit_payload(s->payload, s->t, s->result, s->len, s->msg_root_id, up->site, up->job, why,
-                                      whysz);
-    return cj_task_failed_payload(s->payload, s->t, FAILED_RC, s->msg_root_id, up->site, up->job, why, whysz);
+        return cj_flmsg_submit_payload(s->payload, s->t, s->result, s->len, s->msg_root_id, up->site, up->job, why,
+                                       whysz);
+    return cj_flmsg_failed_payload(s->payload, s->t, FAILED_RC, s->msg_root_id, up->site, up->job, why, whysz);
 }
 
 /* A result is given up and turned into a failure report: done(false) runs now,
@@ -729,7 +730,7 @@ static bool aborted_result(struct evbuffer *payload)
     char rc[64], why[WHY_MAX];
     size_t len;
     const uint8_t *p = bytes_of(payload, &len);   /* one chunk already: no copy */
-    return cj_task_read_rc(p, len, rc, sizeof rc, why, sizeof why) == 0 && strcmp(rc, "TASK_ABORTED") == 0;
+    return cj_flmsg_read_rc(p, len, rc, sizeof rc, why, sizeof why) == 0 && strcmp(rc, "TASK_ABORTED") == 0;
 }
 
 static void submit_send(struct up_sub *s)
@@ -942,7 +943,7 @@ static void reply_aux(struct cj_fl_up *up, struct cj_stream_blob *b, const char 
     size_t len;
     const uint8_t *p = bytes_of(b->data, &len);
     struct evbuffer *out = evbuffer_new();
-    if (!out || cj_task_aux_reply(out, p, len, rc, up->site, up->job, why, sizeof why)) {
+    if (!out || cj_flmsg_aux_reply(out, p, len, rc, up->site, up->job, why, sizeof why)) {
         if (out) evbuffer_free(out);
         cj_log_error("upstream %s: cannot build the aux reply to %s: %s", up->server, b->req.topic, why);
         return;
