@@ -25,7 +25,7 @@
 #include "payload/fobs.h"
 #include "payload/lobs.h"
 #include "payload/splice.h"
-#include "fl/flmsg.h"
+#include "fl/flclient.h"
 #include "stream/stream.h"
 #include "util/log.h"
 #include "worker.h"
@@ -56,21 +56,10 @@ int wk_direct_bootstrap(const struct wk_opts *o, struct cj_bootstrap *bs)
     return 0;
 }
 
-static int request(struct wk *w, const char *channel, const char *topic, msgpack_sbuffer *sb, double timeout,
-                   void (*fn)(void *arg, struct cj_stream_reply *r))
+/* The worker's requests to the server. */
+static struct cj_fl_client fl_client(const struct wk *w)
 {
-    struct evbuffer *b = mp_sbuffer_to_evbuffer(sb);
-    if (!b) return -1;
-    struct cj_stream_msg m = {.encoding = "fobs"};
-    return cj_stream_request(w->ep, w->server, channel, topic, &m, b, timeout, fn, w, NULL, NULL);
-}
-
-/* The __rc__ of a reply's Shareable: "OK" when it has none (as FLARE reads it),
- * "" when the reply carries no Shareable (a failed or empty reply). */
-static void reply_rc(struct cj_stream_reply *r, char *rc, size_t n)
-{
-    size_t len = r->data ? evbuffer_get_length(r->data) : 0;
-    if (!len || cj_flmsg_read_rc(evbuffer_pullup(r->data, -1), len, rc, n, NULL, 0)) rc[0] = '\0';
+    return (struct cj_fl_client){.ep = w->ep, .server = w->server, .site = w->bs.site_name, .job = w->bs.job_id};
 }
 
 static void direct_fail(struct wk *w, const char *why)
@@ -156,11 +145,8 @@ static void on_task(void *arg, struct cj_stream_reply *r)
 
 static void poll_task(struct wk *w)
 {
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    if (cj_build_get_task_request(&sb, w->bs.site_name, w->bs.job_id, NULL, NULL) ||
-        request(w, "server_command", "get_task", &sb, 60, on_task))
-        direct_fail(w, "cannot send get_task");
+    struct cj_fl_client c = fl_client(w);
+    if (cj_fl_client_get_task(&c, NULL, NULL, 60, on_task, w, NULL)) direct_fail(w, "cannot send get_task");
 }
 
 static void on_sync(void *arg, struct cj_stream_reply *r)
@@ -168,7 +154,7 @@ static void on_sync(void *arg, struct cj_stream_reply *r)
     struct wk *w = arg;
     char rc[64];
     if (w->exiting) return;
-    reply_rc(r, rc, sizeof rc);
+    cj_fl_client_reply_rc(r, rc, sizeof rc, NULL, 0);
     if (strcmp(r->return_code, "ok") || strcmp(rc, "OK")) {
         if (++w->direct_tries > DIRECT_SYNC_TRIES) direct_fail(w, "__sync_runner__ never answered OK");
         else later(w, 0.5);
@@ -181,10 +167,8 @@ static void on_sync(void *arg, struct cj_stream_reply *r)
 
 static void sync_runner(struct wk *w)
 {
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    if (cj_build_aux_request(&sb, "__sync_runner__", NULL, w->bs.site_name, w->bs.job_id, NULL) ||
-        request(w, "aux_communication", "__sync_runner__", &sb, 2.0, on_sync))
+    struct cj_fl_client c = fl_client(w);
+    if (cj_fl_client_aux(&c, "__sync_runner__", NULL, 2.0, on_sync, w, NULL))
         direct_fail(w, "cannot send __sync_runner__");
 }
 
