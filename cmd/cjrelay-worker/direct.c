@@ -172,8 +172,10 @@ static void sync_runner(struct wk *w)
         direct_fail(w, "cannot send __sync_runner__");
 }
 
-void wk_direct_link_up(struct wk *w)
+/* The link to the server is up: sync, then poll for a task. */
+static void link_up(struct wk *w, struct cj_link *l)
 {
+    (void)l;
     snprintf(w->server, sizeof w->server, "%s.%.200s", CJ_FQCN_SERVER, w->bs.job_id);
     cj_log_info("direct: connected to %s at %s as %s (no relay)", w->link ? cj_link_peer(w->link) : "?", w->bs.connect_url,
                 w->bs.trainer_fqcn);
@@ -181,11 +183,44 @@ void wk_direct_link_up(struct wk *w)
     sync_runner(w);
 }
 
-void wk_direct_done(struct wk *w, int64_t round, const char *task_id, uint64_t bytes, double secs)
+/* A benchmark run: no reconnects. */
+static void link_down(struct wk *w)
 {
-    printf("DIRECT round=%" PRId64 " task=%s bytes=%" PRIu64 " secs=%.3f MiB/s=%.1f\n", round, task_id, bytes, secs,
+    printf("DIRECT FAIL link to %s lost: %s\n", w->bs.connect_url, w->last_error);
+    wk_exit(w, WK_EXIT_RELAY_LOST, "direct mode: the link to the server is gone: %s", w->last_error);
+}
+
+/* No relay to answer, no result: the measurement is done (the DIRECT line, exit 0). */
+static void task_done(struct wk *w, const struct wk_task_end *end, const char *why)
+{
+    if (why) {
+        printf("DIRECT FAIL %s\n", why);
+        wk_exit(w, WK_EXIT_FAIL, "direct mode: the task failed");
+        return;
+    }
+    char id[CJ_CAPI_ID_MAX + 1];
+    int64_t round = end->round;
+    uint64_t bytes = end->bytes;
+    double secs = end->secs;
+    snprintf(id, sizeof id, "%s", end->id);
+    wk_task_drop(w);   /* nobody to answer: only freed */
+    printf("DIRECT round=%" PRId64 " task=%s bytes=%" PRIu64 " secs=%.3f MiB/s=%.1f\n", round, id, bytes, secs,
            secs > 0 ? (double)bytes / (1024.0 * 1024.0) / secs : 0.0);
     fflush(stdout);
     wk_exit(w, WK_EXIT_OK, "direct mode: the model is in (%.1f MiB in %.2f s)", (double)bytes / (1024.0 * 1024.0),
             secs);
 }
+
+static void log_start(const struct wk *w)
+{
+    cj_log_info("starting in direct mode: %s connecting to the server at %s (job %s, no relay)", w->bs.trainer_fqcn,
+                w->bs.connect_url, w->bs.job_id);
+}
+
+const struct wk_mode wk_direct_mode = {
+    .register_handlers = NULL,   /* no session: nothing comes on client_api */
+    .log_start = log_start,
+    .link_up = link_up,
+    .link_down = link_down,
+    .task_done = task_done,
+};
