@@ -8,8 +8,8 @@
  *   - submissions: one struct up_sub per result or failure report, each
  *     cycling task check -> submit_update -> (check -> resend)...
  *
- * Payloads are built and read by fl/flmsg.c, so the loop never handles raw
- * spans. */
+ * Payloads are built and read by fl/flmsg.c and requests sent through
+ * fl/flclient.c, so the loop never handles raw spans. */
 #include "fl/upstream.h"
 
 #include <stdarg.h>
