@@ -42,7 +42,7 @@
 #include "net/link.h"
 #include "payload/lobs.h"
 #include "sim.h"
-#include "fl/task.h"
+#include "fl/flclient.h"
 #include "stream/stream.h"
 #include "util/log.h"
 #include "util/mp.h"
@@ -117,22 +117,10 @@ static void later(struct drive *d, double secs, void (*fn)(struct drive *))
     evtimer_add(d->timer, &tv);
 }
 
-static int request(struct drive *d, const char *channel, const char *topic, msgpack_sbuffer *sb, double timeout,
-                   cj_stream_reply_fn fn)
+/* This cell's requests to the server. */
+static struct cj_fl_client fl_client(const struct drive *d)
 {
-    struct evbuffer *b = mp_sbuffer_to_evbuffer(sb);
-    msgpack_sbuffer_destroy(sb);
-    if (!b) return -1;
-    struct cj_stream_msg m = {.encoding = "fobs"};
-    return cj_stream_request(d->ep, d->server, channel, topic, &m, b, timeout, fn, d, NULL, NULL);
-}
-
-/* The __rc__ of a reply's Shareable: "OK" when it has none (as FLARE reads it),
- * "" when the reply carries no Shareable (a failed or empty reply). */
-static void reply_rc(struct cj_stream_reply *r, char *rc, size_t n)
-{
-    size_t len = r->data ? evbuffer_get_length(r->data) : 0;
-    if (!len || cj_task_read_rc(evbuffer_pullup(r->data, -1), len, rc, n, NULL, 0)) rc[0] = '\0';
+    return (struct cj_fl_client){.ep = d->ep, .server = d->server, .site = d->site, .job = d->o->job_id};
 }
 
 /* ---- start: sync, heartbeat, poll ---------------------------------------------------- */
@@ -144,30 +132,22 @@ static void on_sync(void *arg, struct cj_stream_reply *r)
 {
     struct drive *d = arg;
     char rc[64];
-    reply_rc(r, rc, sizeof rc);
+    cj_fl_client_reply_rc(r, rc, sizeof rc, NULL, 0);
     if (strcmp(r->return_code, "ok") || strcmp(rc, "OK")) {
         if (++d->sync_tries > 120) drive_end(d, 1, "__sync_runner__ never answered OK (last %s/%s)", r->return_code, rc);
         else later(d, 0.5, sync_runner);
         return;
     }
     printf("DRIVE SYNCED\n");
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    struct evbuffer *b = NULL;
-    if (cj_build_aux_request(&sb, "__job_heartbeat__", NULL, d->site, d->o->job_id, NULL) == 0 && (b = mp_sbuffer_to_evbuffer(&sb))) {
-        struct cj_stream_msg m = {.encoding = "fobs", .optional = true};
-        cj_stream_send(d->ep, d->server, "aux_communication", "__job_heartbeat__", &m, NULL, b, NULL, NULL, NULL);
-    }
-    msgpack_sbuffer_destroy(&sb);
+    struct cj_fl_client c = fl_client(d);
+    cj_fl_client_heartbeat(&c);
     poll_task(d);
 }
 
 static void sync_runner(struct drive *d)
 {
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    if (cj_build_aux_request(&sb, "__sync_runner__", NULL, d->site, d->o->job_id, NULL) ||
-        request(d, "aux_communication", "__sync_runner__", &sb, 2.0, on_sync))
+    struct cj_fl_client c = fl_client(d);
+    if (cj_fl_client_aux(&c, "__sync_runner__", NULL, 2.0, on_sync, d, NULL))
         drive_end(d, 1, "cannot send __sync_runner__");
 }
 
@@ -286,7 +266,7 @@ static void on_task_check(void *arg, struct cj_stream_reply *r)
 {
     struct drive *d = arg;
     char rc[64];
-    reply_rc(r, rc, sizeof rc);
+    cj_fl_client_reply_rc(r, rc, sizeof rc, NULL, 0);
     if (strcmp(rc, "OK")) {
         printf("DRIVE CHECK %ld task=%s %s: result dropped\n", d->round, d->task_id, rc[0] ? rc : r->return_code);
         evbuffer_free(d->submit);
@@ -312,9 +292,8 @@ static void submit(struct drive *d, bool failure)
         return;
     }
     msgpack_sbuffer_destroy(&sb);
-    msgpack_sbuffer_init(&sb);
-    if (cj_build_aux_request(&sb, "__task_check__", d->task_id, d->site, d->o->job_id, NULL) ||
-        request(d, "aux_communication", "__task_check__", &sb, 5.0, on_task_check))
+    struct cj_fl_client c = fl_client(d);
+    if (cj_fl_client_aux(&c, "__task_check__", d->task_id, 5.0, on_task_check, d, NULL))
         drive_end(d, 1, "cannot send __task_check__");
 }
 
@@ -475,10 +454,8 @@ static void on_task(void *arg, struct cj_stream_reply *r)
 
 static void poll_task(struct drive *d)
 {
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    if (cj_build_get_task_request(&sb, d->site, d->o->job_id, d->last_task_id[0] ? d->last_task_id : NULL, NULL) ||
-        request(d, "server_command", "get_task", &sb, 60, on_task))
+    struct cj_fl_client c = fl_client(d);
+    if (cj_fl_client_get_task(&c, d->last_task_id[0] ? d->last_task_id : NULL, NULL, 60, on_task, d, NULL))
         drive_end(d, 1, "cannot send get_task");
 }
 

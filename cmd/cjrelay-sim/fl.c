@@ -12,13 +12,8 @@
  * failed round (failed result, failed download, task timeout, undeliverable
  * task) is issued again as a new task, up to --max-failures times.
  *
- * Source-failure notices (download.md §2, §6.1 step 1): a notice from the FQCN
- * parent of its source_fqcn (the relay, for its workers) is answered ok, each
- * (source, ref) is tombstoned for SF_TOMB_SECS (at most SF_TOMB_MAX, oldest
- * dropped first), an active result download of one of them fails at once with
- * the notice's reason (no retry: the round fails and is issued again), and a
- * later result naming a tombstoned ref fails before its first pull.  Any other
- * origin gets invalid_request with cn__error. */
+ * The result's check is in verify.c; source-failure notices and their
+ * tombstones in srcfail.c (a round whose download they fail is issued again). */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,6 +27,7 @@
 #include "dl/client.h"
 #include "dl/lent.h"
 #include "dl/producer.h"
+#include "fl_int.h"
 #include "model.h"
 #include "payload/lobs.h"
 #include "sim.h"
@@ -45,73 +41,9 @@
 #define CH_AUX "aux_communication"
 #define CH_CMD "server_command"
 #define TASK_NAME "train"
-#define MAX_WAITERS 4               /* submit_update copies answered together */
 #define MAX_SUBMIT ((size_t)64 << 20) /* a result payload with refs is small; inline ones are not */
-#define ID_LEN 36
-#define SF_TOMB_SECS 1800.0         /* a source-failure tombstone lives this long */
-#define SF_TOMB_MAX 4096            /* tombstones kept at most (the oldest goes first) */
-#define SF_REASON_KEEP 256          /* bytes of the reason kept with a tombstone */
 
-enum tstate { T_SENDING, T_ISSUED, T_VERIFYING, T_DONE, T_FAILED };
-
-struct task {
-    struct task *next;
-    struct sim_fl *fl;
-    char id[ID_LEN + 1];
-    long round;
-    char site[CJ_FQCN_MAX + 1];          /* the get_task's cn__origin */
-    enum tstate state;
-    double t0;                           /* get_task reply started */
-    uint64_t bytes;                      /* the task's tensor bytes (items, or inline tensors) */
-    bool inline_model;
-    /* the task's ref */
-    char ref_id[CJ_DL_REF_ID_MAX + 1];
-    bool ref_live;
-    char served_to[512];                 /* receivers that pulled, "a,b"; "" unknown yet */
-    /* the result */
-    struct cj_dl_fetch *fetch;
-    struct cj_stream_reqctx waiters[MAX_WAITERS];
-    size_t n_waiters;
-    char res_from[CJ_FOBS_FQCN_MAX + 1], res_ref[CJ_FOBS_REF_ID_MAX + 1];
-    uint8_t res_dot;
-    long *item_tensor;                   /* result item index -> tensor t */
-    uint64_t n_items, res_items, res_bytes;
-    double t_fetch;
-    char fail[384];                      /* a verification failure (fatal) */
-    struct event *timeout_ev;
-    bool reply_pending;                  /* the get_task reply carrying it is being sent */
-    struct cj_dl_lent **built;           /* --prebuild: the items, one per tensor */
-};
-
-/* (source, ref) named by an accepted source-failure notice. */
-struct sf_tomb {
-    char source[CJ_DL_FQCN_MAX + 1];
-    char ref[CJ_DL_REF_ID_MAX + 1];
-    char reason[SF_REASON_KEEP];
-    double until;                        /* monotonic */
-};
-
-struct sim_fl {
-    struct sim *s;
-    const struct sim_opts *o;
-    struct cj_dl_producer *prod;
-    uint8_t dot;
-    uint64_t nelem;                      /* elements per tensor */
-    unsigned char *round_state;          /* [1..rounds]: 0 to issue, 1 out, 2 verified */
-    long verified, failures, issued;
-    struct task *tasks;
-    FILE *dlog;
-    struct event *exit_ev;
-    bool end_sent;
-    bool closing;                        /* sim_fl_stop ran: callbacks do nothing */
-    uint64_t polls, syncs, heartbeats, checks;
-    /* source-failure tombstones: a ring in insertion (so expiry) order, allocated at the first notice */
-    struct sf_tomb *tombs;
-    size_t tomb_head, n_tombs;
-    uint64_t sf_accepted, sf_refused;
-};
-
-static double now_mono(void)
+double now_mono(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -127,7 +59,7 @@ static const char *state_name(enum tstate st)
 /* ---- small payloads ----------------------------------------------------------------- */
 
 /* A payload as one contiguous buffer (NULL when too large or no memory). */
-static const uint8_t *blob_bytes(struct evbuffer *b, size_t max, size_t *len)
+const uint8_t *blob_bytes(struct evbuffer *b, size_t max, size_t *len)
 {
     *len = evbuffer_get_length(b);
     if (*len == 0 || *len > max) return NULL;
@@ -135,8 +67,8 @@ static const uint8_t *blob_bytes(struct evbuffer *b, size_t max, size_t *len)
 }
 
 /* Streams sb as a fobs reply to rq (rc NULL = ok). */
-static int send_reply(struct sim_fl *fl, const struct cj_stream_reqctx *rq, const char *rc, const msgpack_sbuffer *sb,
-                      cj_stream_done_fn done, void *arg)
+int send_reply(struct sim_fl *fl, const struct cj_stream_reqctx *rq, const char *rc, const msgpack_sbuffer *sb,
+               cj_stream_done_fn done, void *arg)
 {
     struct evbuffer *b = evbuffer_new();
     if (!b) return -1;
@@ -223,15 +155,6 @@ static void empty_string_payload(msgpack_sbuffer *sb)
 }
 
 /* ---- reading requests --------------------------------------------------------------- */
-
-struct req {
-    const uint8_t *p;                    /* the whole payload */
-    size_t len;
-    size_t body_off, body_len;           /* the MAIN body */
-    const uint8_t *hdrs;                 /* the Shareable's __headers__ map (NULL: none) */
-    size_t hdrs_len;
-};
-
 static int read_req(struct evbuffer *data, size_t max, struct req *r, char *why, size_t wl)
 {
     struct cj_lobs_section m;
@@ -423,8 +346,7 @@ static void answer_waiters(struct task *t, const char *rc)
 }
 
 /* A round that did not verify: issued again unless too many failed. */
-static void round_failed(struct task *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void round_failed(struct task *t, const char *fmt, ...)
+void round_failed(struct task *t, const char *fmt, ...)
 {
     struct sim_fl *fl = t->fl;
     char why[512];
@@ -751,7 +673,7 @@ static int on_get_task(void *arg, struct cj_stream_blob *b)
 
 /* ---- submit_update --------------------------------------------------------------------- */
 
-static void round_verified(struct task *t)
+void round_verified(struct task *t)
 {
     struct sim_fl *fl = t->fl;
     double secs = now_mono() - t->t0, fsecs = now_mono() - t->t_fetch;
@@ -770,133 +692,6 @@ static void round_verified(struct task *t)
     cj_log_info("sim: round %ld verified (%ld of %ld)", t->round, fl->verified, fl->o->rounds);
     task_reap(t);
 }
-
-static void verify_fail(struct task *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void verify_fail(struct task *t, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->fail, sizeof t->fail, fmt, ap);
-    va_end(ap);
-}
-
-static int on_result_item(void *ctx, uint64_t index, struct evbuffer *item)
-{
-    struct task *t = ctx;
-    struct sim_fl *fl = t->fl;
-    size_t len = evbuffer_get_length(item);
-    int rc = -1;
-    if (index >= t->n_items || t->item_tensor[index] < 0) {
-        verify_fail(t, "result item %" PRIu64 " is not referenced by the result DXO", index);
-        goto out;
-    }
-    long tn = t->item_tensor[index];
-    const uint8_t *p = len ? evbuffer_pullup(item, -1) : NULL;
-    if (!p) {
-        verify_fail(t, "result item T%" PRIu64 " is empty (or no memory)", index);
-        goto out;
-    }
-    float per[SIM_PERIOD];
-    char key[32], why[256];
-    sim_period(t->round, (size_t)tn, true, per);
-    snprintf(key, sizeof key, "T%" PRIu64, index);
-    if (sim_item_verify(t->res_dot, p, len, key, fl->nelem, per, why, sizeof why)) {
-        verify_fail(t, "result tensor layer%ld.weight (item %s from %s): %s", tn, key, t->res_from, why);
-        goto out;
-    }
-    t->res_items++;
-    t->res_bytes += len;
-    rc = 0;
-out:
-    evbuffer_free(item);
-    return rc;
-}
-
-/* The end of a result download (t->fetch already gone): verified, failed
- * (issued again), or fatal (a wrong element). */
-static void result_done(struct task *t, bool ok, const char *why)
-{
-    struct sim_fl *fl = t->fl;
-    if (t->fail[0]) {
-        sim_finish(fl->s, 1, "round %ld task=%s: %s", t->round, t->id, t->fail);
-        return;
-    }
-    if (!ok) {
-        round_failed(t, "downloading result ref %s from %s failed: %s", t->res_ref, t->res_from, why ? why : "?");
-        return;
-    }
-    if (t->res_items != (uint64_t)fl->o->tensors) {
-        sim_finish(fl->s, 1, "round %ld task=%s: result ref %s from %s held %" PRIu64 " items, want %ld", t->round,
-                   t->id, t->res_ref, t->res_from, t->res_items, fl->o->tensors);
-        return;
-    }
-    round_verified(t);
-}
-
-static void on_result_done(void *ctx, bool ok, const char *why)
-{
-    struct task *t = ctx;
-    t->fetch = NULL;
-    result_done(t, ok, why);
-}
-
-/* ---- source-failure tombstones --------------------------------------------------------- */
-
-/* Drops the expired tombstones (the oldest are at the head). */
-static void tombs_expire(struct sim_fl *fl, double now)
-{
-    while (fl->n_tombs && fl->tombs[fl->tomb_head].until <= now) {
-        fl->tomb_head = (fl->tomb_head + 1) % SF_TOMB_MAX;
-        fl->n_tombs--;
-    }
-}
-
-static const struct sf_tomb *tomb_find(struct sim_fl *fl, const char *source, const char *ref)
-{
-    if (!fl->tombs) return NULL;
-    tombs_expire(fl, now_mono());
-    for (size_t i = 0; i < fl->n_tombs; i++) {
-        const struct sf_tomb *tb = &fl->tombs[(fl->tomb_head + i) % SF_TOMB_MAX];
-        if (!strcmp(tb->ref, ref) && !strcmp(tb->source, source)) return tb;
-    }
-    return NULL;
-}
-
-/* Tombstones (source, ref) for SF_TOMB_SECS; a full table drops its oldest.  A
- * pair already tombstoned keeps its first expiry.  -1: no memory. */
-static int tomb_add(struct sim_fl *fl, const char *source, const char *ref, const char *reason)
-{
-    if (!fl->tombs && !(fl->tombs = calloc(SF_TOMB_MAX, sizeof *fl->tombs))) return -1;
-    if (tomb_find(fl, source, ref)) return 0;
-    struct sf_tomb *tb;
-    if (fl->n_tombs == SF_TOMB_MAX) {
-        tb = &fl->tombs[fl->tomb_head];
-        fl->tomb_head = (fl->tomb_head + 1) % SF_TOMB_MAX;
-    } else {
-        tb = &fl->tombs[(fl->tomb_head + fl->n_tombs++) % SF_TOMB_MAX];
-    }
-    snprintf(tb->source, sizeof tb->source, "%s", source);
-    snprintf(tb->ref, sizeof tb->ref, "%s", ref);
-    snprintf(tb->reason, sizeof tb->reason, "%.*s", (int)sizeof tb->reason - 1, reason);
-    tb->until = now_mono() + SF_TOMB_SECS;
-    return 0;
-}
-
-/* layer<t>.weight -> t, or -1. */
-static long tensor_of_name(const struct cj_dxo_tensor *d, long n_tensors)
-{
-    char name[64], tail[16];
-    long v;
-    int used = 0;
-    cj_dxo_name(d, name, sizeof name);
-    if (d->name_len >= sizeof name || sscanf(name, "layer%ld%15s%n", &v, tail, &used) != 2 ||
-        (size_t)used != strlen(name) || strcmp(tail, ".weight") || v < 0 || v >= n_tensors)
-        return -1;
-    char canon[64];
-    snprintf(canon, sizeof canon, "layer%ld.weight", v);
-    return strcmp(canon, name) ? -1 : v;
-}
-
 /* Checks the submit's headers against the task (fatal on mismatch). */
 static int check_submit_headers(struct sim_fl *fl, const struct req *r, const struct task *t, char *why, size_t wl)
 {
@@ -923,103 +718,6 @@ static int check_submit_headers(struct sim_fl *fl, const struct req *r, const st
         cj_log_warning("sim: result of task %s has no current_round header", t->id);
     }
     return 0;
-}
-
-/* Inline result tensors: verified straight from the payload. */
-static int verify_inline(struct task *t, const struct cj_dxo_in *d, const struct cj_dxo_tensor *ts, char *why,
-                         size_t wl)
-{
-    struct sim_fl *fl = t->fl;
-    for (size_t i = 0; i < d->n_tensors; i++) {
-        long tn = tensor_of_name(&ts[i], fl->o->tensors);
-        float per[SIM_PERIOD];
-        char w[256];
-        sim_period(t->round, (size_t)tn, true, per);
-        if (sim_native_verify(fl->dot, ts[i].data, ts[i].data_len, fl->nelem, per, w, sizeof w))
-            return snprintf(why, wl, "inline result tensor layer%ld.weight: %s", tn, w), -1;
-        t->res_bytes += ts[i].data_len;
-        t->res_items++;
-    }
-    return 0;
-}
-
-/* The result's DXO: names, DOT, item map; then the download (or inline check). */
-static int start_verification(struct task *t, const struct req *r, char *why, size_t wl, bool *fatal)
-{
-    struct sim_fl *fl = t->fl;
-    size_t n = (size_t)fl->o->tensors;
-    struct cj_dxo_tensor *ts = calloc(n, sizeof *ts);
-    struct cj_dxo_in d = {.tensors = ts, .cap = n};
-    struct cj_err e = {0};
-    int rc = -1;
-    *fatal = true;
-    if (!ts) { snprintf(why, wl, "out of memory"); goto out; }
-    if (cj_dxo_read(r->p, r->len, r->body_off, r->body_len, &d, &e)) {
-        snprintf(why, wl, "the result does not decode as a DXO: %s", e.msg);
-        goto out;
-    }
-    if (d.n_tensors != n) { snprintf(why, wl, "the result holds %zu tensors, want %zu", d.n_tensors, n); goto out; }
-    unsigned char *seen = calloc(n, 1);
-    if (!seen) { snprintf(why, wl, "out of memory"); goto out; }
-    for (size_t i = 0; i < n; i++) {
-        long tn = tensor_of_name(&ts[i], (long)n);
-        char name[64];
-        cj_dxo_name(&ts[i], name, sizeof name);
-        if (tn < 0 || seen[tn]++) {
-            snprintf(why, wl, "result tensor '%s' is not one of layer0..%zu.weight (or repeated)", name, n - 1);
-            free(seen);
-            goto out;
-        }
-    }
-    free(seen);
-    t->state = T_VERIFYING;
-    t->t_fetch = now_mono();
-    if (d.n_native == n) {
-        snprintf(t->res_from, sizeof t->res_from, "%s", t->site);   /* inline: the submitter */
-        if (verify_inline(t, &d, ts, why, wl) == 0) {
-            round_verified(t);
-            rc = 0;
-        }
-        goto out;
-    }
-    if (d.n_refs != n) { snprintf(why, wl, "the result mixes %zu refs and %zu inline tensors", d.n_refs, d.n_native); goto out; }
-    if (d.dot != fl->dot) { snprintf(why, wl, "the result's refs are DOT %u, the task's DOT %u", d.dot, fl->dot); goto out; }
-    if (d.n_items != n) { snprintf(why, wl, "the result's refs name %" PRIu64 " items, want %zu", d.n_items, n); goto out; }
-    if (!(t->item_tensor = malloc(n * sizeof *t->item_tensor))) { snprintf(why, wl, "out of memory"); goto out; }
-    for (size_t i = 0; i < n; i++) t->item_tensor[i] = -1;
-    for (size_t i = 0; i < n; i++) {
-        if (t->item_tensor[ts[i].item] >= 0) {
-            snprintf(why, wl, "result item T%" PRId64 " is referenced twice", ts[i].item);
-            goto out;
-        }
-        t->item_tensor[ts[i].item] = tensor_of_name(&ts[i], (long)n);
-    }
-    t->n_items = n;
-    t->res_dot = d.dot;
-    snprintf(t->res_from, sizeof t->res_from, "%s", d.fqcn);
-    snprintf(t->res_ref, sizeof t->res_ref, "%s", d.ref_id);
-    const struct sf_tomb *tb = tomb_find(fl, d.fqcn, d.ref_id);
-    if (tb) {   /* download.md §6.1 step 1: fail before the first request */
-        *fatal = false;
-        char msg[1024];
-        snprintf(msg, sizeof msg, "downloading result ref %s from %s failed: %s (tombstoned by a source_failure "
-                 "notice; no request sent)", d.ref_id, d.fqcn, tb->reason);
-        snprintf(why, wl, "%.*s", (int)wl - 1, msg);
-        goto out;
-    }
-    struct cj_dl_fetch_cfg fc;
-    cj_dl_fetch_cfg_default(&fc);
-    fc.request_timeout = fl->o->fetch_timeout;
-    cj_log_info("sim: round %ld: downloading result ref %s (%zu items) from %s", t->round, d.ref_id, n, d.fqcn);
-    if (!(t->fetch = cj_dl_fetch(fl->s->base, fl->s->ep, d.fqcn, d.ref_id, &fc, on_result_item, on_result_done, t))) {
-        *fatal = false;
-        snprintf(why, wl, "cannot start downloading result ref %s from %s", d.ref_id, d.fqcn);
-        goto out;
-    }
-    rc = 0;
-out:
-    free(ts);
-    return rc;
 }
 
 static int on_submit_update(void *arg, struct cj_stream_blob *b)
@@ -1172,103 +870,6 @@ static int on_isolated(void *arg, struct cj_stream_blob *b)
     struct cj_stream_reqctx rc = b->req;
     snprintf(rc.topic, sizeof rc.topic, "%s", CJ_DL_TOPIC);   /* the reply names the real topic */
     send_reply(fl, &rc, "invalid_request", NULL, NULL, NULL);
-    return 0;
-}
-
-/* ---- source-failure notices ---------------------------------------------------------------- */
-
-/* s with control characters replaced, for one stdout line. */
-static void printable(char *s)
-{
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
-}
-
-/* Answers rq with rc and a cn__error header. */
-static void reply_error(struct sim_fl *fl, const struct cj_stream_reqctx *rq, const char *rc, const char *error)
-{
-    msgpack_sbuffer hv;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&hv);
-    msgpack_packer_init(&pk, &hv, msgpack_sbuffer_write);
-    size_t n = strlen(error);
-    struct evbuffer *b = evbuffer_new();
-    if (b && msgpack_pack_str(&pk, n) == 0 && msgpack_pack_str_body(&pk, error, n) == 0) {
-        struct cj_stream_hv h = {"cn__error", hv.data, hv.size};
-        struct cj_stream_msg m = {.hdrs = &h, .n_hdrs = 1, .encoding = "none"};
-        if (cj_stream_reply(fl->s->ep, rq, rc, &m, b, NULL, NULL) < 0)
-            cj_log_warning("sim: cannot send the %s reply to %s", rq->topic, rq->origin);
-        b = NULL;   /* taken */
-    }
-    if (b) evbuffer_free(b);
-    msgpack_sbuffer_destroy(&hv);
-}
-
-/* The open task whose active result download is (source, one of the refs). */
-static struct task *sf_victim(struct sim_fl *fl, const struct cj_dl_source_failure *sf)
-{
-    for (struct task *t = fl->tasks; t; t = t->next) {
-        if (!t->fetch || strcmp(t->res_from, sf->source_fqcn)) continue;
-        for (size_t i = 0; i < sf->n_ref_ids; i++)
-            if (!strcmp(t->res_ref, sf->ref_ids[i])) return t;
-    }
-    return NULL;
-}
-
-static int on_source_failure(void *arg, struct cj_stream_blob *b)
-{
-    struct sim_fl *fl = arg;
-    struct cj_dl_source_failure *sf = malloc(sizeof *sf);
-    struct cj_err e = {0};
-    char why[512], parent[CJ_FQCN_MAX + 1];
-    size_t len;
-    const uint8_t *p = blob_bytes(b->data, 1 << 20, &len);
-    why[0] = '\0';
-    if (!sf) {
-        snprintf(b->error, sizeof b->error, "out of memory");
-        return -1;
-    }
-    if (!p) snprintf(why, sizeof why, "empty or oversized source_failure notice (%zu bytes)", len);
-    else if (cj_dl_decode_source_failure(p, len, sf, &e)) snprintf(why, sizeof why, "bad source_failure notice: %s", e.msg);
-    else if (!cj_fqcn_valid(sf->source_fqcn)) snprintf(why, sizeof why, "source_fqcn is not a valid FQCN");
-    else if (cj_fqcn_parent(sf->source_fqcn, parent, sizeof parent) || strcmp(parent, b->origin))
-        snprintf(why, sizeof why, "origin %s is not the parent of source %s", b->origin, sf->source_fqcn);
-    if (why[0]) {
-        char src[CJ_DL_FQCN_MAX + 1] = "?";
-        if (p && !e.msg[0] && sf->source_fqcn[0]) snprintf(src, sizeof src, "%s", sf->source_fqcn);
-        printable(src);
-        fl->sf_refused++;
-        printf("REFUSED source_failure from=%s source=%s: %s\n", b->origin, src, why);
-        cj_log_warning("sim: source_failure notice from %s refused: %s", b->origin, why);
-        if (b->req.has_ri) reply_error(fl, &b->req, "invalid_request", why);
-        free(sf);
-        return 0;
-    }
-    fl->sf_accepted++;
-    const char *reason = sf->reason[0] ? sf->reason : "the source reported a failure (no reason given)";
-    size_t failed = 0;
-    for (size_t i = 0; i < sf->n_ref_ids; i++)
-        if (tomb_add(fl, sf->source_fqcn, sf->ref_ids[i], reason))
-            cj_log_error("sim: out of memory: ref %s of %s not tombstoned", sf->ref_ids[i], sf->source_fqcn);
-    /* Reply first: the relay's notice is done whatever the rounds do next. */
-    if (b->req.has_ri) send_reply(fl, &b->req, NULL, NULL, NULL, NULL);
-    char shown[CJ_DL_REASON_BUF];
-    snprintf(shown, sizeof shown, "%s", reason);
-    printable(shown);
-    printf("SOURCE_FAILURE from=%s source=%s refs=%zu reason=%s\n", b->origin, sf->source_fqcn, sf->n_ref_ids, shown);
-    /* Each victim leaves the search once its fetch is gone (round_failed or sim_finish). */
-    for (struct task *t; !fl->closing && (t = sf_victim(fl, sf));) {
-        cj_dl_fetch_cancel(t->fetch);
-        t->fetch = NULL;
-        failed++;
-        cj_log_warning("sim: round %ld: result ref %s from %s: source failure: %s", t->round, t->res_ref,
-                       t->res_from, reason);
-        snprintf(why, sizeof why, "%.200s (source_failure notice from %s)", shown, b->origin);
-        result_done(t, false, why);
-    }
-    cj_log_info("sim: source_failure from %s for %s: %zu ref(s) tombstoned, %zu active download(s) failed", b->origin,
-                sf->source_fqcn, sf->n_ref_ids, failed);
-    free(sf);
     return 0;
 }
 

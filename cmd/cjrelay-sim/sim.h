@@ -31,8 +31,11 @@
  * the relay's, not a server's.
  *
  * Files: main.c (entry), opts.c (command line), sim.c (listener, links,
- * dispatch, transport handlers), fl.c (the FL server), model.c/.h (tensors,
- * items, verification), pattern.h and hdrline.h (shared with the test peer). */
+ * dispatch, transport handlers), fl.c (the FL server's rounds), verify.c (a
+ * result checked element by element), srcfail.c (source-failure notices and
+ * tombstones), fl_int.h (what those three share), drive.c (--drive), model.c/.h
+ * (tensors, items, verification), pattern.h and hdrline.h (shared with the test
+ * peer). */
 #ifndef CJ_SIM_SIM_H
 #define CJ_SIM_SIM_H
 

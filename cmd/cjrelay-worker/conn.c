@@ -1,93 +1,23 @@
-/* conn.c — the worker's event loop, its link to the relay, its stream
- * endpoint, reconnects and the way out (see worker.h). */
-#include <errno.h>
-#include <signal.h>
-#include <stdarg.h>
+/* conn.c — the worker's link to the relay (or, in direct mode, the server) and
+ * its stream endpoint's I/O: everything the endpoint sends goes over the one
+ * link, stream messages for us go to the endpoint; link events go to the mode
+ * (see worker.h). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <event2/buffer.h>
-#include <event2/event.h>
 
 #include "wire/msg.h"
-#include "dl/producer.h"
 #include "net/link.h"
 #include "stream/stream.h"
 #include "util/log.h"
 #include "worker.h"
-
-#define FLUSH_POLL 0.05   /* s between looks at the link while exiting */
-#define FLUSH_QUIET 0.1   /* s without input before closing: the relay's ACK of our last
-                             reply then finds the socket open (no reset on its side) */
-
-double wk_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static struct timeval tv_of(double secs)
-{
-    if (secs < 0) secs = 0;
-    struct timeval tv = {(time_t)secs, (suseconds_t)((secs - (double)(time_t)secs) * 1e6)};
-    return tv;
-}
 
 const uint8_t *wk_bytes(struct evbuffer *b, size_t *n)
 {
     *n = b ? evbuffer_get_length(b) : 0;
     if (!*n) return (const uint8_t *)"";
     return evbuffer_pullup(b, -1);
-}
-
-/* ---- the way out ------------------------------------------------------------------------- */
-
-/* Leaves the loop once what we sent last (a shutdown reply, a task_failed)
- * has reached the socket and the relay has gone quiet, or after WK_FLUSH_MAX. */
-static void flush_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct wk *w = arg;
-    struct cj_stream_stats st;
-    cj_stream_get_stats(w->ep, &st);
-    bool drained = !w->link || cj_link_get_state(w->link) != CJ_LINK_UP ||
-                   (st.tx_active == 0 && cj_link_queued(w->link) == 0 && cj_link_rx_idle(w->link) >= FLUSH_QUIET);
-    if (drained || wk_now() >= w->exit_deadline) {
-        event_base_loopbreak(w->base);
-        return;
-    }
-    struct timeval tv = tv_of(FLUSH_POLL);
-    evtimer_add(w->flush, &tv);
-}
-
-void wk_exit(struct wk *w, int code, const char *fmt, ...)
-{
-    if (w->exiting) return;
-    w->exiting = true;
-    w->exit_code = code;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    cj_log(code ? CJ_LOG_ERROR : CJ_LOG_INFO, "%s; exiting with status %d", msg, code);
-    evtimer_del(w->tick);
-    evtimer_del(w->hb_timer);
-    evtimer_del(w->retry);
-    wk_task_drop(w);   /* an unanswered task gets task_failed before we go */
-    w->exit_deadline = wk_now() + WK_FLUSH_MAX;
-    struct timeval tv = tv_of(0);
-    evtimer_add(w->flush, &tv);
-}
-
-static void on_signal(evutil_socket_t sig, short what, void *arg)
-{
-    (void)what;
-    wk_exit(arg, WK_EXIT_FAIL, "signal %s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
 /* ---- the stream endpoint's router: everything goes to the relay --------------------------- */
@@ -109,25 +39,18 @@ static const char *io_next_hop(void *ctx, const char *destination)
     return peer[0] ? peer : w->bs.cj_fqcn;
 }
 
+struct cj_stream_ep *wk_endpoint_new(struct wk *w)
+{
+    struct cj_stream_io io = {.ctx = w, .send = io_send, .next_hop = io_next_hop};
+    return cj_stream_new(w->base, w->bs.trainer_fqcn, &io, NULL);
+}
+
 /* ---- the link ------------------------------------------------------------------------------ */
 
 static void on_up(struct cj_link *l, void *ctx)
 {
     struct wk *w = ctx;
-    if (w->direct) {
-        wk_direct_link_up(w);
-        return;
-    }
-    if (strcmp(cj_link_peer(l), w->bs.cj_fqcn))
-        cj_log_warning("the relay at %s calls itself %s, not %s (bootstrap cj_fqcn)", w->bs.connect_url,
-                       cj_link_peer(l), w->bs.cj_fqcn);
-    if (w->phase == WK_READY) {
-        cj_log_info("link to the relay %s re-established after %.1f s", w->bs.cj_fqcn, wk_now() - w->link_lost_at);
-        w->link_lost_at = 0;
-        return;
-    }
-    cj_log_info("connected to the relay %s at %s as %s", cj_link_peer(l), w->bs.connect_url, w->bs.trainer_fqcn);
-    wk_session_link_up(w);
+    w->mode->link_up(w, l);
 }
 
 static void on_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
@@ -150,21 +73,7 @@ static void on_down(struct cj_link *l, const char *why, void *ctx)
     w->link = NULL;
     if (w->exiting) return;
     snprintf(w->last_error, sizeof w->last_error, "%s", why && *why ? why : "link closed");
-    if (w->direct) {   /* a benchmark run: no reconnects */
-        printf("DIRECT FAIL link to %s lost: %s\n", w->bs.connect_url, w->last_error);
-        wk_exit(w, WK_EXIT_RELAY_LOST, "direct mode: the link to the server is gone: %s", w->last_error);
-        return;
-    }
-    if (w->phase == WK_READY) {
-        if (!w->link_lost_at) w->link_lost_at = wk_now();
-        cj_log_warning("link to the relay lost: %s; reconnecting every %.0f s", w->last_error, WK_RETRY_EVERY);
-    } else {
-        cj_log_debug("relay not reachable yet: %s", w->last_error);
-        w->phase = WK_CONNECTING;
-        if (w->hs_pending) cj_stream_request_cancel(w->ep, w->hs_req);   /* a new link starts over */
-        w->hs_pending = false;
-    }
-    wk_retry_in(w, WK_RETRY_EVERY);
+    w->mode->link_down(w);
 }
 
 static const struct cj_link_ops LINK_OPS = {.on_up = on_up, .on_msg = on_msg, .on_down = on_down};
@@ -179,112 +88,4 @@ void wk_connect(struct wk *w)
         snprintf(w->last_error, sizeof w->last_error, "%s", err.msg);
         wk_retry_in(w, WK_RETRY_EVERY);
     }
-}
-
-/* ---- timers ------------------------------------------------------------------------------- */
-
-static void retry_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct wk *w = arg;
-    if (w->exiting) return;
-    if (!w->link) wk_connect(w);
-    else wk_session_retry(w);
-}
-
-void wk_retry_in(struct wk *w, double secs)
-{
-    struct timeval tv = tv_of(secs);
-    evtimer_add(w->retry, &tv);   /* re-adding replaces the pending timeout */
-}
-
-static void tick_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct wk *w = arg;
-    if (!w->exiting) wk_session_tick(w);
-}
-
-/* ---- run ------------------------------------------------------------------------------------ */
-
-static int setup(struct wk *w)
-{
-    struct cj_stream_io io = {.ctx = w, .send = io_send, .next_hop = io_next_hop};
-    if (!(w->base = event_base_new())) return -1;
-    w->m = calloc(1, sizeof *w->m);
-    w->ep = cj_stream_new(w->base, w->bs.trainer_fqcn, &io, NULL);
-    w->tick = event_new(w->base, -1, EV_PERSIST, tick_cb, w);
-    w->hb_timer = event_new(w->base, -1, EV_PERSIST, wk_session_hb_cb, w);
-    w->retry = evtimer_new(w->base, retry_cb, w);
-    w->flush = evtimer_new(w->base, flush_cb, w);
-    w->sig_term = evsignal_new(w->base, SIGTERM, on_signal, w);
-    w->sig_int = evsignal_new(w->base, SIGINT, on_signal, w);
-    if (!w->m || !w->ep || !w->tick || !w->hb_timer || !w->retry || !w->flush || !w->sig_term || !w->sig_int)
-        return -1;
-    if (!(w->prod = cj_dl_producer_new(w->base, w->ep, NULL))) return -1;
-    if (!w->direct && wk_session_register(w)) return -1;
-    evsignal_add(w->sig_term, NULL);
-    evsignal_add(w->sig_int, NULL);
-    struct timeval tv = tv_of(WK_PID_POLL);
-    evtimer_add(w->tick, &tv);
-    return 0;
-}
-
-static void teardown(struct wk *w)
-{
-    wk_task_drop(w);
-    if (w->prod) cj_dl_producer_free(w->prod);
-    if (w->ep) cj_stream_free(w->ep);   /* pending requests fail; callbacks see w->exiting */
-    cj_link_free(w->link);
-    struct event *evs[] = {w->tick, w->hb_timer, w->retry, w->flush, w->sig_term, w->sig_int};
-    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
-        if (evs[i]) event_free(evs[i]);
-    if (w->base) {
-        event_base_loop(w->base, EVLOOP_NONBLOCK);   /* a link closing frees itself from the loop */
-        event_base_free(w->base);
-    }
-    free(w->m);
-    explicit_bzero(w, sizeof *w);   /* the launch token and delegated credentials */
-    free(w);
-}
-
-int wk_run(const struct wk_opts *o, const struct cj_bootstrap *bs)
-{
-    struct wk *w = calloc(1, sizeof *w);
-    if (!w) {
-        cj_log_error("out of memory");
-        return WK_EXIT_FAIL;
-    }
-    w->opts = *o;
-    w->bs = *bs;
-    w->direct = o->direct[0] != '\0';
-    w->phase = WK_CONNECTING;
-    w->started = wk_now();
-    if (setup(w)) {
-        cj_log_error("cannot set up the event loop (out of memory?)");
-        w->exiting = true;
-        teardown(w);
-        return WK_EXIT_FAIL;
-    }
-    /* The stock trainer watches cj_pid only when it is visible at start. */
-    w->pid_watch = bs->cj_pid > 0 && (kill((pid_t)bs->cj_pid, 0) == 0 || errno == EPERM);
-    if (bs->cj_pid > 0 && !w->pid_watch)
-        cj_log_warning("relay pid %lld is not visible; not watching it", (long long)bs->cj_pid);
-    if (w->direct)
-        cj_log_info("starting in direct mode: %s connecting to the server at %s (job %s, no relay)",
-                    bs->trainer_fqcn, bs->connect_url, bs->job_id);
-    else
-        cj_log_info("starting: %s connecting to %s (relay %s, job %s, site %s, secure_mode %s)", bs->trainer_fqcn,
-                    bs->connect_url, bs->cj_fqcn, bs->job_id, bs->site_name, bs->secure_mode ? "true" : "false");
-    wk_connect(w);
-    event_base_dispatch(w->base);
-    int code = w->exiting ? w->exit_code : WK_EXIT_FAIL;
-    if (!w->exiting) {
-        cj_log_error("event loop ended unexpectedly");
-        w->exiting = true;
-    }
-    teardown(w);
-    return code;
 }

@@ -25,7 +25,7 @@
 #include "payload/fobs.h"
 #include "payload/lobs.h"
 #include "payload/splice.h"
-#include "fl/task.h"
+#include "fl/flclient.h"
 #include "stream/stream.h"
 #include "util/log.h"
 #include "worker.h"
@@ -56,21 +56,10 @@ int wk_direct_bootstrap(const struct wk_opts *o, struct cj_bootstrap *bs)
     return 0;
 }
 
-static int request(struct wk *w, const char *channel, const char *topic, msgpack_sbuffer *sb, double timeout,
-                   void (*fn)(void *arg, struct cj_stream_reply *r))
+/* The worker's requests to the server. */
+static struct cj_fl_client fl_client(const struct wk *w)
 {
-    struct evbuffer *b = mp_sbuffer_to_evbuffer(sb);
-    if (!b) return -1;
-    struct cj_stream_msg m = {.encoding = "fobs"};
-    return cj_stream_request(w->ep, w->server, channel, topic, &m, b, timeout, fn, w, NULL, NULL);
-}
-
-/* The __rc__ of a reply's Shareable: "OK" when it has none (as FLARE reads it),
- * "" when the reply carries no Shareable (a failed or empty reply). */
-static void reply_rc(struct cj_stream_reply *r, char *rc, size_t n)
-{
-    size_t len = r->data ? evbuffer_get_length(r->data) : 0;
-    if (!len || cj_task_read_rc(evbuffer_pullup(r->data, -1), len, rc, n, NULL, 0)) rc[0] = '\0';
+    return (struct cj_fl_client){.ep = w->ep, .server = w->server, .site = w->bs.site_name, .job = w->bs.job_id};
 }
 
 static void direct_fail(struct wk *w, const char *why)
@@ -156,11 +145,8 @@ static void on_task(void *arg, struct cj_stream_reply *r)
 
 static void poll_task(struct wk *w)
 {
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    if (cj_build_get_task_request(&sb, w->bs.site_name, w->bs.job_id, NULL, NULL) ||
-        request(w, "server_command", "get_task", &sb, 60, on_task))
-        direct_fail(w, "cannot send get_task");
+    struct cj_fl_client c = fl_client(w);
+    if (cj_fl_client_get_task(&c, NULL, NULL, 60, on_task, w, NULL)) direct_fail(w, "cannot send get_task");
 }
 
 static void on_sync(void *arg, struct cj_stream_reply *r)
@@ -168,7 +154,7 @@ static void on_sync(void *arg, struct cj_stream_reply *r)
     struct wk *w = arg;
     char rc[64];
     if (w->exiting) return;
-    reply_rc(r, rc, sizeof rc);
+    cj_fl_client_reply_rc(r, rc, sizeof rc, NULL, 0);
     if (strcmp(r->return_code, "ok") || strcmp(rc, "OK")) {
         if (++w->direct_tries > DIRECT_SYNC_TRIES) direct_fail(w, "__sync_runner__ never answered OK");
         else later(w, 0.5);
@@ -181,15 +167,15 @@ static void on_sync(void *arg, struct cj_stream_reply *r)
 
 static void sync_runner(struct wk *w)
 {
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    if (cj_build_aux_request(&sb, "__sync_runner__", NULL, w->bs.site_name, w->bs.job_id, NULL) ||
-        request(w, "aux_communication", "__sync_runner__", &sb, 2.0, on_sync))
+    struct cj_fl_client c = fl_client(w);
+    if (cj_fl_client_aux(&c, "__sync_runner__", NULL, 2.0, on_sync, w, NULL))
         direct_fail(w, "cannot send __sync_runner__");
 }
 
-void wk_direct_link_up(struct wk *w)
+/* The link to the server is up: sync, then poll for a task. */
+static void link_up(struct wk *w, struct cj_link *l)
 {
+    (void)l;
     snprintf(w->server, sizeof w->server, "%s.%.200s", CJ_FQCN_SERVER, w->bs.job_id);
     cj_log_info("direct: connected to %s at %s as %s (no relay)", w->link ? cj_link_peer(w->link) : "?", w->bs.connect_url,
                 w->bs.trainer_fqcn);
@@ -197,11 +183,44 @@ void wk_direct_link_up(struct wk *w)
     sync_runner(w);
 }
 
-void wk_direct_done(struct wk *w, int64_t round, const char *task_id, uint64_t bytes, double secs)
+/* A benchmark run: no reconnects. */
+static void link_down(struct wk *w)
 {
-    printf("DIRECT round=%" PRId64 " task=%s bytes=%" PRIu64 " secs=%.3f MiB/s=%.1f\n", round, task_id, bytes, secs,
+    printf("DIRECT FAIL link to %s lost: %s\n", w->bs.connect_url, w->last_error);
+    wk_exit(w, WK_EXIT_RELAY_LOST, "direct mode: the link to the server is gone: %s", w->last_error);
+}
+
+/* No relay to answer, no result: the measurement is done (the DIRECT line, exit 0). */
+static void task_done(struct wk *w, const struct wk_task_end *end, const char *why)
+{
+    if (why) {
+        printf("DIRECT FAIL %s\n", why);
+        wk_exit(w, WK_EXIT_FAIL, "direct mode: the task failed");
+        return;
+    }
+    char id[CJ_CAPI_ID_MAX + 1];
+    int64_t round = end->round;
+    uint64_t bytes = end->bytes;
+    double secs = end->secs;
+    snprintf(id, sizeof id, "%s", end->id);
+    wk_task_drop(w);   /* nobody to answer: only freed */
+    printf("DIRECT round=%" PRId64 " task=%s bytes=%" PRIu64 " secs=%.3f MiB/s=%.1f\n", round, id, bytes, secs,
            secs > 0 ? (double)bytes / (1024.0 * 1024.0) / secs : 0.0);
     fflush(stdout);
     wk_exit(w, WK_EXIT_OK, "direct mode: the model is in (%.1f MiB in %.2f s)", (double)bytes / (1024.0 * 1024.0),
             secs);
 }
+
+static void log_start(const struct wk *w)
+{
+    cj_log_info("starting in direct mode: %s connecting to the server at %s (job %s, no relay)", w->bs.trainer_fqcn,
+                w->bs.connect_url, w->bs.job_id);
+}
+
+const struct wk_mode wk_direct_mode = {
+    .register_handlers = NULL,   /* no session: nothing comes on client_api */
+    .log_start = log_start,
+    .link_up = link_up,
+    .link_down = link_down,
+    .task_done = task_done,
+};

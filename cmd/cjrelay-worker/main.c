@@ -6,9 +6,10 @@
  * Table of contents:
  *   worker.h   what the worker does, its state, exit codes (read this first)
  *   main.c     the command line and the bootstrap file (refused: exit 2)
- *   conn.c     event loop, link to the relay (unix: or tcp://), stream endpoint,
- *              reconnects, signals, the way out (drain the link, then exit)
- *   session.c  client_api.hello / session_ready (retried every 1 s for the
+ *   run.c      event loop, timers, signals, the way out (drain the link, then exit)
+ *   conn.c     link to the relay (unix: or tcp://), stream endpoint I/O
+ *   session.c  the launched mode: link events and reconnects,
+ *              client_api.hello / session_ready (retried every 1 s for the
  *              connect window), heartbeats, relay-silence and relay-pid
  *              watchdogs, abort, shutdown, log
  *   task.c     task_ready: DXO, download, +1.0f, task_accepted, result ref,

@@ -1,6 +1,7 @@
-/* session.c — the worker's Client API session (fl-protocols.md §7-§8):
- * HELLO and SESSION_READY with the stock trainer's retries, heartbeats, the
- * relay-silence and relay-pid watchdogs, abort, shutdown, log. */
+/* session.c — the worker's Client API session (fl-protocols.md §7-§8), which
+ * makes the launched mode (wk_launched_mode): the link to the relay coming and
+ * going, HELLO and SESSION_READY with the stock trainer's retries, heartbeats,
+ * the relay-silence and relay-pid watchdogs, abort, shutdown, log. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -140,10 +141,35 @@ static void send_hs(struct wk *w)
     w->hs_pending = true;
 }
 
-void wk_session_link_up(struct wk *w)
+/* The link to the relay came up (or back): start or continue the handshake. */
+static void link_up(struct wk *w, struct cj_link *l)
 {
+    if (strcmp(cj_link_peer(l), w->bs.cj_fqcn))
+        cj_log_warning("the relay at %s calls itself %s, not %s (bootstrap cj_fqcn)", w->bs.connect_url,
+                       cj_link_peer(l), w->bs.cj_fqcn);
+    if (w->phase == WK_READY) {
+        cj_log_info("link to the relay %s re-established after %.1f s", w->bs.cj_fqcn, wk_now() - w->link_lost_at);
+        w->link_lost_at = 0;
+        return;
+    }
+    cj_log_info("connected to the relay %s at %s as %s", cj_link_peer(l), w->bs.connect_url, w->bs.trainer_fqcn);
     if (w->phase == WK_CONNECTING) w->phase = WK_HELLO;
     if (!w->hs_pending) send_hs(w);
+}
+
+/* The link to the relay is gone: reconnect; a handshake under way starts over. */
+static void link_down(struct wk *w)
+{
+    if (w->phase == WK_READY) {
+        if (!w->link_lost_at) w->link_lost_at = wk_now();
+        cj_log_warning("link to the relay lost: %s; reconnecting every %.0f s", w->last_error, WK_RETRY_EVERY);
+    } else {
+        cj_log_debug("relay not reachable yet: %s", w->last_error);
+        w->phase = WK_CONNECTING;
+        if (w->hs_pending) cj_stream_request_cancel(w->ep, w->hs_req);   /* a new link starts over */
+        w->hs_pending = false;
+    }
+    wk_retry_in(w, WK_RETRY_EVERY);
 }
 
 void wk_session_retry(struct wk *w)
@@ -390,3 +416,20 @@ int wk_session_register(struct wk *w)
     if (cj_stream_on(w->ep, CJ_CAPI_CHANNEL, CJ_CAPI_T_SHUTDOWN, on_shutdown, w)) return -1;
     return 0;
 }
+
+/* ---- the launched mode ------------------------------------------------------------------------ */
+
+static void log_start(const struct wk *w)
+{
+    const struct cj_bootstrap *bs = &w->bs;
+    cj_log_info("starting: %s connecting to %s (relay %s, job %s, site %s, secure_mode %s)", bs->trainer_fqcn,
+                bs->connect_url, bs->cj_fqcn, bs->job_id, bs->site_name, bs->secure_mode ? "true" : "false");
+}
+
+const struct wk_mode wk_launched_mode = {
+    .register_handlers = wk_session_register,
+    .log_start = log_start,
+    .link_up = link_up,
+    .link_down = link_down,
+    .task_done = wk_task_serve_result,
+};

@@ -145,10 +145,7 @@ static void fail_task(struct wk *w, struct wk_task *t, const char *why)
     if (!t->answered) answer_task(w, &t->req, t->id, why);
     t->answered = true;
     task_free(w, t);
-    if (w->direct) {
-        printf("DIRECT FAIL %s\n", why);
-        wk_exit(w, WK_EXIT_FAIL, "direct mode: the task failed");
-    }
+    w->mode->task_done(w, NULL, why);
 }
 
 void wk_task_drop(struct wk *w)
@@ -314,15 +311,15 @@ static void model_ready(struct wk *w, struct wk_task *t)
                 " float32 elements + 1.0",
                 t->id, t->inline_model ? "read" : "downloaded", t->n, (double)t->bytes_in / MIB,
                 t->inline_model ? "the task" : t->src, dt, dt > 0 ? (double)t->bytes_in / MIB / dt : 0.0, t->floats);
-    if (w->direct) {   /* no relay to answer, no result: the measurement is done */
-        char id[CJ_CAPI_ID_MAX + 1];
-        int64_t round = t->round;
-        uint64_t bytes = t->bytes_in;
-        snprintf(id, sizeof id, "%s", t->id);
-        task_free(w, t);
-        wk_direct_done(w, round, id, bytes, dt);
-        return;
-    }
+    struct wk_task_end end = {.id = t->id, .round = t->round, .bytes = t->bytes_in, .secs = dt};
+    w->mode->task_done(w, &end, NULL);
+}
+
+void wk_task_serve_result(struct wk *w, const struct wk_task_end *end, const char *why)
+{
+    struct wk_task *t = w->task;
+    (void)end;
+    if (why || !t) return;   /* a failure was answered task_failed already */
     /* The stock trainer accepts the task only once its downloads are done. */
     answer_task(w, &t->req, t->id, NULL);
     t->answered = true;

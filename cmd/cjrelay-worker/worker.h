@@ -37,10 +37,16 @@
  * same download and transform (task.c), timed the same way; then it prints
  * one DIRECT line on stdout and exits 0, without sending a result.
  *
- * Files: main.c (table of contents, command line), conn.c (event loop,
- * link, stream endpoint, reconnects, exit), session.c (handshake, heartbeats,
- * watchdogs, abort, shutdown, log), task.c (task_ready, download, transform,
- * result, settle), direct.c (direct mode). */
+ * What differs between the two modes is one struct wk_mode, chosen at start:
+ * the launched mode's (session.c, and task.c's result) and direct mode's
+ * (direct.c).  The rest of the worker calls it instead of asking which mode
+ * it is in.
+ *
+ * Files: main.c (table of contents, command line), run.c (event loop,
+ * timers, signals, exit), conn.c (link, stream endpoint I/O), session.c
+ * (the launched mode: handshake, heartbeats, watchdogs, abort, shutdown, log),
+ * task.c (task_ready, download, transform, result, settle), direct.c (direct
+ * mode). */
 #ifndef CJ_WORKER_H
 #define CJ_WORKER_H
 
@@ -62,6 +68,36 @@ struct cj_stream_reply;
 struct cj_stream_reqctx;
 struct cj_dl_producer;
 struct wk_task;
+struct wk;
+
+/* A task whose download and transform are over (for the mode's task_done). */
+struct wk_task_end {
+    const char *id;                      /* valid during the call only */
+    int64_t round;
+    uint64_t bytes;                      /* the model's bytes in */
+    double secs;                         /* task in -> model transformed */
+};
+
+/* The worker's mode: launched by a relay (wk_launched_mode) or direct
+ * (wk_direct_mode, benchmarks).  Set once at start. */
+struct wk_mode {
+    /* Registers the endpoint's handlers at start (NULL: none).  0 or -1. */
+    int (*register_handlers)(struct wk *w);
+    /* The "starting" log line. */
+    void (*log_start)(const struct wk *w);
+    /* The link came up (or back). */
+    void (*link_up)(struct wk *w, struct cj_link *l);
+    /* The link is gone (w->last_error says why); not called while exiting. */
+    void (*link_down)(struct wk *w);
+    /* The task is done with its model: all in and transformed (end set, why
+     * NULL; the task is still w->task), or failed (end NULL, why set; the
+     * task was answered task_failed where there is someone to answer, and
+     * freed). */
+    void (*task_done)(struct wk *w, const struct wk_task_end *end, const char *why);
+};
+
+extern const struct wk_mode wk_launched_mode;   /* session.c */
+extern const struct wk_mode wk_direct_mode;     /* direct.c */
 
 /* Exit codes. */
 #define WK_EXIT_OK 0          /* client_api.shutdown (or launch_once false after the first result) */
@@ -134,30 +170,35 @@ struct wk {
     struct wk_task *task;               /* NULL while idle */
     uint64_t tasks_done;
 
+    const struct wk_mode *mode;         /* launched or direct */
+
     /* direct mode */
-    bool direct;
     char server[CJ_FQCN_MAX + 1];       /* server.<job> */
     int direct_tries;
 };
 
-/* ---- conn.c ------------------------------------------------------------------------ */
+/* ---- run.c ------------------------------------------------------------------------- */
 
 /* Runs the worker until it exits; returns the exit code. */
 int wk_run(const struct wk_opts *o, const struct cj_bootstrap *bs);
 double wk_now(void);
-/* (Re)connects the link now; a failure schedules another attempt. */
-void wk_connect(struct wk *w);
-/* Arms the one-shot retry timer (replacing an armed one). */
+/* Arms the one-shot retry timer (replacing an armed one): it reconnects the
+ * link, or retries the handshake when the link is up. */
 void wk_retry_in(struct wk *w, double secs);
 /* Logs why at error (code != 0) or info, then drains the link and leaves the loop. */
 void wk_exit(struct wk *w, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- conn.c ------------------------------------------------------------------------ */
+
+/* The stream endpoint, sending everything over the worker's link.  NULL: no memory. */
+struct cj_stream_ep *wk_endpoint_new(struct wk *w);
+/* (Re)connects the link now; a failure schedules another attempt. */
+void wk_connect(struct wk *w);
 /* Copies an evbuffer's bytes into one contiguous block (pullup); "" for empty. */
 const uint8_t *wk_bytes(struct evbuffer *b, size_t *n);
 
 /* ---- session.c --------------------------------------------------------------------- */
 
-/* The link came up (or back): start or continue the handshake. */
-void wk_session_link_up(struct wk *w);
 /* The retry timer fired while the handshake is under way. */
 void wk_session_retry(struct wk *w);
 /* Every WK_PID_POLL: relay pid, relay silence, connect window. */
@@ -189,6 +230,8 @@ int wk_task_ready(void *arg, struct cj_stream_blob *b);
 bool wk_task_live(const struct wk *w);
 /* Drops the current task (exit paths): cancels the download, removes the ref. */
 void wk_task_drop(struct wk *w);
+/* The launched mode's task_done: accept the task, serve its result. */
+void wk_task_serve_result(struct wk *w, const struct wk_task_end *end, const char *why);
 /* Starts a task from a decoded task_ready (m, over the mutable payload p, n):
  * read the model, download and transform it.  req: the request to answer
  * (NULL in direct mode). */
@@ -199,9 +242,5 @@ void wk_task_begin(struct wk *w, uint8_t *p, size_t n, const struct cj_capi_msg 
 
 /* Fills a bootstrap for direct mode (cell <site>.<job> talking to the server at url). */
 int wk_direct_bootstrap(const struct wk_opts *o, struct cj_bootstrap *bs);
-/* The link to the server is up: sync, then poll for a task. */
-void wk_direct_link_up(struct wk *w);
-/* The model is in (t0 -> now = secs): print the DIRECT line and exit 0. */
-void wk_direct_done(struct wk *w, int64_t round, const char *task_id, uint64_t bytes, double secs);
 
 #endif

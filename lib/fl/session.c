@@ -1,8 +1,11 @@
-/* session.c — worker sessions on channel client_api (see session.h).
+/* session.c — worker sessions on channel client_api (see session.h): the
+ * worker records and their state machine, task delivery, results and settling.
+ * The source-failure notices are in srcfail.c, LOG data and metrics in
+ * workerlog.c.
  *
  * Reasons given to workers are NVFlare's words (its CJ-side cell backend), so a
  * stock trainer logs the same thing it would behind a Python CJ. */
-#include "fl/session.h"
+#include "fl/session_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -16,9 +19,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "dl/dlmsg.h"
 #include "fl/capi.h"
-#include "fl/spoolstage.h"
 #include "payload/lobs.h"
 #include "stream/stream.h"
 #include "util/log.h"
@@ -30,107 +31,6 @@
 
 #define CH CJ_CAPI_CHANNEL
 #define SHUTDOWN_TIMEOUT_DEFAULT 5.0
-
-enum wstate { W_EXPECTED, W_HELLO, W_READY, W_LOST };
-
-/* download_service__source_failure (download.md §2, §7; R13): per target up to
- * SF_ATTEMPTS attempts of SF_ATTEMPT_SECS, SF_TOTAL_SECS across all targets
- * (the targets are tried side by side), backoff min(0.25 * 2^n, 1) s. */
-#define SF_ATTEMPTS 4
-#define SF_ATTEMPT_SECS 3.0
-#define SF_TOTAL_SECS 10.0
-#define SF_MAX_TARGETS 16
-
-/* One notice to one target, alive from the worker's death to its outcome. */
-struct sf_notice {
-    struct cj_fl_sessions *s;
-    struct sf_notice *next;
-    char target[2 * CJ_CAPI_ID_MAX + 2];
-    char source[CJ_CAPI_ID_MAX + 1];
-    char task_id[CJ_TASK_ID_LEN + 1];
-    uint8_t *body;                       /* the encoded notice, sent again per attempt */
-    size_t body_len;
-    unsigned attempts;
-    double deadline;
-    bool in_req;
-    uint64_t req;
-    struct event *timer;                 /* first send (from the loop) and backoff */
-};
-
-struct metric {
-    char name[CJ_FL_METRIC_NAME_MAX + 1];
-    char value[CJ_FL_METRIC_VALUE_MAX + 1];
-    uint64_t seq;                       /* last update, to replace the oldest when full */
-};
-
-/* Metrics of workers that are gone, so `show metrics` still has the last values
- * after a run's workers stopped (bounded: the last RETIRED_MAX workers). */
-#define RETIRED_MAX 8
-struct retired {
-    char fqcn[CJ_CAPI_ID_MAX + 1];
-    struct metric *metrics;
-    size_t n;
-};
-
-struct worker {
-    struct cj_fl_sessions *s;
-    char fqcn[CJ_CAPI_ID_MAX + 1];       /* "" while an any-FQCN record is unbound */
-    bool any_fqcn;                       /* launch_token_file record, not bound yet */
-    bool from_token_file;                /* bound from such a record: re-armed when lost */
-    char token[CJ_CAPI_TOKEN_MAX + 1];   /* launch token: wiped when the record goes */
-    enum wstate state;
-    char session_id[CJ_CAPI_SESSION_ID_LEN + 1];
-    pid_t pid;
-    bool link_up, stopping;
-    double last_seen;                    /* last valid message, -1 never */
-    double expected_at;                  /* when the record was made */
-    double idle_since;
-    /* the one task this worker holds ("" none), from task_ready to settle/failure */
-    char task_id[CJ_TASK_ID_LEN + 1];
-    bool task_req_pending;               /* task_ready waiting for its reply */
-    uint64_t task_req;
-    bool result_accepted;                /* result_ready accepted for task_id */
-    bool source_live;                    /* between result_accepted and result_source_settled */
-    bool submit_answered, submit_ok;     /* the submit ops' done for task_id */
-    /* client_api.shutdown in flight */
-    bool shut_pending;
-    uint64_t shut_req;
-    cj_fl_shutdown_fn shut_fn;
-    void *shut_arg;
-    uint64_t bytes;
-    struct metric *metrics;              /* n_metrics used of cap_metrics (grows on demand) */
-    size_t n_metrics, cap_metrics;
-    uint64_t metric_seq;
-    struct worker *next;
-};
-
-struct cj_fl_sessions {
-    struct event_base *base;
-    struct cj_stream_ep *ep;
-    struct cj_task_table *tt;
-    struct cj_fl_submit_ops sub;
-    char site[CJ_CAPI_ID_MAX + 1];
-    char job[CJ_CAPI_ID_MAX + 1];
-    char me[2 * CJ_CAPI_ID_MAX + 2];
-    double hb_interval, hb_timeout, task_timeout, shutdown_timeout, launch_timeout;
-    bool secure;
-    char auth_token[CJ_CAPI_TOKEN_MAX + 1];
-    char auth_sig[CJ_CAPI_TOKEN_MAX + 1];
-    void (*drained)(void *arg);
-    void *drained_arg;
-    void (*lost)(void *arg, const char *fqcn, const char *why);
-    void *lost_arg;
-    bool draining, drained_fired, closed;
-    struct event *tick, *drain_ev;
-    struct worker *workers;
-    size_t n_workers;
-    struct cj_capi_msg *m;               /* scratch for handlers (~25 KB, off the stack) */
-    struct cj_fl_sessions_stats st;
-    struct retired retired[RETIRED_MAX];   /* ring, oldest replaced */
-    size_t retired_next;
-    struct sf_notice *notices;             /* source-failure notices under way */
-    uint64_t sf_sent, sf_failed;
-};
 
 /* ---- small helpers -------------------------------------------------------------------- */
 
@@ -144,11 +44,6 @@ static double mono(void)
 static void wipe(void *p, size_t n)
 {
     explicit_bzero(p, n);
-}
-
-static void copy_str(char *dst, size_t sz, const char *src)
-{
-    snprintf(dst, sz, "%s", src ? src : "");
 }
 
 /* Python repr() of a str (for reasons that quote a value), or None. */
@@ -195,7 +90,7 @@ static struct evbuffer *sb_take(msgpack_sbuffer *sb)
     return eb;
 }
 
-static const uint8_t *blob_bytes(struct cj_stream_blob *b, size_t *n)
+const uint8_t *cj_fl_sess_blob_bytes(struct cj_stream_blob *b, size_t *n)
 {
     static const uint8_t none[1];
     *n = b->data ? evbuffer_get_length(b->data) : 0;
@@ -205,7 +100,7 @@ static const uint8_t *blob_bytes(struct cj_stream_blob *b, size_t *n)
 }
 
 /* Positions c on the MAIN body of a LOBS payload.  0 or -1. */
-static int open_main(const uint8_t *p, size_t n, struct mp_cur *c)
+int cj_fl_sess_open_main(const uint8_t *p, size_t n, struct mp_cur *c)
 {
     struct cj_lobs_section main;
     struct cj_err e = {0};
@@ -221,17 +116,18 @@ static bool body_is_map(const uint8_t *p, size_t n)
     struct mp_cur c;
     struct mp_val v;
     struct cj_err e = {0};
-    return open_main(p, n, &c) == 0 && mp_next(&c, &v, &e) == 0 && v.kind == MP_MAP;
+    return cj_fl_sess_open_main(p, n, &c) == 0 && mp_next(&c, &v, &e) == 0 && v.kind == MP_MAP;
 }
 
 /* The str value of key in the body map (for reasons, when the strict decoder refused). */
-static bool body_str(const uint8_t *p, size_t n, const char *key, char *buf, size_t sz)
+bool cj_fl_sess_body_str(const uint8_t *p, size_t n, const char *key, char *buf, size_t sz)
 {
     struct mp_cur c, v;
     uint32_t cnt, len;
     const uint8_t *s;
     struct cj_err e = {0};
-    if (open_main(p, n, &c) || mp_read_map(&c, &cnt, &e) || mp_map_find(&c, cnt, key, &v, &e) != 1) return false;
+    if (cj_fl_sess_open_main(p, n, &c) || mp_read_map(&c, &cnt, &e) || mp_map_find(&c, cnt, key, &v, &e) != 1)
+        return false;
     if (mp_read_str(&v, &s, &len, &e) || len >= sz || memchr(s, 0, len)) return false;
     memcpy(buf, s, len);
     buf[len] = 0;
@@ -331,23 +227,6 @@ static void cancel_requests(struct worker *w)
     }
 }
 
-/* The retired copy keeps only the slots in use: a relaunched worker's spare capacity would
- * otherwise stay allocated for RETIRED_MAX more worker lifetimes. */
-static void retire_metrics(struct cj_fl_sessions *s, struct worker *w)
-{
-    if (!w->n_metrics || !w->fqcn[0]) { free(w->metrics); return; }
-    struct retired *r = &s->retired[s->retired_next++ % RETIRED_MAX];
-    free(r->metrics);
-    snprintf(r->fqcn, sizeof r->fqcn, "%s", w->fqcn);
-    if (w->n_metrics < w->cap_metrics) {   /* shrink in place; on failure keep the larger block */
-        struct metric *m = realloc(w->metrics, w->n_metrics * sizeof *m);
-        if (m) w->metrics = m;
-    }
-    r->metrics = w->metrics;     /* ownership moves */
-    r->n = w->n_metrics;
-    w->metrics = NULL;
-}
-
 static void remove_worker(struct cj_fl_sessions *s, struct worker *w)
 {
     for (struct worker **pp = &s->workers; *pp; pp = &(*pp)->next)
@@ -357,7 +236,7 @@ static void remove_worker(struct cj_fl_sessions *s, struct worker *w)
         }
     s->n_workers--;
     cancel_requests(w);
-    retire_metrics(s, w);
+    cj_fl_workerlog_retire(s, w);
     wipe(w, sizeof *w);
     free(w);
 }
@@ -539,165 +418,6 @@ static void notify_lost(struct cj_fl_sessions *s, const char *fqcn, const char *
     if (event_base_once(s->base, -1, EV_TIMEOUT, deferred_lost_cb, d, &zero) != 0) free(d);
 }
 
-/* ---- source-failure notices (R13) ----------------------------------------------------------- */
-
-static void sf_free(struct sf_notice *n)
-{
-    struct cj_fl_sessions *s = n->s;
-    for (struct sf_notice **pp = &s->notices; *pp; pp = &(*pp)->next)
-        if (*pp == n) {
-            *pp = n->next;
-            break;
-        }
-    if (n->in_req) cj_stream_request_cancel(s->ep, n->req);
-    if (n->timer) event_free(n->timer);
-    free(n->body);
-    free(n);
-}
-
-static bool sf_retryable(const char *rc)
-{
-    return !strcmp(rc, "timeout") || !strcmp(rc, "comm_error") || !strcmp(rc, "process_exception");
-}
-
-static void sf_send(struct sf_notice *n);
-
-/* An attempt's outcome: done, or another attempt after the backoff while
- * attempts and the total time last. */
-static void sf_outcome(struct sf_notice *n, const char *rc, const char *error)
-{
-    double left = n->deadline - mono();
-    double backoff = fmin(0.25 * pow(2.0, (double)(n->attempts - 1)), 1.0);
-    if (!strcmp(rc, "ok")) {
-        n->s->sf_sent++;
-        cj_log_info("task %s: source_failure notice for %s delivered to %s (attempt %u)", n->task_id, n->source,
-                    n->target, n->attempts);
-    } else if (sf_retryable(rc) && n->attempts < SF_ATTEMPTS && left > backoff) {
-        struct timeval tv = {(time_t)backoff, (suseconds_t)((backoff - floor(backoff)) * 1e6)};
-        cj_log_warning("task %s: source_failure notice for %s to %s: attempt %u/%d failed (%s%s%s); retrying in %g s",
-                       n->task_id, n->source, n->target, n->attempts, SF_ATTEMPTS, rc, error[0] ? ": " : "", error,
-                       backoff);
-        if (evtimer_add(n->timer, &tv) == 0) return;
-    } else {
-        n->s->sf_failed++;
-        cj_log_warning("task %s: source_failure notice for %s to %s not delivered after %u attempt(s): %s%s%s",
-                       n->task_id, n->source, n->target, n->attempts, rc, error[0] ? ": " : "", error);
-    }
-    sf_free(n);
-}
-
-static void sf_reply_cb(void *arg, struct cj_stream_reply *r)
-{
-    struct sf_notice *n = arg;
-    n->in_req = false;
-    sf_outcome(n, r->return_code, r->error ? r->error : "");
-}
-
-static void sf_send(struct sf_notice *n)
-{
-    struct cj_fl_sessions *s = n->s;
-    struct cj_stream_msg m = {.encoding = "fobs"};
-    struct evbuffer *eb = evbuffer_new();
-    double timeout = fmin(SF_ATTEMPT_SECS, n->deadline - mono());
-    n->attempts++;
-    if (!eb || evbuffer_add(eb, n->body, n->body_len)) {
-        if (eb) evbuffer_free(eb);
-        sf_outcome(n, "out_of_memory", "");   /* not retried */
-        return;
-    }
-    if (timeout <= 0) {
-        evbuffer_free(eb);
-        sf_outcome(n, "timeout", "no time left");
-        return;
-    }
-    if (cj_stream_request(s->ep, n->target, CJ_DL_CHANNEL, CJ_DL_TOPIC_SOURCE_FAILURE, &m, eb, timeout, sf_reply_cb,
-                          n, &n->req, NULL)) {
-        sf_outcome(n, "comm_error", "cannot send");   /* the blob was taken */
-        return;
-    }
-    n->in_req = true;
-}
-
-static void sf_timer_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    sf_send(arg);
-}
-
-/* The result receivers of t: its receiver_ids (count), else 0: server.<job>. */
-static size_t sf_targets(const struct cj_fl_sessions *s, const struct cj_task *t, char (*ids)[256], size_t cap)
-{
-    int n = t->headers ? cj_spool_stage_receivers(t->headers, t->headers_len, ids, cap) : 0;
-    if (n < 0) cj_log_warning("task %s: more than %zu receiver_ids; the source_failure notice goes to server.%s",
-                              t->id, cap, s->job);
-    return n > 0 ? (size_t)n : 0;
-}
-
-/* Worker w died inside the result barrier of t: tells the result receivers that
- * its live result refs are gone, so they fail fast (download.md §7).  Sending
- * starts from the loop, never inside the caller's chain.  Not in spool mode
- * (requeue op set): there the relay itself downloads the worker's result, and
- * the refs the server pulls are the relay's. */
-static void send_source_failure(struct cj_fl_sessions *s, const struct worker *w, const struct cj_task *t,
-                                const char *why)
-{
-    const char *ids[CJ_TASK_MAX_REFS];
-    size_t n_ids = 0;
-    if (s->sub.requeue) return;
-    for (size_t i = 0; i < t->n_result_refs; i++) {
-        const struct cj_ref *r = &t->result_refs[i];
-        if (r->state != CJ_REF_PENDING) continue;   /* a ref naming another cell was warned about at result_ready */
-        bool dup = false;
-        for (size_t k = 0; k < n_ids; k++) dup |= !strcmp(ids[k], r->ref_id);
-        if (!dup) ids[n_ids++] = r->ref_id;
-    }
-    if (!n_ids) {
-        cj_log_info("task %s: no live result refs of %s: no source_failure notice", t->id, w->fqcn);
-        return;
-    }
-    char reason[512];
-    snprintf(reason, sizeof reason, "source %s died before its result was downloaded: %s", w->fqcn, why);
-    msgpack_sbuffer sb;
-    struct cj_err e = {0};
-    msgpack_sbuffer_init(&sb);
-    if (cj_dl_encode_source_failure(&sb, w->fqcn, ids, n_ids, reason, &e)) {
-        cj_log_error("task %s: cannot encode a source_failure notice: %s", t->id, e.msg);
-        msgpack_sbuffer_destroy(&sb);
-        return;
-    }
-    static char targets[SF_MAX_TARGETS][256];   /* the loop is single-threaded; off the stack */
-    size_t n_recv = sf_targets(s, t, targets, SF_MAX_TARGETS);
-    size_t n_targets = n_recv ? n_recv : 1;
-    static const struct timeval zero = {0, 0};
-    double deadline = mono() + SF_TOTAL_SECS;
-    for (size_t i = 0; i < n_targets; i++) {
-        struct sf_notice *n = calloc(1, sizeof *n);
-        if (!n || !(n->body = malloc(sb.size)) || !(n->timer = evtimer_new(s->base, sf_timer_cb, n))) {
-            if (n) free(n->body);
-            free(n);
-            cj_log_error("task %s: out of memory: no source_failure notice", t->id);
-            continue;
-        }
-        n->s = s;
-        memcpy(n->body, sb.data, sb.size);
-        n->body_len = sb.size;
-        n->deadline = deadline;
-        int k = n_recv ? snprintf(n->target, sizeof n->target, "%s", targets[i])
-                       : snprintf(n->target, sizeof n->target, "server.%s", s->job);
-        if (k < 0 || (size_t)k >= sizeof n->target) n->target[0] = 0;   /* cannot happen: sizes fit */
-        copy_str(n->source, sizeof n->source, w->fqcn);
-        copy_str(n->task_id, sizeof n->task_id, t->id);
-        n->next = s->notices;
-        s->notices = n;
-        evtimer_add(n->timer, &zero);
-        char rt[1024];
-        cj_log_info("task %s: sending download_service__source_failure to %s: source %s, ref_ids %s", t->id,
-                    n->target, n->source, cj_task_refs_text(t->result_refs, t->n_result_refs, rt, sizeof rt));
-    }
-    msgpack_sbuffer_destroy(&sb);
-}
-
 static void worker_lost(struct cj_fl_sessions *s, struct worker *w, const char *why, bool notify)
 {
     if (w->state == W_LOST) return;
@@ -722,7 +442,9 @@ static void worker_lost(struct cj_fl_sessions *s, struct worker *w, const char *
                      w->submit_answered ? "the server had already answered the submission"
                                         : "the submission will fail or time out upstream");
         if (t) {
-            send_source_failure(s, w, t, why);
+            /* Not in spool mode (requeue op set): there the relay itself downloads
+             * the worker's result, and the refs the server pulls are the relay's. */
+            if (!s->sub.requeue) cj_fl_srcfail_send(&s->sf, w->fqcn, t, why);
             for (size_t i = 0; i < t->n_result_refs; i++)
                 if (t->result_refs[i].state == CJ_REF_PENDING) t->result_refs[i].state = CJ_REF_FAILED;
             if (w->submit_answered && w->submit_ok) cj_task_set_state(t, CJ_TASK_DONE);
@@ -771,8 +493,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 
 /* Binds a post-HELLO message to its worker's session (NVFlare's
  * _validate_session_msg): the record of cn__origin, ready, same session_id. */
-static struct worker *session_of(struct cj_fl_sessions *s, const char *origin, const struct cj_capi_msg *m,
-                                 char *reason, size_t sz)
+struct worker *cj_fl_sess_session_of(struct cj_fl_sessions *s, const char *origin, const struct cj_capi_msg *m,
+                                     char *reason, size_t sz)
 {
     struct worker *w = find_worker(s, origin);
     if (!w || w->state != W_READY) {
@@ -801,8 +523,8 @@ static int decode_req(struct cj_fl_sessions *s, struct cj_stream_blob *b, enum c
     }
     cj_log_info("client_api: %s from %s: %s", cj_capi_kind_name(kind), b->origin, e.msg);
     m->has = 0;
-    if (body_str(p, n, "session_id", m->session_id, sizeof m->session_id)) m->has |= CJ_CAPI_F_SESSION_ID;
-    if (body_str(p, n, "task_id", m->task_id, sizeof m->task_id)) m->has |= CJ_CAPI_F_TASK_ID;
+    if (cj_fl_sess_body_str(p, n, "session_id", m->session_id, sizeof m->session_id)) m->has |= CJ_CAPI_F_SESSION_ID;
+    if (cj_fl_sess_body_str(p, n, "task_id", m->task_id, sizeof m->task_id)) m->has |= CJ_CAPI_F_TASK_ID;
     return 1;
 }
 
@@ -820,7 +542,7 @@ static int on_hello(void *arg, struct cj_stream_blob *b)
     struct cj_capi_msg *m = s->m;
     struct cj_err e = {0};
     size_t n;
-    const uint8_t *p = blob_bytes(b, &n);
+    const uint8_t *p = cj_fl_sess_blob_bytes(b, &n);
     const char *origin = b->origin ? b->origin : "";
     char reason[CJ_CAPI_REASON_BUF];
 
@@ -917,7 +639,7 @@ static int on_session_ready(void *arg, struct cj_stream_blob *b)
     struct cj_fl_sessions *s = arg;
     struct cj_capi_msg *m = s->m;
     size_t n;
-    const uint8_t *p = blob_bytes(b, &n);
+    const uint8_t *p = cj_fl_sess_blob_bytes(b, &n);
     char reason[160];
     if (decode_req(s, b, CJ_CAPI_SESSION_READY, p, n, m) < 0) return 0;
 
@@ -961,12 +683,12 @@ static int on_heartbeat(void *arg, struct cj_stream_blob *b)
     struct cj_fl_sessions *s = arg;
     struct cj_capi_msg *m = s->m;
     size_t n;
-    const uint8_t *p = blob_bytes(b, &n);
+    const uint8_t *p = cj_fl_sess_blob_bytes(b, &n);
     char reason[160];
     if (decode_req(s, b, CJ_CAPI_HEARTBEAT, p, n, m) < 0) return 0;
     struct worker *w = NULL;
     if (s->closed) copy_str(reason, sizeof reason, "backend is closed");
-    else w = session_of(s, b->origin, m, reason, sizeof reason);
+    else w = cj_fl_sess_session_of(s, b->origin, m, reason, sizeof reason);
     if (!w) {
         cj_log_warning("client_api: rejecting HEARTBEAT from %s: %s", b->origin, reason);
         reply_reason(s, b, cj_capi_encode_error, reason);
@@ -1164,7 +886,7 @@ static int on_result_ready(void *arg, struct cj_stream_blob *b)
     struct cj_fl_sessions *s = arg;
     struct cj_capi_msg *m = s->m;
     size_t n;
-    const uint8_t *p = blob_bytes(b, &n);
+    const uint8_t *p = cj_fl_sess_blob_bytes(b, &n);
     char reason[CJ_CAPI_REASON_BUF], idr[300], refs[1024];
     int dec = decode_req(s, b, CJ_CAPI_RESULT_READY, p, n, m);
     if (dec < 0) return 0;
@@ -1173,7 +895,7 @@ static int on_result_ready(void *arg, struct cj_stream_blob *b)
     struct worker *w = NULL;
     struct cj_task *t = NULL;
     if (s->closed) copy_str(reason, sizeof reason, "backend is closed");
-    else w = session_of(s, b->origin, m, reason, sizeof reason);
+    else w = cj_fl_sess_session_of(s, b->origin, m, reason, sizeof reason);
     if (w) w->bytes += n;
     if (w) {
         bool has_tid = m->has & CJ_CAPI_F_TASK_ID;
@@ -1242,10 +964,10 @@ static int on_settled(void *arg, struct cj_stream_blob *b)
     struct cj_fl_sessions *s = arg;
     struct cj_capi_msg *m = s->m;
     size_t n;
-    const uint8_t *p = blob_bytes(b, &n);
+    const uint8_t *p = cj_fl_sess_blob_bytes(b, &n);
     char reason[400], idr[300];
     if (decode_req(s, b, CJ_CAPI_SETTLED, p, n, m) < 0) return 0;
-    struct worker *w = session_of(s, b->origin, m, reason, sizeof reason);
+    struct worker *w = cj_fl_sess_session_of(s, b->origin, m, reason, sizeof reason);
     bool has_tid = m->has & CJ_CAPI_F_TASK_ID;
     if (w && (!has_tid || !m->task_id[0] || !w->source_live || strcmp(m->task_id, w->task_id))) {
         repr(idr, sizeof idr, m->task_id, has_tid);
@@ -1281,154 +1003,6 @@ static int on_settled(void *arg, struct cj_stream_blob *b)
     return 0;
 }
 
-/* ---- log -------------------------------------------------------------------------------------- */
-
-/* Text of a scalar as Python prints it (str values bare). */
-static void value_text(const struct cj_capi_value *v, char *out, size_t n)
-{
-    switch (v->type) {
-    case CJ_CAPI_V_INT: snprintf(out, n, "%" PRId64, v->i); break;
-    case CJ_CAPI_V_UINT: snprintf(out, n, "%" PRIu64, v->u); break;
-    case CJ_CAPI_V_BOOL: snprintf(out, n, "%s", v->b ? "True" : "False"); break;
-    case CJ_CAPI_V_STR: snprintf(out, n, "%.*s", (int)(n - 1), v->s); break;
-    case CJ_CAPI_V_FLOAT:
-        if (isnan(v->f)) snprintf(out, n, "nan");
-        else if (isinf(v->f)) snprintf(out, n, "%sinf", v->f < 0 ? "-" : "");
-        else {
-            for (int prec = 1; prec <= 17; prec++) {   /* shortest text that reads back, as repr() */
-                snprintf(out, n, "%.*g", prec, v->f);
-                if (strtod(out, NULL) == v->f) break;
-            }
-            if (!strpbrk(out, ".e") && strlen(out) + 3 <= n) strcat(out, ".0");
-        }
-        break;
-    default: snprintf(out, n, "None"); break;
-    }
-}
-
-/* A new metric slot, the array grown by doubling up to CJ_FL_MAX_METRICS; NULL when full
- * (or out of memory).  Sized by use, not up front: a slot is ~650 bytes and a worker
- * typically logs one or two names, so 64 slots per worker (41 KB) were mostly waste, and
- * the retired ring kept 8 such arrays: the soak's RSS grew ~32 KB per killed worker until
- * the ring was full (issue 8, R3). */
-static struct metric *new_metric_slot(struct worker *w)
-{
-    if (w->n_metrics == w->cap_metrics) {
-        if (w->cap_metrics >= CJ_FL_MAX_METRICS) return NULL;
-        size_t cap = w->cap_metrics ? 2 * w->cap_metrics : 2;
-        if (cap > CJ_FL_MAX_METRICS) cap = CJ_FL_MAX_METRICS;
-        struct metric *m = realloc(w->metrics, cap * sizeof *m);
-        if (!m) return NULL;
-        w->metrics = m;
-        w->cap_metrics = cap;
-    }
-    struct metric *slot = &w->metrics[w->n_metrics++];
-    memset(slot, 0, sizeof *slot);
-    return slot;
-}
-
-static void set_metric(struct worker *w, const char *name, const char *value)
-{
-    struct metric *slot = NULL;
-    for (size_t i = 0; i < w->n_metrics; i++)
-        if (!strcmp(w->metrics[i].name, name)) slot = &w->metrics[i];
-    if (!slot) slot = new_metric_slot(w);
-    if (!slot && !w->n_metrics) return;   /* out of memory, nothing to replace */
-    if (!slot) {   /* full: the least recently updated name goes */
-        slot = &w->metrics[0];
-        for (size_t i = 1; i < w->n_metrics; i++)
-            if (w->metrics[i].seq < slot->seq) slot = &w->metrics[i];
-    }
-    copy_str(slot->name, sizeof slot->name, name);
-    copy_str(slot->value, sizeof slot->value, value);
-    slot->seq = ++w->metric_seq;
-}
-
-/* A log whose value is a map (METRICS / SCALARS): each scalar entry becomes key.sub. */
-static int log_map_value(struct worker *w, const uint8_t *p, size_t n, const char *key)
-{
-    struct mp_cur c, v;
-    uint32_t cnt;
-    struct cj_err e = {0};
-    if (open_main(p, n, &c) || mp_read_map(&c, &cnt, &e) || mp_map_find(&c, cnt, "value", &v, &e) != 1 ||
-        mp_read_map(&v, &cnt, &e))
-        return -1;
-    int kept = 0;
-    for (uint32_t i = 0; i < cnt && i < CJ_FL_MAX_METRICS; i++) {
-        struct mp_val k, x;
-        size_t kat = v.pos;
-        if (mp_next(&v, &k, &e)) return -1;
-        if (k.kind == MP_ARRAY || k.kind == MP_MAP) {   /* a container key: skip key and value */
-            v.pos = kat;
-            if (mp_skip(&v, &e) || mp_skip(&v, &e)) return -1;
-            continue;
-        }
-        size_t at = v.pos;
-        if (mp_next(&v, &x, &e)) return -1;
-        if (x.kind == MP_ARRAY || x.kind == MP_MAP) {
-            v.pos = at;
-            if (mp_skip(&v, &e)) return -1;
-            continue;
-        }
-        if (k.kind != MP_STR || k.len > CJ_CAPI_LOG_KEY_MAX || memchr(k.ptr, 0, k.len)) continue;
-        struct cj_capi_value cv = {0};
-        switch (x.kind) {
-        case MP_UINT:
-            if (x.u > INT64_MAX) { cv.type = CJ_CAPI_V_UINT; cv.u = x.u; }
-            else { cv.type = CJ_CAPI_V_INT; cv.i = (int64_t)x.u; }
-            break;
-        case MP_INT: cv.type = CJ_CAPI_V_INT; cv.i = x.i; break;
-        case MP_FLOAT: cv.type = CJ_CAPI_V_FLOAT; cv.f = x.f; break;
-        case MP_BOOL: cv.type = CJ_CAPI_V_BOOL; cv.b = x.b; break;
-        case MP_STR:
-            cv.type = CJ_CAPI_V_STR;
-            snprintf(cv.s, sizeof cv.s, "%.*s", (int)(x.len < CJ_FL_METRIC_VALUE_MAX ? x.len : CJ_FL_METRIC_VALUE_MAX),
-                     (const char *)x.ptr);
-            break;
-        default: continue;
-        }
-        char name[CJ_FL_METRIC_NAME_MAX + 1], val[CJ_FL_METRIC_VALUE_MAX + 1];
-        snprintf(name, sizeof name, "%s.%.*s", key, (int)k.len, (const char *)k.ptr);
-        value_text(&cv, val, sizeof val);
-        set_metric(w, name, val);
-        kept++;
-    }
-    return kept;
-}
-
-static int on_log(void *arg, struct cj_stream_blob *b)
-{
-    struct cj_fl_sessions *s = arg;
-    struct cj_capi_msg *m = s->m;
-    size_t n;
-    const uint8_t *p = blob_bytes(b, &n);
-    char reason[160], key[CJ_CAPI_LOG_KEY_MAX + 1];
-    struct cj_err e = {0};
-    int dec = cj_capi_decode_request(CJ_CAPI_LOG, p, n, m, &e);
-    if (dec) {   /* a map value (METRICS) is not a scalar: read the ids leniently */
-        m->has = 0;
-        if (body_str(p, n, "session_id", m->session_id, sizeof m->session_id)) m->has |= CJ_CAPI_F_SESSION_ID;
-    }
-    struct worker *w = s->closed ? NULL : session_of(s, b->origin, m, reason, sizeof reason);
-    if (!w) {
-        s->st.logs_dropped++;
-        cj_log_warning("client_api: dropping LOG data from %s: %s", b->origin, s->closed ? "backend is closed" : reason);
-        return 0;
-    }
-    w->bytes += n;
-    if (dec == 0) {
-        char val[CJ_FL_METRIC_VALUE_MAX + 1];
-        value_text(&m->value, val, sizeof val);
-        set_metric(w, m->key, val);
-    } else if (!body_str(p, n, "key", key, sizeof key) || log_map_value(w, p, n, key) < 0) {
-        s->st.logs_dropped++;
-        cj_log_warning("client_api: dropping LOG data from %s: %s", b->origin, e.msg);
-        return 0;
-    }
-    s->st.logs++;
-    return 0;
-}
-
 /* ---- public: life cycle -------------------------------------------------------------------------- */
 
 static const struct {
@@ -1440,7 +1014,7 @@ static const struct {
     {CJ_CAPI_T_HEARTBEAT, on_heartbeat},
     {CJ_CAPI_T_RESULT_READY, on_result_ready},
     {CJ_CAPI_T_SETTLED, on_settled},
-    {CJ_CAPI_T_LOG, on_log},
+    {CJ_CAPI_T_LOG, cj_fl_workerlog_on_log},
 };
 #define N_HANDLERS (sizeof HANDLERS / sizeof HANDLERS[0])
 
@@ -1478,6 +1052,9 @@ struct cj_fl_sessions *cj_fl_sessions_new(struct event_base *base, struct cj_str
     copy_str(s->site, sizeof s->site, cfg->site);
     copy_str(s->job, sizeof s->job, cfg->job_id);
     snprintf(s->me, sizeof s->me, "%s.%s", s->site, s->job);
+    s->sf.base = base;
+    s->sf.ep = ep;
+    s->sf.job = s->job;
     s->hb_interval = cfg->heartbeat_interval;
     s->hb_timeout = cfg->heartbeat_timeout;
     s->task_timeout = cfg->task_idle_timeout;
@@ -1514,7 +1091,7 @@ void cj_fl_sessions_free(struct cj_fl_sessions *s)
 {
     if (!s) return;
     for (size_t i = 0; i < N_HANDLERS; i++) cj_stream_on(s->ep, CH, HANDLERS[i].topic, NULL, NULL);
-    while (s->notices) sf_free(s->notices);   /* pending requests cancelled: no callbacks */
+    cj_fl_srcfail_cancel_all(&s->sf);   /* pending requests cancelled: no callbacks */
     while (s->workers) {
         struct worker *w = s->workers;
         w->shut_fn = NULL;   /* no callbacks from free */

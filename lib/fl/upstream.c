@@ -8,8 +8,8 @@
  *   - submissions: one struct up_sub per result or failure report, each
  *     cycling task check -> submit_update -> (check -> resend)...
  *
- * Payloads are built and read by the helpers in task.c (payload/fobs.h cannot
- * be included next to stream/stream.h). */
+ * Payloads are built and read by fl/flmsg.c and requests sent through
+ * fl/flclient.c, so the loop never handles raw spans. */
 #include "fl/upstream.h"
 
 #include <stdarg.h>
@@ -20,15 +20,14 @@
 #include <event2/buffer.h>
 #include <msgpack.h>
 
+#include "fl/flmsg.h"
 #include "stream/stream.h"
 #include "util/log.h"
 #include "util/stats.h"
 
 #define TOPIC_SYNC "__sync_runner__"
-#define TOPIC_HEARTBEAT "__job_heartbeat__"
 #define TOPIC_TASK_CHECK "__task_check__"
 #define TOPIC_END_RUN "__end_run__"
-#define TOPIC_GET_TASK "get_task"
 #define TOPIC_SUBMIT "submit_update"
 #define FAILED_RC "EXECUTION_EXCEPTION"
 
@@ -82,6 +81,7 @@ struct cj_fl_up {
     char site[CJ_TASK_STR_MAX];
     char job[CJ_TASK_STR_MAX];
     char server[CJ_TASK_STR_MAX + 8];
+    struct cj_fl_client fl;       /* requests to server */
     msgpack_sbuffer project_hv;   /* packed project_name ("" = none) */
 
     enum cj_fl_up_state state;
@@ -163,9 +163,7 @@ static int aux_reply_rc(struct cj_stream_reply *r, char *rc, size_t rcsz, char *
         snprintf(why, whysz, "%s%s%s", r->return_code, r->error[0] ? ": " : "", r->error);
         return -1;
     }
-    size_t len;
-    const uint8_t *p = bytes_of(r->data, &len);
-    return cj_task_read_rc(p, len, rc, rcsz, why, whysz);
+    return cj_fl_client_reply_rc(r, rc, rcsz, why, whysz);
 }
 
 static bool from_server(const struct cj_fl_up *up, const char *origin)
@@ -244,16 +242,9 @@ static void fatal(struct cj_fl_up *up, const char *why)
 static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct cj_fl_up *up = arg;
-    char why[WHY_MAX];
-    struct evbuffer *b = evbuffer_new();
-    if (!b || cj_task_aux_request(b, TOPIC_HEARTBEAT, NULL, up->site, up->job, why, sizeof why)) {
-        if (b) evbuffer_free(b);
-        cj_log_error("upstream %s: cannot build __job_heartbeat__", up->server);
-        return;
-    }
-    struct cj_stream_msg m = { .encoding = "fobs", .optional = true };
-    if (cj_stream_send(up->ep, up->server, CJ_FL_AUX_CHANNEL, TOPIC_HEARTBEAT, &m, NULL, b, NULL, NULL, NULL))
-        cj_log_debug("upstream %s: __job_heartbeat__ not sent", up->server);
+    int rc = cj_fl_client_heartbeat(&up->fl);
+    if (rc < 0) cj_log_error("upstream %s: cannot build __job_heartbeat__", up->server);
+    else if (rc) cj_log_debug("upstream %s: __job_heartbeat__ not sent", up->server);
     else up->heartbeats++;
 }
 
@@ -283,20 +274,13 @@ static void on_get_task_reply(void *arg, struct cj_stream_reply *r);
 
 static void send_get_task(struct cj_fl_up *up)
 {
-    char why[WHY_MAX];
-    struct evbuffer *b = evbuffer_new();
-    if (!b || cj_task_get_task_request(b, up->site, up->job, up->last_task_id[0] ? up->last_task_id : NULL, why,
-                                       sizeof why)) {
-        if (b) evbuffer_free(b);
-        poll_failed(up, "cannot build the request");
-        return;
-    }
     struct cj_stream_hv hv = { "project_name", up->project_hv.data, up->project_hv.size };
     struct cj_stream_msg m = { .hdrs = &hv, .n_hdrs = up->project_hv.size ? 1 : 0, .encoding = "fobs",
                                .optional = true };
-    if (cj_stream_request(up->ep, up->server, CJ_FL_SERVER_CHANNEL, TOPIC_GET_TASK, &m, b, up->gtt,
-                          on_get_task_reply, up, &up->poll_req, NULL)) {
-        poll_failed(up, "request could not be sent");
+    const char *fail = cj_fl_client_get_task(&up->fl, up->last_task_id[0] ? up->last_task_id : NULL, &m, up->gtt,
+                                             on_get_task_reply, up, &up->poll_req);
+    if (fail) {
+        poll_failed(up, fail);
         return;
     }
     up->poll_inflight = true;
@@ -319,7 +303,7 @@ static void report_failed(struct cj_fl_up *up, struct cj_task *t, const char *wh
 static struct up_sub *find_sub(struct cj_fl_up *up, const struct cj_task *t);
 
 /* A real task: into the table, then to a worker. */
-static void take_task(struct cj_fl_up *up, const uint8_t *p, size_t len, const struct cj_task_reply *tr)
+static void take_task(struct cj_fl_up *up, const uint8_t *p, size_t len, const struct cj_flmsg_task_reply *tr)
 {
     char why[WHY_MAX];
     struct cj_task *t = cj_task_add(up->tt, p, len, why, sizeof why);
@@ -379,8 +363,8 @@ static void on_get_task_reply(void *arg, struct cj_stream_reply *r)
 
     size_t len;
     const uint8_t *p = bytes_of(r->data, &len);
-    struct cj_task_reply tr;
-    if (cj_task_read_reply(p, len, &tr, why, sizeof why)) {
+    struct cj_flmsg_task_reply tr;
+    if (cj_flmsg_read_reply(p, len, &tr, why, sizeof why)) {
         cj_stats.errors++;
         poll_failed(up, why);
         return;
@@ -460,27 +444,12 @@ static void on_sync_reply(void *arg, struct cj_stream_reply *r)
     synced(up);
 }
 
-/* Sends an aux request (fl-protocols.md §4) to server.<job>; NULL, or why it failed. */
-static const char *send_aux(struct cj_fl_up *up, const char *topic, const char *task_id, double timeout,
-                            cj_stream_reply_fn fn, void *arg, uint64_t *handle)
-{
-    char why[WHY_MAX];
-    struct evbuffer *b = evbuffer_new();
-    if (!b || cj_task_aux_request(b, topic, task_id, up->site, up->job, why, sizeof why)) {
-        if (b) evbuffer_free(b);
-        return "cannot build the request";
-    }
-    struct cj_stream_msg m = {.encoding = "fobs"};
-    if (cj_stream_request(up->ep, up->server, CJ_FL_AUX_CHANNEL, topic, &m, b, timeout, fn, arg, handle, NULL))
-        return "request could not be sent";
-    return NULL;
-}
-
 static void sync_send(struct cj_fl_up *up)
 {
     if (up->state != CJ_FL_UP_SYNCING) return;
     up->sync_tries++;
-    const char *fail = send_aux(up, TOPIC_SYNC, NULL, up->cfg.sync_timeout, on_sync_reply, up, &up->sync_req);
+    const char *fail = cj_fl_client_aux(&up->fl, TOPIC_SYNC, NULL, up->cfg.sync_timeout, on_sync_reply, up,
+                                        &up->sync_req);
     if (fail) {
         sync_retry(up, fail);
         return;
@@ -587,9 +556,9 @@ static int sub_build(struct up_sub *s, char *why, size_t whysz)
         return -1;
     }
     if (s->result)
-        return cj_task_submit_payload(s->payload, s->t, s->result, s->len, s->msg_root_id, up->site, up->job, why,
-                                      whysz);
-    return cj_task_failed_payload(s->payload, s->t, FAILED_RC, s->msg_root_id, up->site, up->job, why, whysz);
+        return cj_flmsg_submit_payload(s->payload, s->t, s->result, s->len, s->msg_root_id, up->site, up->job, why,
+                                       whysz);
+    return cj_flmsg_failed_payload(s->payload, s->t, FAILED_RC, s->msg_root_id, up->site, up->job, why, whysz);
 }
 
 /* A result is given up and turned into a failure report: done(false) runs now,
@@ -681,8 +650,8 @@ static void check_send(struct up_sub *s)
     if (s->result) cj_task_set_state(s->t, CJ_TASK_CHECKING);
     s->stage = SUB_CHECK;
     s->checks++;
-    const char *fail = send_aux(up, TOPIC_TASK_CHECK, s->t->server_id, up->cfg.task_check_timeout, on_check_reply, s,
-                                &s->req);
+    const char *fail = cj_fl_client_aux(&up->fl, TOPIC_TASK_CHECK, s->t->server_id, up->cfg.task_check_timeout,
+                                        on_check_reply, s, &s->req);
     if (fail) {
         check_retry(s, fail);
         return;
@@ -729,7 +698,7 @@ static bool aborted_result(struct evbuffer *payload)
     char rc[64], why[WHY_MAX];
     size_t len;
     const uint8_t *p = bytes_of(payload, &len);   /* one chunk already: no copy */
-    return cj_task_read_rc(p, len, rc, sizeof rc, why, sizeof why) == 0 && strcmp(rc, "TASK_ABORTED") == 0;
+    return cj_flmsg_read_rc(p, len, rc, sizeof rc, why, sizeof why) == 0 && strcmp(rc, "TASK_ABORTED") == 0;
 }
 
 static void submit_send(struct up_sub *s)
@@ -942,7 +911,7 @@ static void reply_aux(struct cj_fl_up *up, struct cj_stream_blob *b, const char 
     size_t len;
     const uint8_t *p = bytes_of(b->data, &len);
     struct evbuffer *out = evbuffer_new();
-    if (!out || cj_task_aux_reply(out, p, len, rc, up->site, up->job, why, sizeof why)) {
+    if (!out || cj_flmsg_aux_reply(out, p, len, rc, up->site, up->job, why, sizeof why)) {
         if (out) evbuffer_free(out);
         cj_log_error("upstream %s: cannot build the aux reply to %s: %s", up->server, b->req.topic, why);
         return;
@@ -1021,6 +990,7 @@ struct cj_fl_up *cj_fl_up_new(struct event_base *base, struct cj_stream_ep *ep, 
     snprintf(up->site, sizeof up->site, "%s", cfg->site);
     snprintf(up->job, sizeof up->job, "%s", cfg->job_id);
     snprintf(up->server, sizeof up->server, "server.%s", cfg->job_id);
+    up->fl = (struct cj_fl_client){ .ep = ep, .server = up->server, .site = up->site, .job = up->job };
     up->cfg.site = up->site;
     up->cfg.job_id = up->job;
     up->cfg.project_name = NULL;

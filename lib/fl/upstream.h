@@ -34,12 +34,10 @@
 
 #include "fl/creds.h"
 #include "fl/fl.h"
+#include "fl/flclient.h"
 #include "fl/task.h"
 
 struct cj_stream_ep;
-
-#define CJ_FL_AUX_CHANNEL "aux_communication"
-#define CJ_FL_SERVER_CHANNEL "server_command"
 
 struct cj_fl_up_cfg {
     const char *site;                /* [relay] site: client_name, __identity_name__ */

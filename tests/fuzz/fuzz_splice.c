@@ -12,8 +12,8 @@
  *  - SUBMIT_UPDATE of {"result": <task body>} built from a spliceable task
  *    always succeeds and carries __task_name__, __msg_root_id__, __peer_ctx__,
  *    __task_id__ (and the cookie jar when the task had one);
- *  - the same payload read as a get_task reply (cj_task_read_reply) and as an
- *    aux reply's __rc__ (cj_task_read_rc): 0 with NUL-terminated strings that
+ *  - the same payload read as a get_task reply (cj_flmsg_read_reply) and as an
+ *    aux reply's __rc__ (cj_flmsg_read_rc): 0 with NUL-terminated strings that
  *    fit their buffers, or -1 with a reason. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,7 +21,7 @@
 
 #include "payload/fobs.h"
 #include "payload/lobs.h"
-#include "fl/task.h"
+#include "fl/flmsg.h"
 #include "payload/splice.h"
 
 #define CHECK(x) do { if (!(x)) __builtin_trap(); } while (0)
@@ -165,10 +165,10 @@ static void submit_derived(const uint8_t *data, size_t size, const struct cj_tas
 /* The FL layer's readers of server replies, on the same bytes. */
 static void task_readers(const uint8_t *data, size_t size)
 {
-    struct cj_task_reply r;
+    struct cj_flmsg_task_reply r;
     char why[256], rc[64];
     why[0] = '\0';
-    if (cj_task_read_reply(data, size, &r, why, sizeof why) == 0) {
+    if (cj_flmsg_read_reply(data, size, &r, why, sizeof why) == 0) {
         CHECK(strlen(r.task_name) < sizeof r.task_name && strlen(r.task_id) < sizeof r.task_id);
         CHECK(r.wait_time == -1 || r.wait_time >= 0);   /* absent, not a number or negative: -1 */
         CHECK(r.min_get_task_timeout == -1 || r.min_get_task_timeout >= 0);
@@ -176,7 +176,7 @@ static void task_readers(const uint8_t *data, size_t size)
         CHECK(why[0] && strlen(why) < sizeof why);
     }
     why[0] = '\0';
-    if (cj_task_read_rc(data, size, rc, sizeof rc, why, sizeof why) == 0) CHECK(strlen(rc) < sizeof rc);
+    if (cj_flmsg_read_rc(data, size, rc, sizeof rc, why, sizeof why) == 0) CHECK(strlen(rc) < sizeof rc);
     else CHECK(why[0] && strlen(why) < sizeof why);
 }
 

@@ -3,6 +3,7 @@
  * checked against vectors 02, 09, 13, 14, 15 and 16. */
 #include "testutil.h"
 #include "fl/task.h"
+#include "fl/flmsg.h"
 
 #include <malloc.h>
 
@@ -298,12 +299,12 @@ static void test_too_many_refs_added_failed(void **state)
     assert_int_equal(cj_task_count(tt, true), 0);
     /* a failed result can still be built for it */
     struct evbuffer *out = evbuffer_new();
-    assert_int_equal(cj_task_failed_payload(out, t, "EXECUTION_EXCEPTION", ROOT_D00D, "site-1", "job-7f3a", why,
-                                            sizeof why), 0);
+    assert_int_equal(cj_flmsg_failed_payload(out, t, "EXECUTION_EXCEPTION", ROOT_D00D, "site-1", "job-7f3a", why,
+                                             sizeof why), 0);
     size_t n;
     uint8_t *fp = ev_bytes(out, &n);
     char rc[64];
-    assert_int_equal(cj_task_read_rc(fp, n, rc, sizeof rc, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_read_rc(fp, n, rc, sizeof rc, why, sizeof why), 0);
     assert_string_equal(rc, "EXECUTION_EXCEPTION");
     free(fp);
     evbuffer_free(out);
@@ -316,9 +317,9 @@ static void test_reply_reading(void **state)
 {
     size_t len;
     char why[256];
-    struct cj_task_reply r;
+    struct cj_flmsg_task_reply r;
     uint8_t *v16 = tu_read_vector("16_get_task_reply_try_again.bin", &len);
-    assert_int_equal(cj_task_read_reply(v16, len, &r, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_read_reply(v16, len, &r, why, sizeof why), 0);
     assert_string_equal(r.task_name, "__try_again__");
     assert_string_equal(r.task_id, "");
     assert_true(r.wait_time == 1.0);
@@ -326,31 +327,31 @@ static void test_reply_reading(void **state)
     free(v16);
 
     uint8_t *v02 = tu_read_vector("02_server_task_shareable_via_downloader.bin", &len);
-    assert_int_equal(cj_task_read_reply(v02, len, &r, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_read_reply(v02, len, &r, why, sizeof why), 0);
     assert_string_equal(r.task_name, "train");
     assert_string_equal(r.task_id, "9b2c0c1e-task");
     assert_true(r.wait_time < 0);
     char rc[64];
-    assert_int_equal(cj_task_read_rc(v02, len, rc, sizeof rc, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_read_rc(v02, len, rc, sizeof rc, why, sizeof why), 0);
     assert_string_equal(rc, "OK");   /* no __rc__: OK */
     free(v02);
 
     uint8_t bad[] = { 0x64, 0x00, 0, 0, 0, 0, 0, 0, 0, 1, 0x80 };
-    assert_int_equal(cj_task_read_reply(bad, sizeof bad, &r, why, sizeof why), -1);
+    assert_int_equal(cj_flmsg_read_reply(bad, sizeof bad, &r, why, sizeof why), -1);
     assert_true(why[0] != '\0');
-    assert_int_equal(cj_task_read_rc(bad, sizeof bad, rc, sizeof rc, why, sizeof why), -1);
-    assert_int_equal(cj_task_read_rc(NULL, 0, rc, sizeof rc, why, sizeof why), -1);
+    assert_int_equal(cj_flmsg_read_rc(bad, sizeof bad, rc, sizeof rc, why, sizeof why), -1);
+    assert_int_equal(cj_flmsg_read_rc(NULL, 0, rc, sizeof rc, why, sizeof why), -1);
 }
 
 static void test_builders_match_vectors(void **state)
 {
     char why[256];
     struct evbuffer *b = evbuffer_new();
-    assert_int_equal(cj_task_get_task_request(b, "site-1", "job-7f3a", NULL, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_get_task_request(b, "site-1", "job-7f3a", NULL, why, sizeof why), 0);
     assert_ev_equals_vector(b, "14_get_task_request.bin");
     evbuffer_drain(b, evbuffer_get_length(b));
 
-    assert_int_equal(cj_task_aux_request(b, "__task_check__", "9b2c0c1e-task", "site-1", "job-7f3a", why, sizeof why),
+    assert_int_equal(cj_flmsg_aux_request(b, "__task_check__", "9b2c0c1e-task", "site-1", "job-7f3a", why, sizeof why),
                      0);
     assert_ev_equals_vector(b, "15_aux_task_check_request.bin");
     evbuffer_drain(b, evbuffer_get_length(b));
@@ -363,7 +364,7 @@ static void test_builders_match_vectors(void **state)
     struct cj_task *t = cj_task_add(tt, v02, len, why, sizeof why);
     assert_non_null(t);
     free(v02);   /* built from the task's own copy of the headers */
-    assert_int_equal(cj_task_submit_payload(b, t, v09, rlen, ROOT_D00D, "site-1", "job-7f3a", why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_submit_payload(b, t, v09, rlen, ROOT_D00D, "site-1", "job-7f3a", why, sizeof why), 0);
     assert_ev_equals_vector(b, "13_relay_submit_update_splice.bin");
     evbuffer_drain(b, evbuffer_get_length(b));
 
@@ -375,13 +376,13 @@ static void test_builders_match_vectors(void **state)
     assert_string_equal(t->result_refs[0].ref_id, REF_385);
 
     /* bad result: refused with a reason, nothing appended */
-    assert_int_equal(cj_task_submit_payload(b, t, v09, 40, ROOT_D00D, "site-1", "job-7f3a", why, sizeof why), -1);
+    assert_int_equal(cj_flmsg_submit_payload(b, t, v09, 40, ROOT_D00D, "site-1", "job-7f3a", why, sizeof why), -1);
     assert_int_equal(evbuffer_get_length(b), 0);
     assert_non_null(strstr(why, "submit_update"));
     free(v09);
 
     /* failed result: never a code that would abort the job */
-    assert_int_equal(cj_task_failed_payload(b, t, "TASK_UNKNOWN", ROOT_D00D, "site-1", "job-7f3a", why, sizeof why),
+    assert_int_equal(cj_flmsg_failed_payload(b, t, "TASK_UNKNOWN", ROOT_D00D, "site-1", "job-7f3a", why, sizeof why),
                      -1);
     assert_int_equal(evbuffer_get_length(b), 0);
     cj_task_table_free(tt);
@@ -395,9 +396,9 @@ static void test_aux_reply(void **state)
     struct evbuffer *b = evbuffer_new();
     /* to a request with a cookie jar (a task payload has one): echoed */
     uint8_t *v02 = tu_read_vector("02_server_task_shareable_via_downloader.bin", &len);
-    assert_int_equal(cj_task_aux_reply(b, v02, len, "TOPIC_UNKNOWN", "site-1", "job-7f3a", why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_aux_reply(b, v02, len, "TOPIC_UNKNOWN", "site-1", "job-7f3a", why, sizeof why), 0);
     uint8_t *p = ev_bytes(b, &n);
-    assert_int_equal(cj_task_read_rc(p, n, rc, sizeof rc, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_read_rc(p, n, rc, sizeof rc, why, sizeof why), 0);
     assert_string_equal(rc, "TOPIC_UNKNOWN");
     const char jar[] = "\xae__cookie_jar__\x81\xab__task_id__\xad" "9b2c0c1e-task";
     bool found = false;
@@ -408,9 +409,9 @@ static void test_aux_reply(void **state)
     free(v02);
     evbuffer_drain(b, evbuffer_get_length(b));
     /* without a request */
-    assert_int_equal(cj_task_aux_reply(b, NULL, 0, "OK", "site-1", "job-7f3a", why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_aux_reply(b, NULL, 0, "OK", "site-1", "job-7f3a", why, sizeof why), 0);
     p = ev_bytes(b, &n);
-    assert_int_equal(cj_task_read_rc(p, n, rc, sizeof rc, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_read_rc(p, n, rc, sizeof rc, why, sizeof why), 0);
     assert_string_equal(rc, "OK");
     assert_null(memmem(p, n, "__cookie_jar__", 14));
     assert_non_null(memmem(p, n, "__peer_ctx__", 12));

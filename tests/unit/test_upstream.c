@@ -6,6 +6,7 @@
  * byte for byte with vectors 13, 14 and 15. */
 #include "testutil.h"
 #include "fl/upstream.h"
+#include "fl/flmsg.h"
 #include "stream/stream.h"
 #include "util/stats.h"
 #include "wire/header.h"
@@ -157,7 +158,7 @@ static struct evbuffer *aux_rc_reply(const char *rc)
 {
     struct evbuffer *b = evbuffer_new();
     char why[256];
-    assert_int_equal(cj_task_aux_reply(b, NULL, 0, rc, "server", JOB, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_aux_reply(b, NULL, 0, rc, "server", JOB, why, sizeof why), 0);
     return b;
 }
 
@@ -480,7 +481,7 @@ static struct evbuffer *get_task_req(const char *last)
 {
     struct evbuffer *b = evbuffer_new();
     char why[256];
-    assert_int_equal(cj_task_get_task_request(b, SITE, JOB, last, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_get_task_request(b, SITE, JOB, last, why, sizeof why), 0);
     return b;
 }
 
@@ -701,7 +702,7 @@ static void test_submit_exhausted_reports(void **state)
     assert_int_equal(w->s.chk_n, 4);
     for (int i = 0; i < 3; i++) assert_is_vector13(&w->s, i);
     char rc[64], why[256];
-    assert_int_equal(cj_task_read_rc(w->s.sub_pl[3], w->s.sub_len[3], rc, sizeof rc, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_read_rc(w->s.sub_pl[3], w->s.sub_len[3], rc, sizeof rc, why, sizeof why), 0);
     assert_string_equal(rc, "EXECUTION_EXCEPTION");
     struct cj_fl_up_status st;
     cj_fl_up_get_status(w->up, &st);
@@ -762,7 +763,7 @@ static void test_failed_reports(void **state)
     assert_int_equal(w->s.sub_n, 1);
     assert_true(w->s.sub_hdr_ok[0]);
     char rc[64], why[256];
-    assert_int_equal(cj_task_read_rc(w->s.sub_pl[0], w->s.sub_len[0], rc, sizeof rc, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_read_rc(w->s.sub_pl[0], w->s.sub_len[0], rc, sizeof rc, why, sizeof why), 0);
     assert_string_equal(rc, "EXECUTION_EXCEPTION");
     assert_non_null(memmem(w->s.sub_pl[0], w->s.sub_len[0], TASK_ID, strlen(TASK_ID)));
     assert_non_null(memmem(w->s.sub_pl[0], w->s.sub_len[0], w->s.sub_root[0], 36));
@@ -782,7 +783,7 @@ static void test_failed_reports(void **state)
     assert_int_equal(t2->state, CJ_TASK_FAILED);
     RUN_UNTIL(w->n, w->s.sub_n == 2, 2.0);
     assert_int_equal(w->s.sub_n, 2);
-    assert_int_equal(cj_task_read_rc(w->s.sub_pl[1], w->s.sub_len[1], rc, sizeof rc, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_read_rc(w->s.sub_pl[1], w->s.sub_len[1], rc, sizeof rc, why, sizeof why), 0);
     assert_string_equal(rc, "EXECUTION_EXCEPTION");
     assert_int_equal(cj_stats.tasks_failed, failed0 + 2);
     world_free(w);
@@ -802,7 +803,7 @@ static void on_aux_reply(void *arg, struct cj_stream_reply *r)
     size_t len;
     uint8_t *b = copy_ev(r->data, &len);
     char why[256];
-    if (cj_task_read_rc(b, len, p->rc, sizeof p->rc, why, sizeof why)) p->rc[0] = '\0';
+    if (cj_flmsg_read_rc(b, len, p->rc, sizeof p->rc, why, sizeof why)) p->rc[0] = '\0';
     free(b);
 }
 
@@ -810,7 +811,7 @@ static void server_aux(struct world *w, const char *topic, struct rep *p)
 {
     struct evbuffer *b = evbuffer_new();
     char why[256];
-    assert_int_equal(cj_task_aux_request(b, topic, NULL, "server", JOB, why, sizeof why), 0);
+    assert_int_equal(cj_flmsg_aux_request(b, topic, NULL, "server", JOB, why, sizeof why), 0);
     struct cj_stream_msg m = { .encoding = "fobs" };
     assert_int_equal(cj_stream_request(w->n->ep[SERVER], SITE "." JOB, CJ_FL_AUX_CHANNEL, topic, &m, b, 1.0,
                                        on_aux_reply, p, NULL, NULL),
