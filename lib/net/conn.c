@@ -691,6 +691,8 @@ size_t cj_conn_queued(const struct cj_conn *c)
     return q;
 }
 
+size_t cj_conn_held(const struct cj_conn *c) { return c->carrier ? cj_carrier_pending(c->carrier) : 0; }
+
 int cj_conn_set_carrier(struct cj_conn *c, struct cj_carrier *k)
 {
     if (c->carrier || !k) return -1;

@@ -99,6 +99,8 @@ void cj_conn_set_reading(struct cj_conn *c, bool on);
 /* Output bytes not yet on the socket: the owner's output, and with a carrier
  * its wire bytes and what waits for the peer's window. */
 size_t cj_conn_queued(const struct cj_conn *c);
+/* Of those, the bytes a carrier holds for the peer's flow-control window. */
+size_t cj_conn_held(const struct cj_conn *c);
 
 struct cj_carrier;
 /* Puts a carrier (carrier.h) between the socket and the SFM stream: from now

@@ -485,8 +485,12 @@ static void hs_timeout_cb(evutil_socket_t fd, short what, void *arg)
     const char *w = l->state == CJ_LINK_CONNECTING ? "connection"
                     : l->state == CJ_LINK_TLS      ? "TLS handshake"
                     : l->active                     ? "READY" : "HELLO";
-    link_down(l, CJ_LOG_WARNING, "handshake not completed within %g s (still waiting for the %s)",
-              l->hs_timeout, w);
+    size_t held = l->conn ? cj_conn_held(l->conn) : 0;
+    if (held) /* a gRPC server that never opened its window */
+        link_down(l, CJ_LOG_WARNING, "handshake not completed within %g s (still waiting for the %s; %zu bytes wait "
+                  "for the server's flow-control window)", l->hs_timeout, w, held);
+    else
+        link_down(l, CJ_LOG_WARNING, "handshake not completed within %g s (still waiting for the %s)", l->hs_timeout, w);
     leave(l);
 }
 

@@ -45,6 +45,17 @@
  *                     TLS ClientHello (a server that does not speak TLS)
  *         tlsmid      for an stcp:// url: the start of a TLS record claiming 16 KiB,
  *                     100 bytes of it, then close (a peer closing mid-record)
+ *       For an http:// url (the relay sends a WebSocket upgrade):
+ *         ws-refuse   HTTP/1.1 403 Forbidden
+ *         ws-badaccept  101 with a Sec-WebSocket-Accept that is not the key's
+ *         ws-garbage  a good 101, then a text message
+ *         ws-oversized  a good 101, then a binary message header claiming 3 GiB
+ *       For a grpc:// url (the relay sends the HTTP/2 preface and its call):
+ *         h2-goaway   SETTINGS, the call's 200 answer, a DATA frame holding the start of a
+ *                     1 MiB gRPC message, then GOAWAY (INTERNAL_ERROR, "going away")
+ *         h2-nowindow SETTINGS with an initial stream window of 0, then silence until
+ *                     the relay closes (its HELLO left under HTTP/2's first window; the
+ *                     READY it waits for never comes)
  *
  * Bounded memory: fixed buffers only. */
 #include <arpa/inet.h>
@@ -62,6 +73,8 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "net/wsupgrade.h"
 
 static double wait_secs = 5;
 static uint64_t big_size = 64u << 20;
@@ -344,6 +357,59 @@ static int do_flood(const char *url, int n, double secs)
 
 /* ---- serve ---------------------------------------------------------------------------------- */
 
+/* A 101 answering the upgrade request in req (its key's accept), at o. */
+static size_t ws_101(uint8_t *o, const uint8_t *req, size_t reqlen, bool good)
+{
+    char key[64] = "", acc[CJ_WSUP_ACCEPT_LEN + 1] = "AAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+    const char *k = memmem(req, reqlen, "Sec-WebSocket-Key: ", 19);
+    if (k) sscanf(k + 19, "%63[^\r]", key);
+    if (good) cj_wsup_accept(key, acc);
+    return (size_t)sprintf((char *)o, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                                      "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", acc);
+}
+
+/* An HTTP/2 frame header at o. */
+static size_t h2_head(uint8_t *o, uint32_t len, uint8_t type, uint8_t flags, uint32_t stream)
+{
+    o[0] = (uint8_t)(len >> 16); o[1] = (uint8_t)(len >> 8); o[2] = (uint8_t)len;
+    o[3] = type; o[4] = flags;
+    o[5] = (uint8_t)(stream >> 24); o[6] = (uint8_t)(stream >> 16); o[7] = (uint8_t)(stream >> 8); o[8] = (uint8_t)stream;
+    return 9;
+}
+
+/* The gRPC server's side for the h2-* kinds at o. */
+static size_t h2_answer(uint8_t *o, const char *kind)
+{
+    size_t n = 0;
+    if (!strcmp(kind, "h2-nowindow")) {  /* SETTINGS_INITIAL_WINDOW_SIZE (4) = 0 */
+        n += h2_head(o + n, 6, 4, 0, 0);
+        static const uint8_t iv[6] = {0, 4, 0, 0, 0, 0};
+        memcpy(o + n, iv, 6);
+        return n + 6;
+    }
+    n += h2_head(o + n, 0, 4, 0, 0);                       /* SETTINGS */
+    n += h2_head(o + n, 0, 4, 1, 0);                       /* ACK of the relay's */
+    /* HEADERS, END_HEADERS: :status 200 (static 8), content-type (static 31, literal) */
+    static const char ct[] = "application/grpc";
+    n += h2_head(o + n, 4 + 16, 1, 4, 1);
+    o[n++] = 0x88; o[n++] = 0x0f; o[n++] = 0x10; o[n++] = 16;
+    memcpy(o + n, ct, 16);
+    n += 16;
+    /* DATA: the first 100 bytes of a 1 MiB gRPC message: prefix, data field
+     * (tag 0x12, length 1048572 as a varint), an SFM prefix of that length */
+    n += h2_head(o + n, 105, 0, 0, 1);
+    static const uint8_t msg[13] = {0, 0, 0x10, 0, 0, 0x12, 0xfc, 0xff, 0x3f, 0, 0x0f, 0xff, 0xfc};
+    memcpy(o + n, msg, 13);
+    memset(o + n + 13, 0, 92);
+    n += 105;
+    /* GOAWAY: last stream 1, INTERNAL_ERROR (2), debug data */
+    n += h2_head(o + n, 8 + 10, 7, 0, 0);
+    static const uint8_t ga[8] = {0, 0, 0, 1, 0, 0, 0, 2};
+    memcpy(o + n, ga, 8);
+    memcpy(o + n + 8, "going away", 10);
+    return n + 18;
+}
+
 static void serve_one(int fd, const char *kind, int i)
 {
     uint8_t in[4096], f[1024];
@@ -371,6 +437,23 @@ static void serve_one(int fd, const char *kind, int i)
         n += m;
     } else if (!strcmp(kind, "plain")) {
         n = make_hello(f, 5, "server");
+    } else if (!strncmp(kind, "ws-", 3) && k > 0) {
+        if (!strcmp(kind, "ws-refuse")) {
+            n = (size_t)sprintf((char *)f, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+        } else {
+            n = ws_101(f, in, (size_t)k, strcmp(kind, "ws-badaccept") != 0);
+            if (!strcmp(kind, "ws-garbage")) {
+                memcpy(f + n, "\x81\x05hello", 7);
+                n += 7;
+            } else if (!strcmp(kind, "ws-oversized")) {
+                static const uint8_t big[10] = {0x82, 0x7f, 0, 0, 0, 0, 0xc0, 0, 0, 0};
+                memcpy(f + n, big, 10);
+                memset(f + n + 10, 0, 64); /* the start of its payload */
+                n += 74;
+            }
+        }
+    } else if (!strncmp(kind, "h2-", 3)) {
+        n = h2_answer(f, kind);
     } else if (!strcmp(kind, "tlsmid")) {
         /* handshake record, TLS 1.2, 16 KiB announced; 100 bytes of it */
         f[0] = 0x16; f[1] = 0x03; f[2] = 0x03; f[3] = 0x40; f[4] = 0x00;
@@ -380,7 +463,7 @@ static void serve_one(int fd, const char *kind, int i)
     send_all(fd, f, n);
     /* let the relay read it before the close (a reset could destroy it) */
     size_t got = 0;
-    int closed = wait_close(fd, 2, &got);
+    int closed = wait_close(fd, !strcmp(kind, "h2-nowindow") ? 20 : 2, &got);
     printf("SERVE %d: got %s (%zd bytes), sent %s (%zu bytes)%s, %s\n", i, first, k, kind, n,
            tls ? " over plain TCP" : "", closed ? "relay closed" : "closing");
     fflush(stdout);

@@ -7,7 +7,11 @@
 # what an operator must be told clearly:
 #   - grpcs checks the server certificate's name against the URL's host (FLARE's gRPC
 #     client does), https does not (FLARE's http client does not);
-#   - a relay speaking the wrong scheme to a server: each side names what it got.
+#   - a relay speaking the wrong scheme to a server: each side names what it got;
+#   - hostile servers (tests/e2e/cjhostile serve): a refused upgrade, a bad accept hash,
+#     a text or oversized WebSocket message, a GOAWAY in the middle of a gRPC message, a
+#     gRPC window that never opens: each is logged with its reason, the relay retries and
+#     stays alive.
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim; WK=$BUILD/cjrelay-worker
 W=$(mktemp -d); SIM=; RELAY=
@@ -117,4 +121,28 @@ check "the gRPC server names the HTTP/1.1 request" grep -q 'bad client magic' "$
 check "the relay keeps retrying with back-off" \
     sh -c "[ \$(grep -c 'WebSocket: the peer closed' '$W/wrong-http/relay.log') -ge 2 ]"
 stop_all
+
+# hostile KIND SCHEME REGEX [COUNT]: cjhostile serves COUNT (2) connections with KIND
+H=$BUILD/tests/e2e/cjhostile
+hostile() {
+    R=$W/h-$1; mkdir -p "$R"
+    $H serve 0 "$1" "${4:-2}" > "$R/serve.out" 2>&1 & SIM=$!
+    wait_for 10 grep -q '^SERVE READY' "$R/serve.out"
+    start_relay "h-$1" "$2://127.0.0.1:$(awk '/^SERVE READY/ {print $3}' "$R/serve.out")"
+    wait_for 40 sh -c "[ \$(grep -c '^SERVE [0-9]' '$R/serve.out') -ge ${4:-2} ]"
+    if grep -Eq "$3" "$R/relay.log"; then
+        pass "hostile $2 server, $1: logged: $(grep -Eo "$3.*" "$R/relay.log" | head -1 | cut -c1-100)"
+    else
+        fail "hostile $2 server, $1: no log line /$3/"; grep -E 'upstream' "$R/relay.log" | tail -4 | note
+    fi
+    check "hostile $2 server, $1: the relay retried and is alive" \
+        sh -c "kill -0 $RELAY && [ \$(grep -c '^SERVE [0-9]' '$R/serve.out') -ge ${4:-2} ]"
+    stop_all
+}
+hostile ws-refuse http 'WebSocket: upgrade refused: "HTTP/1.1 403 Forbidden"'
+hostile ws-badaccept http 'WebSocket: bad Sec-WebSocket-Accept "AAAA'
+hostile ws-garbage http 'WebSocket: text message from the server'
+hostile ws-oversized http 'WebSocket: WebSocket message over 2145386496 bytes'
+hostile h2-goaway grpc 'gRPC: the server sent GOAWAY \(INTERNAL_ERROR: going away\)'
+hostile h2-nowindow grpc "handshake not completed within 10 s \\(still waiting for the READY" 1
 finish
