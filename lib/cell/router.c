@@ -90,6 +90,7 @@ struct cj_router {
 
     /* upstream */
     char up_url[CJ_ADDR_TEXT_MAX];
+    char up_tls_name[CJ_EP_ADDR_MAX]; /* grpcs: the server certificate's expected name ("" = the url's host) */
     SSL_CTX *up_tls;
     struct evdns_base *dns;
     bool own_dns;
@@ -1245,6 +1246,8 @@ int cj_router_upstream_start(struct cj_router *r, const struct cj_upstream_cfg *
         return cj_fail(err, CJ_E_INVALID, 0, "upstream %s: %s", a.text,
                        u->tls ? "TLS needs an stcp://, https:// or grpcs:// url" : "a TLS scheme needs a TLS context");
     snprintf(r->up_url, sizeof r->up_url, "%s", u->url);
+    snprintf(r->up_tls_name, sizeof r->up_tls_name, "%s", u->tls_name ? u->tls_name : "");
+    r->upstream_cfg.tls_name = r->up_tls_name;
     r->up_tls = u->tls;
     r->rmin = u->reconnect_min > 0 ? u->reconnect_min : 0.5;
     r->rmax = u->reconnect_max > 0 ? u->reconnect_max : 30;

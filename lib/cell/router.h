@@ -69,8 +69,9 @@ struct cj_router_cfg {
 };
 
 struct cj_upstream_cfg {
-    const char *url;                     /* tcp://HOST:PORT or stcp://HOST:PORT */
-    SSL_CTX *tls;                        /* client context for stcp (net/tls.h), NULL for tcp; not owned */
+    const char *url;                     /* SCHEME://HOST:PORT, any network scheme (util/parse.h) */
+    SSL_CTX *tls;                        /* client context for stcp/https/grpcs (net/tls.h), NULL otherwise; not owned */
+    const char *tls_name;                /* grpcs: the name the server certificate must carry (NULL: the url's host) */
     struct evdns_base *dns;              /* NULL: the router makes one if the host is a name */
     double reconnect_min, reconnect_max; /* seconds; 0 = 0.5 / 30 */
 };

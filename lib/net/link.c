@@ -36,6 +36,7 @@ struct cj_link {
     SSL_CTX *tls;
     bool active;
     int scheme;                  /* enum cj_ep_kind: the carrier under the frames */
+    char tls_name[CJ_EP_ADDR_MAX]; /* grpcs: the name to check, "" = the URL's host */
     bool reneg_refused;          /* the TLS peer asked to renegotiate (refused: tls.c) */
     enum cj_link_state state;
 
@@ -867,6 +868,7 @@ static struct cj_link *link_new(struct event_base *base, bool active, SSL_CTX *t
     l->dead_after = cfg->dead_after;
     l->quiet = cfg->quiet;
     l->scheme = cfg->scheme;
+    snprintf(l->tls_name, sizeof l->tls_name, "%s", cfg->tls_name ? cfg->tls_name : "");
     l->link_buffer = cfg->link_buffer ? cfg->link_buffer : CJ_LINK_BUFFER_DEFAULT;
     if (ops) l->ops = *ops;
     l->ctx = ctx;
@@ -929,13 +931,13 @@ static int attach_carrier(struct cj_link *l)
 }
 
 /* TLS for grpcs as FLARE's gRPC client does it: ALPN h2, and the server's
- * certificate must name the host of the URL. */
+ * certificate must name the host of the URL (or the name configured instead). */
 static int tls_for_grpcs(struct cj_link *l, SSL *ssl)
 {
     if (l->scheme != CJ_EP_GRPCS) return 0;
     if (!l->active) return 0;  /* a server's ALPN answer is its context's (cj_tls_server_ctx) */
     if (SSL_set_alpn_protos(ssl, (const unsigned char *)"\x02h2", 3) != 0) return -1;
-    return SSL_set1_host(ssl, l->addr.ep.addr) == 1 ? 0 : -1;
+    return SSL_set1_host(ssl, l->tls_name[0] ? l->tls_name : l->addr.ep.addr) == 1 ? 0 : -1;
 }
 
 /* Wraps the connected fd in a conn (OpenSSL over it for TLS links). */

@@ -75,6 +75,8 @@ struct cj_link_cfg {
     double dead_after;           /* close after this long without receiving; 0 = never */
     size_t link_buffer;          /* output bound for cj_link_over/throttle; 0 = default */
     bool quiet;                  /* log state changes at debug (the owner reports retries itself) */
+    const char *tls_name;        /* grpcs: the name the server's certificate must carry (NULL or "": the
+                                  * URL's host); copied */
     int scheme;                  /* cj_link_attach: how the frames are carried (CJ_EP_HTTP, _GRPC, ...;
                                   * 0 = bare, as tcp); cj_link_connect takes its URL's */
 };

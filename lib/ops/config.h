@@ -26,7 +26,7 @@
 
 #include "util/parse.h"
 
-#define CJ_CFG_NKEYS     36       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_NKEYS     37       /* rows in the key table (checked in config.c) */
 #define CJ_CFG_PATH_MAX  1024
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
@@ -63,11 +63,12 @@ struct cj_config {
         int on_end_run;                    /* enum cj_on_end_run */
     } relay;
     struct {
-        struct cj_endpoint url;            /* CJ_EP_TCP (clear) or CJ_EP_STCP (TLS) */
+        struct cj_endpoint url;            /* any network scheme: tcp/http/grpc (clear), stcp/https/grpcs (TLS) */
         int connection_security;           /* enum cj_security */
         char ca_file[CJ_CFG_PATH_MAX];
         char cert_file[CJ_CFG_PATH_MAX];
         char key_file[CJ_CFG_PATH_MAX];
+        char tls_server_name[256];         /* grpcs: the name the server certificate must carry; "" = url's host */
         char project_name[128];
         char credentials_file[CJ_CFG_PATH_MAX];
         double get_task_interval;          /* seconds */

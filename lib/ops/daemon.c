@@ -401,7 +401,7 @@ static int start_upstream(struct cj_daemon *d, struct cj_err *err)
         if (!(d->tls = cj_tls_client_ctx(&o, err))) return -1;
     }
     struct cj_upstream_cfg u = {
-        .url = d->upstream_url, .tls = d->tls,
+        .url = d->upstream_url, .tls = d->tls, .tls_name = c->upstream.tls_server_name,
         .reconnect_min = c->upstream.reconnect_min, .reconnect_max = c->upstream.reconnect_max,
     };
     return cj_router_upstream_start(d->router, &u, err);

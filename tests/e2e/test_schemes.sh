@@ -40,7 +40,7 @@ start_sim() {
     PORT=$(awk '/^SIM READY/ {print $3}' "$R/sim.out")
 }
 
-# start_relay NAME URL: a relay with one launched worker toward URL; sets RELAY
+# start_relay NAME URL [UPSTREAM-LINE]: a relay with one launched worker toward URL; sets RELAY
 start_relay() {
     R=$W/$1
     sec=
@@ -56,6 +56,7 @@ on_end_run = wait
 [upstream]
 url = $2
 $sec
+${3:-}
 reconnect_min = 0.1
 reconnect_max = 0.5
 [workers]
@@ -96,6 +97,12 @@ wait_for 15 grep -qiE 'IP address mismatch|hostname mismatch' "$W/name-grpcs/rel
 check "grpcs to a host the certificate does not name: refused, the log says the address does not match" \
     grep -qi 'certificate verify failed; server certificate: IP address mismatch' "$W/name-grpcs/relay.log"
 check "grpcs: no round ran" sh -c "! grep -q '^ROUND' '$W/name-grpcs/sim.out'"
+stop_all
+start_sim name-grpcs2 grpcs 0.0.0.0 1
+start_relay name-grpcs2 "grpcs://127.0.0.2:$PORT" "tls_server_name = localhost"
+wait_for 60 sh -c "! kill -0 $SIM 2>/dev/null"
+check "grpcs with tls_server_name = localhost (a name the certificate carries): the round verifies" \
+    grep -q '^SIM OK rounds=1' "$W/name-grpcs2/sim.out"
 stop_all
 start_sim name-https https 0.0.0.0 1
 start_relay name-https "https://127.0.0.2:$PORT"
