@@ -7,6 +7,8 @@
 # what an operator must be told clearly:
 #   - grpcs checks the server certificate's name against the URL's host (FLARE's gRPC
 #     client does), https does not (FLARE's http client does not);
+#   - the TLS refusals of test_tls.sh (a server CA not trusted, a client certificate from
+#     another CA, an expired one) on https and grpcs, each with OpenSSL's reason;
 #   - a relay speaking the wrong scheme to a server: each side names what it got;
 #   - hostile servers (tests/e2e/cjhostile serve): a refused upgrade, a bad accept hash,
 #     a text or oversized WebSocket message, a GOAWAY in the middle of a gRPC message, a
@@ -128,6 +130,24 @@ check "the gRPC server names the HTTP/1.1 request" grep -q 'bad client magic' "$
 check "the relay keeps retrying with back-off" \
     sh -c "[ \$(grep -c 'WebSocket: the peer closed' '$W/wrong-http/relay.log') -ge 2 ]"
 stop_all
+
+# TLS refusals on https and grpcs, as test_tls.sh checks them on stcp: each logged
+# with OpenSSL's reason.  refused SCHEME NAME CA CERT KEY REGEX
+refused() {
+    start_sim "$2-$1" "$1" 127.0.0.1 1
+    start_relay "$2-$1" "$1://127.0.0.1:$PORT"
+    sed -i "s|^ca_file = .*|ca_file = $3|; s|^cert_file = .*|cert_file = $4|; s|^key_file = .*|key_file = $5|" "$W/$2-$1/relay.ini"
+    kill -TERM "$RELAY" 2>/dev/null; wait "$RELAY" 2>/dev/null
+    $D -c "$W/$2-$1/relay.ini" > "$W/$2-$1/relay.log" 2>&1 & RELAY=$!
+    wait_for 15 grep -Eq "$6" "$W/$2-$1/relay.log"
+    check "$1, $2: refused, the relay log says /$6/" grep -Eq "$6" "$W/$2-$1/relay.log"
+    stop_all
+}
+for sc in https grpcs; do
+    refused $sc wrong-ca "$K/wrongCA.pem" "$K/client.crt" "$K/client.key" 'TLS handshake failed: .*certificate verify failed'
+    refused $sc client-cert-from-other-ca "$K/rootCA.pem" "$K/wrong.crt" "$K/client.key" 'alert unknown ca'
+    refused $sc expired-client-cert "$K/rootCA.pem" "$K/expired.crt" "$K/client.key" 'alert certificate expired'
+done
 
 # hostile KIND SCHEME REGEX [COUNT]: cjhostile serves COUNT (2) connections with KIND
 H=$BUILD/tests/e2e/cjhostile
