@@ -3,7 +3,8 @@
 # binaries: for each of tcp, stcp, http, https, grpc and grpcs the simulator listens
 # with that scheme (the TLS ones with certificates made here, client certificates
 # required) and the relay reaches it with mutual TLS where it applies; two rounds of a
-# model sent as download refs go to a launched worker and come back verified.  Then
+# model sent as download refs go to a launched worker and come back verified, and when
+# the server comes back on the same port the relay reconnects.  Then
 # what an operator must be told clearly:
 #   - grpcs checks the server certificate's name against the URL's host (FLARE's gRPC
 #     client does), https does not (FLARE's http client does not);
@@ -88,6 +89,14 @@ for sc in tcp stcp http https grpc grpcs; do
         { tail -5 "$W/$sc/sim.err" | note; grep -iE 'error|warn' "$W/$sc/relay.log" | tail -5 | note; }
     check "$sc: show info names the url with its scheme" \
         sh -c "'$C' -s '$W/$sc/status.sock' show info | grep -q 'upstream_url.*$sc://127.0.0.1:$PORT'"
+    # the server comes back on the same port: the relay, retrying with back-off, reconnects
+    R=$W/$sc; tls=; is_tls "$sc" && tls="--tls-dir $K"
+    wait_for 10 grep -q 'upstream lost' "$R/relay.log"
+    # shellcheck disable=SC2086
+    $S --listen "$sc://127.0.0.1:$PORT" $tls --job-id J1 --rounds 1 > "$R/sim2.out" 2> "$R/sim2.err" & SIM=$!
+    wait_for 20 grep -q "upstream up (server at $sc://127.0.0.1:$PORT) after retrying" "$R/relay.log"
+    check "$sc: the server restarted on its port; the relay reconnected" \
+        grep -q "upstream up (server at $sc://127.0.0.1:$PORT) after retrying" "$R/relay.log"
     stop_all
 done
 
