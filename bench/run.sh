@@ -27,6 +27,7 @@
 #   7. raw transfer: a worker that only checks and drops the items (cjrelay-worker --direct --raw)
 #      downloads BENCH_TPUT_MODEL, built before the task went out (cjrelay-sim --prebuild), through
 #      the relay and direct; MiB/s, median of BENCH_TPUT_RUNS
+#   8. the raw transfer of 7 over http and grpc: relay and direct worker both on the scheme
 #
 # Prints a table and writes build/bench/results.json (printf only, no Python).
 # Knobs [defaults]: BENCH_TPUT_MODEL [1G], BENCH_TPUT_RUNS [3], BENCH_MODELS [64M 512M 2G],
@@ -35,7 +36,7 @@
 # BENCH_LAT_ROUNDS [1000], BENCH_FANIN [16], BENCH_FANIN_MODEL [64M per worker],
 # BENCH_CPU_MODEL [256M], BENCH_CPU [1; 0 skips callgrind], BENCH_SIM_ARGS [] (extra sim flags,
 # e.g. "--window 4M"), BENCH_JOB_TIMEOUT [300 s per job], BENCH_SYS_MODEL [1G], BENCH_SYS_RUNS [5],
-# BENCH_SECTIONS [tput mem lat fanin cpu sys raw], BENCH_BIN [build/] (the cjrelay binaries to
+# BENCH_SECTIONS [tput mem lat fanin cpu sys raw schemes], BENCH_BIN [build/] (the cjrelay binaries to
 # measure, e.g. an older build's; the floor is always build/bench/floor).
 TPUT_MODEL=${BENCH_TPUT_MODEL:-1G}
 TPUT_RUNS=${BENCH_TPUT_RUNS:-3}
@@ -47,7 +48,7 @@ FANIN_MODEL=${BENCH_FANIN_MODEL:-64M}
 CPU_MODEL=${BENCH_CPU_MODEL:-256M}
 CPU_ON=${BENCH_CPU:-1}
 JOB_TIMEOUT=${BENCH_JOB_TIMEOUT:-300}
-SECTIONS=${BENCH_SECTIONS:-tput mem lat fanin cpu sys raw}
+SECTIONS=${BENCH_SECTIONS:-tput mem lat fanin cpu sys raw schemes}
 SYS_MODEL=${BENCH_SYS_MODEL:-1G}
 SYS_RUNS=${BENCH_SYS_RUNS:-5}
 SIM_EXTRA=${BENCH_SIM_ARGS:-}
@@ -454,7 +455,7 @@ raw_run() { # raw_run NAME relay|direct: prints MiB/s or nothing
         start_relay "$n" pass_through 0 || { end_relay "$n"; return; }
         url="unix:$W/$n.w.sock"; cell=site-1.J1.r1
     else
-        url="tcp://127.0.0.1:$PORT"; cell=site-1.J1
+        url="$(up_scheme)://127.0.0.1:$PORT"; cell=site-1.J1
     fi
     "$WK" --direct "$url" --job-id J1 --cell "$cell" --raw > "$W/$n.out" 2> "$W/$n.err" & DIRECTS=$!
     wait_exit "$DIRECTS" "$JOB_TIMEOUT" >/dev/null
@@ -475,6 +476,26 @@ fi
 RAW_A_MED=$(echo $RAW_A | tr ' ' '\n' | median)
 RAW_B_MED=$(echo $RAW_B | tr ' ' '\n' | median)
 RAW_RATIO=$(awk -v a="$RAW_A_MED" -v b="$RAW_B_MED" 'BEGIN {if (a != "" && b > 0) printf "%.3f", a / b}')
+
+# ---- 8. the same raw transfer over http and grpc (the direct worker speaks them clear) --------------
+SCH_ROWS=; SCH_JSON=
+if has schemes; then
+    for sc in http grpc; do
+        a=; b=; i=1
+        while [ $i -le "$TPUT_RUNS" ]; do
+            echo "bench: raw transfer over $sc, run $i/$TPUT_RUNS: through the relay, then direct ..."
+            v=$(UP_SCHEME=$sc raw_run raw-$sc-a-$i relay); [ -n "$v" ] && a="$a $v"
+            v=$(UP_SCHEME=$sc raw_run raw-$sc-b-$i direct); [ -n "$v" ] && b="$b $v"
+            i=$((i + 1))
+        done
+        am=$(echo $a | tr ' ' '\n' | median); bm=$(echo $b | tr ' ' '\n' | median)
+        r=$(awk -v a="$am" -v b="$bm" 'BEGIN {if (a != "" && b > 0) printf "%.3f", a / b}')
+        SCH_ROWS="$SCH_ROWS$(printf '  %-5s through the relay %8s   direct %8s   relay / direct %s' "$sc" "${am:-?}" "${bm:-?}" "${r:-n/a}")
+"
+        SCH_JSON="$SCH_JSON${SCH_JSON:+,}$(printf '\n    "%s": {"relay_mib_s_median": %s, "direct_mib_s_median": %s, "relay_over_direct": %s}' \
+            "$sc" "$(json_num "$am")" "$(json_num "$bm")" "$(json_num "$r")")"
+    done
+fi
 
 # top self-cost functions: "pct function" lines
 cg_top() {
@@ -521,6 +542,10 @@ echo "7. raw transfer, $TPUT_MODEL, worker checks and drops the items (MiB/s, me
 echo "  through the relay: ${RAW_A_MED:-?}   runs:${RAW_A:- none}"
 echo "  direct:            ${RAW_B_MED:-?}   runs:${RAW_B:- none}"
 echo "  relay / direct: ${RAW_RATIO:-n/a}"
+echo
+echo "8. raw transfer over FLARE's other clear schemes, $TPUT_MODEL (MiB/s, median of $TPUT_RUNS; the relay's upstream and the"
+echo "   direct worker both use the scheme; the relay's workers stay on a Unix socket)"
+printf '%s' "$SCH_ROWS"
 
 {
     printf '{\n  "date": "%s",\n  "cores": %s,\n  "load": "%s",\n' "$DATE" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -544,8 +569,9 @@ echo "  relay / direct: ${RAW_RATIO:-n/a}"
     printf '    "http_over_tcp_cpu": %s, "grpc_over_tcp_cpu": %s, "https_over_stcp_cpu": %s, "grpcs_over_stcp_cpu": %s\n  },\n' \
         "$(json_num "$SYS_HTTP_RATIO")" "$(json_num "$SYS_GRPC_RATIO")" "$(json_num "$SYS_HTTPS_RATIO")" "$(json_num "$SYS_GRPCS_RATIO")"
     printf '  "raw_transfer": {\n    "model": "%s", "relay_runs_mib_s": [%s], "direct_runs_mib_s": [%s],\n' "$TPUT_MODEL" "$(echo $RAW_A | tr ' ' ',')" "$(echo $RAW_B | tr ' ' ',')"
-    printf '    "relay_mib_s_median": %s, "direct_mib_s_median": %s, "relay_over_direct": %s\n  }\n}\n' \
+    printf '    "relay_mib_s_median": %s, "direct_mib_s_median": %s, "relay_over_direct": %s\n  },\n' \
         "$(json_num "$RAW_A_MED")" "$(json_num "$RAW_B_MED")" "$(json_num "$RAW_RATIO")"
+    printf '  "raw_transfer_by_scheme": {%s\n  }\n}\n' "$SCH_JSON"
 } > "$OUT/results.json"
 echo
 echo "bench: wrote $OUT/results.json"
