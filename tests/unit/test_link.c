@@ -4,6 +4,7 @@
  * Real sockets (socketpair, AF_UNIX, loopback TCP on port 0), one event loop
  * per test. */
 #include "testutil.h"
+#include "linkrec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,15 +25,6 @@
 #include "wire/header.h"
 
 /* ---- harness ------------------------------------------------------------------- */
-
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void tick_cb(evutil_socket_t fd, short w, void *a) { (void)fd; (void)w; (void)a; }
 
 struct env {
     struct event_base *base;
@@ -61,71 +53,6 @@ static void env_done(struct env *e)
     event_base_free(e->base);
 }
 
-#define RUN_UNTIL(e, cond, secs)                                                     \
-    do {                                                                             \
-        double end_ = now_mono() + (secs);                                           \
-        while (!(cond) && now_mono() < end_) event_base_loop((e)->base, EVLOOP_ONCE); \
-    } while (0)
-
-/* What a link's owner saw. */
-#define REC_MSGS 64
-struct rec {
-    struct cj_link *link;
-    int up, down, drains, hellos;
-    bool refuse;
-    char why[1024];
-    char hello[CJ_FQCN_MAX + 1];
-    struct cj_msg *msgs[REC_MSGS];
-    int nmsgs;
-};
-
-static void rec_up(struct cj_link *l, void *ctx) { (void)l; ((struct rec *)ctx)->up++; }
-static void rec_down(struct cj_link *l, const char *why, void *ctx)
-{
-    (void)l;
-    struct rec *r = ctx;
-    r->down++;
-    snprintf(r->why, sizeof r->why, "%s", why);
-    r->link = NULL;
-}
-static void rec_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
-{
-    (void)l;
-    struct rec *r = ctx;
-    if (r->nmsgs < REC_MSGS) r->msgs[r->nmsgs++] = m;
-    else cj_msg_free(m);
-}
-static int rec_hello(struct cj_link *l, const char *peer, char *why, size_t n, void *ctx)
-{
-    (void)l;
-    struct rec *r = ctx;
-    r->hellos++;
-    snprintf(r->hello, sizeof r->hello, "%s", peer);
-    if (r->refuse) {
-        snprintf(why, n, "test refuses %s", peer);
-        return -1;
-    }
-    return 0;
-}
-static void rec_drain(struct cj_link *l, void *ctx) { (void)l; ((struct rec *)ctx)->drains++; }
-
-static const struct cj_link_ops rec_ops = {
-    .on_up = rec_up, .on_msg = rec_msg, .on_down = rec_down, .on_hello = rec_hello, .on_drain = rec_drain,
-};
-
-static void rec_clear(struct rec *r)
-{
-    for (int i = 0; i < r->nmsgs; i++) cj_msg_free(r->msgs[i]);
-    r->nmsgs = 0;
-}
-
-static void rec_free_link(struct rec *r)
-{
-    rec_clear(r);
-    if (r->link) cj_link_free(r->link);
-    r->link = NULL;
-}
-
 static struct cj_link_cfg cfg_named(const char *name, const char *me)
 {
     struct cj_link_cfg c = {.name = name, .me = me, .handshake_timeout = 2};
@@ -139,24 +66,6 @@ static void pair(int sv[2])
 
 /* ---- raw peer (the test writing frames by hand) ---------------------------------- */
 
-static void raw_write(struct env *e, int fd, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    double end = now_mono() + 5;
-    while (n > 0) {
-        ssize_t w = write(fd, b, n);
-        if (w > 0) {
-            b += w;
-            n -= (size_t)w;
-        } else {
-            assert_true(w < 0 && (errno == EAGAIN || errno == EINTR));
-            assert_true(now_mono() < end);
-            event_base_loop(e->base, EVLOOP_ONCE);
-        }
-    }
-}
-
 static void raw_hello(struct env *e, int fd, uint8_t type, const char *name)
 {
     struct cj_frame_hello h;
@@ -168,33 +77,8 @@ static void raw_hello(struct env *e, int fd, uint8_t type, const char *name)
     h.has_fqcn = true;
     h.timestamp = 1.5e9;
     assert_int_equal(cj_frame_build_hello(&sb, type, 1, 1, &h, NULL), 0);
-    raw_write(e, fd, sb.data, sb.size);
+    raw_write(e->base, fd, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
-}
-
-/* Reads one whole frame from fd (running the loop meanwhile).  Returns its
- * length, 0 on EOF, -1 on timeout. */
-static long raw_read_frame(struct env *e, int fd, uint8_t *buf, size_t cap, double secs)
-{
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    size_t have = 0, need = CJ_FRAME_PREFIX_LEN;
-    double end = now_mono() + secs;
-    while (now_mono() < end) {
-        ssize_t r = read(fd, buf + have, need - have);
-        if (r == 0) return 0;
-        if (r > 0) {
-            have += (size_t)r;
-            if (have == CJ_FRAME_PREFIX_LEN && need == CJ_FRAME_PREFIX_LEN) {
-                need = (size_t)buf[0] << 24 | (size_t)buf[1] << 16 | (size_t)buf[2] << 8 | buf[3];
-                assert_true(need >= CJ_FRAME_PREFIX_LEN && need <= cap);
-            }
-            if (have == need) return (long)have;
-            continue;
-        }
-        if (errno == ECONNRESET) return 0;
-        event_base_loop(e->base, EVLOOP_ONCE);
-    }
-    return -1;
 }
 
 /* True when the peer closed fd (read gives EOF or reset) within secs. */
@@ -501,7 +385,7 @@ static void raw_handshake(struct raw_env *x, const char *name)
 {
     uint8_t buf[256];
     raw_hello(&x->e, x->raw, CJ_FRAME_HELLO, name);
-    long n = raw_read_frame(&x->e, x->raw, buf, sizeof buf, 2);
+    long n = raw_read_frame(x->e.base, x->raw, buf, sizeof buf, 2);
     assert_true(n > CJ_FRAME_PREFIX_LEN);
     assert_int_equal(buf[6], CJ_FRAME_READY);
     struct cj_frame_hello h;
@@ -549,7 +433,7 @@ static void test_data_before_handshake(void **state)
     raw_setup(&x, &c);
     size_t n;
     uint8_t *f = tu_read_vector("frames/cap25_dl_req_at_trainer_link.bin", &n);
-    raw_write(&x.e, x.raw, f, n);
+    raw_write(x.e.base, x.raw, f, n);
     assert_true(raw_eof(&x.e, x.raw, 2));
     assert_int_equal(x.r.nmsgs, 0);
     assert_non_null(strstr(x.r.why, "before the handshake"));
@@ -582,8 +466,8 @@ static void test_ping_pong(void **state)
     assert_int_equal(n, 17);
     uint8_t buf[64];
     for (int i = 0; i < 3; i++) {
-        raw_write(&x.e, x.raw, ping, n);
-        long got = raw_read_frame(&x.e, x.raw, buf, sizeof buf, 2);
+        raw_write(x.e.base, x.raw, ping, n);
+        long got = raw_read_frame(x.e.base, x.raw, buf, sizeof buf, 2);
         assert_int_equal(got, 17);
         assert_int_equal(buf[6], CJ_FRAME_PONG);
         assert_int_equal(buf[16], 0xc0);
@@ -595,9 +479,9 @@ static void test_ping_pong(void **state)
     uint8_t frag[17];
     memcpy(frag, ping, 17);
     frag[6] = CJ_FRAME_FRAG;
-    raw_write(&x.e, x.raw, frag, 17);
-    raw_write(&x.e, x.raw, ping, 17);
-    assert_int_equal(raw_read_frame(&x.e, x.raw, buf, sizeof buf, 2), 17);
+    raw_write(x.e.base, x.raw, frag, 17);
+    raw_write(x.e.base, x.raw, ping, 17);
+    assert_int_equal(raw_read_frame(x.e.base, x.raw, buf, sizeof buf, 2), 17);
     assert_int_equal(cj_link_counters(x.r.link)->frames_dropped, 1);
     assert_int_equal(cj_link_get_state(x.r.link), CJ_LINK_UP);
     free(ping);
@@ -616,7 +500,7 @@ static void test_frame_split_across_writes(void **state)
     size_t n;
     uint8_t *f = tu_read_vector("frames/cap25_dl_req_at_trainer_link.bin", &n);
     for (size_t i = 0; i < n; i++) {
-        raw_write(&x.e, x.raw, f + i, 1);
+        raw_write(x.e.base, x.raw, f + i, 1);
         event_base_loop(x.e.base, EVLOOP_NONBLOCK);
         if (i + 1 < n) assert_int_equal(x.r.nmsgs, 0);
     }
@@ -644,7 +528,7 @@ static void test_captured_stream(void **state)
     size_t n;
     uint8_t *s = tu_read_vector("frames/stream_trainer_to_cj.bin", &n);
     for (size_t i = 0; i < n; i += 7) {
-        raw_write(&x.e, x.raw, s + i, n - i < 7 ? n - i : 7);
+        raw_write(x.e.base, x.raw, s + i, n - i < 7 ? n - i : 7);
         event_base_loop(x.e.base, EVLOOP_NONBLOCK);
     }
     RUN_UNTIL(&x.e, x.r.nmsgs == 15, 2);
@@ -669,7 +553,7 @@ static void test_malformed_and_missing_headers(void **state)
                                 .app_id = 1, .stream_id = 17, .sequence = 2};
     cj_frame_prefix_encode(&p, f1);
     memcpy(f1 + 16, map, sizeof map);
-    raw_write(&x.e, x.raw, f1, p.length);
+    raw_write(x.e.base, x.raw, f1, p.length);
     RUN_UNTIL(&x.e, cj_link_counters(x.r.link)->frames_dropped == 1, 2);
     assert_int_equal(cj_link_counters(x.r.link)->frames_dropped, 1);
     assert_int_equal(cj_link_get_state(x.r.link), CJ_LINK_UP);
@@ -679,7 +563,7 @@ static void test_malformed_and_missing_headers(void **state)
     p.header_len = sizeof junk;
     cj_frame_prefix_encode(&p, f1);
     memcpy(f1 + 16, junk, sizeof junk);
-    raw_write(&x.e, x.raw, f1, p.length);
+    raw_write(x.e.base, x.raw, f1, p.length);
     assert_true(raw_eof(&x.e, x.raw, 2));
     assert_non_null(strstr(x.r.why, "malformed header block"));
     /* an oversized frame length is refused at the prefix */
@@ -691,7 +575,7 @@ static void test_malformed_and_missing_headers(void **state)
     p.length = 5000;
     p.header_len = 10;
     cj_frame_prefix_encode(&p, f1);
-    raw_write(&x.e, x.raw, f1, 16);
+    raw_write(x.e.base, x.raw, f1, 16);
     assert_true(raw_eof(&x.e, x.raw, 2));
     assert_non_null(strstr(x.r.why, "malformed frame"));
     raw_teardown(&x);
@@ -728,7 +612,7 @@ static void test_heartbeat_and_dead_peer(void **state)
     raw_setup(&x, &c);
     raw_handshake(&x, "site-1.J1.trainer_1");
     uint8_t buf[64];
-    long got = raw_read_frame(&x.e, x.raw, buf, sizeof buf, 1);   /* it PINGs us first */
+    long got = raw_read_frame(x.e.base, x.raw, buf, sizeof buf, 1);   /* it PINGs us first */
     assert_int_equal(got, 17);
     assert_int_equal(buf[6], CJ_FRAME_PING);
     RUN_UNTIL(&x.e, x.r.down, 2);
@@ -766,7 +650,7 @@ static void test_control_overtakes_bulk(void **state)
     int pos = -1, frames = 0;
     uint16_t last_seq = 1;   /* READY had sequence 1 */
     for (;;) {
-        long n = raw_read_frame(&x.e, x.raw, buf, sizeof buf, 2);
+        long n = raw_read_frame(x.e.base, x.raw, buf, sizeof buf, 2);
         assert_true(n > 0);
         uint16_t seq = (uint16_t)(buf[14] << 8 | buf[15]);
         assert_int_equal(seq, (uint16_t)(last_seq + 1));   /* sequence in wire order */
@@ -801,7 +685,7 @@ static void test_mutated_frames(void **state)
         c.max_frame = 1 << 20;
         raw_setup(&x, &c);
         raw_handshake(&x, "site-1.J1.trainer_1");
-        raw_write(&x.e, x.raw, g, n);
+        raw_write(x.e.base, x.raw, g, n);
         RUN_UNTIL(&x.e, x.r.nmsgs || x.r.down || cj_link_counters(x.r.link)->frames_dropped, 0.05);
         if (x.r.nmsgs) delivered++;
         else if (x.r.down) closed++;

@@ -6,6 +6,7 @@
  * The router is site-1.J1; a test "server" link listens on loopback TCP
  * (port 0); workers are socketpairs (a cj_link or a raw socket). */
 #include "testutil.h"
+#include "linkrec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,54 +28,6 @@
 #define T2 "site-1.J1.trainer_2"
 
 /* ---- harness ---------------------------------------------------------------------- */
-
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void tick_cb(evutil_socket_t fd, short w, void *a) { (void)fd; (void)w; (void)a; }
-
-#define RUN_UNTIL(w, cond, secs)                                                      \
-    do {                                                                              \
-        double end_ = now_mono() + (secs);                                            \
-        while (!(cond) && now_mono() < end_) event_base_loop((w)->base, EVLOOP_ONCE); \
-    } while (0)
-
-#define REC_MSGS 256
-struct rec {
-    struct cj_link *link;
-    int up, down;
-    char why[1024];
-    struct cj_msg *msgs[REC_MSGS];
-    int nmsgs;
-};
-
-static void rec_up(struct cj_link *l, void *ctx) { (void)l; ((struct rec *)ctx)->up++; }
-static void rec_down(struct cj_link *l, const char *why, void *ctx)
-{
-    (void)l;
-    struct rec *r = ctx;
-    r->down++;
-    snprintf(r->why, sizeof r->why, "%s", why);
-    r->link = NULL;
-}
-static void rec_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
-{
-    (void)l;
-    struct rec *r = ctx;
-    if (r->nmsgs < REC_MSGS) r->msgs[r->nmsgs++] = m;
-    else cj_msg_free(m);
-}
-static const struct cj_link_ops rec_ops = {.on_up = rec_up, .on_msg = rec_msg, .on_down = rec_down};
-
-static void rec_clear(struct rec *r)
-{
-    for (int i = 0; i < r->nmsgs; i++) cj_msg_free(r->msgs[i]);
-    r->nmsgs = 0;
-}
 
 struct world {
     struct event_base *base;
@@ -155,8 +108,7 @@ static void world_spin(struct world *w, double secs)
 static void world_done(struct world *w)
 {
     cj_router_free(w->r);
-    rec_clear(&w->srv);
-    if (w->srv.link) cj_link_free(w->srv.link);
+    rec_free_link(&w->srv);
     cj_listener_free(w->srv_lst);
     world_spin(w, 0.01);
     event_free(w->tick);
@@ -177,52 +129,7 @@ static void worker_link(struct world *w, const char *name, struct rec *rec)
     RUN_UNTIL(w, rec->up || rec->down, 2);
 }
 
-static void worker_free(struct rec *rec)
-{
-    rec_clear(rec);
-    if (rec->link) cj_link_free(rec->link);
-    rec->link = NULL;
-}
-
 /* ---- raw worker --------------------------------------------------------------------- */
-
-static void raw_write(struct world *w, int fd, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    double end = now_mono() + 5;
-    while (n > 0) {
-        ssize_t k = write(fd, b, n);
-        if (k > 0) {
-            b += k;
-            n -= (size_t)k;
-        } else {
-            assert_true(k < 0 && errno == EAGAIN);
-            assert_true(now_mono() < end);
-            event_base_loop(w->base, EVLOOP_ONCE);
-        }
-    }
-}
-
-static long raw_read_frame(struct world *w, int fd, uint8_t *buf, size_t cap, double secs)
-{
-    size_t have = 0, need = CJ_FRAME_PREFIX_LEN;
-    double end = now_mono() + secs;
-    while (now_mono() < end) {
-        ssize_t k = read(fd, buf + have, need - have);
-        if (k == 0) return 0;
-        if (k > 0) {
-            have += (size_t)k;
-            if (have == CJ_FRAME_PREFIX_LEN && need == CJ_FRAME_PREFIX_LEN) {
-                need = (size_t)buf[0] << 24 | (size_t)buf[1] << 16 | (size_t)buf[2] << 8 | buf[3];
-                assert_true(need >= CJ_FRAME_PREFIX_LEN && need <= cap);
-            }
-            if (have == need) return (long)have;
-            continue;
-        }
-        event_base_loop(w->base, EVLOOP_ONCE);
-    }
-    return -1;
-}
 
 /* Connects a raw worker socket named name; returns its fd (non-blocking). */
 static int raw_worker(struct world *w, const char *name)
@@ -236,10 +143,10 @@ static int raw_worker(struct world *w, const char *name)
     msgpack_sbuffer_init(&sb);
     assert_int_equal(cj_frame_hello_init(&h, name, 1.7e9, NULL), 0);
     assert_int_equal(cj_frame_build_hello(&sb, CJ_FRAME_HELLO, 1, 1, &h, NULL), 0);
-    raw_write(w, sv[0], sb.data, sb.size);
+    raw_write(w->base, sv[0], sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
     uint8_t buf[512];
-    long n = raw_read_frame(w, sv[0], buf, sizeof buf, 2);
+    long n = raw_read_frame(w->base, sv[0], buf, sizeof buf, 2);
     assert_true(n > 16);
     assert_int_equal(buf[6], CJ_FRAME_READY);
     return sv[0];
@@ -250,7 +157,7 @@ static struct cj_msg *raw_read_msg(struct world *w, int fd, double secs)
 {
     static uint8_t buf[4 << 20];
     for (;;) {
-        long n = raw_read_frame(w, fd, buf, sizeof buf, secs);
+        long n = raw_read_frame(w->base, fd, buf, sizeof buf, secs);
         if (n <= 0) return NULL;
         if (buf[6] != CJ_FRAME_DATA) continue;
         size_t hl = (size_t)buf[4] << 8 | buf[5];
@@ -409,7 +316,7 @@ static void test_forward_cap25_upstream(void **state)
     size_t n;
     uint8_t *f = tu_read_vector("frames/cap25_dl_req_at_trainer_link.bin", &n);
     double t0 = cj_msg_now();
-    raw_write(&w, fd, f, n);
+    raw_write(w.base, fd, f, n);
     RUN_UNTIL(&w, w.srv.nmsgs == 1, 2);
     double t1 = cj_msg_now();
     assert_int_equal(w.srv.nmsgs, 1);
@@ -511,7 +418,7 @@ static void test_return_for_unroutable_request(void **state)
     assert_string_equal(h->destination, T1);
     assert_string_equal(h->origin, ME);
     assert_int_equal(c->fwd_errors_sent, 1);
-    worker_free(&wk);
+    rec_free_link(&wk);
     world_done(&w);
 }
 
@@ -553,7 +460,7 @@ static void test_loop_refused(void **state)
     assert_int_equal(wk.msgs[0]->hdr.msg_type, CJ_MSG_RETURN);
     assert_int_equal(c->drops_loop, 2);
     assert_int_equal(c->returns_sent, 2);
-    worker_free(&wk);
+    rec_free_link(&wk);
 
     /* a RETURN or reply that cannot be delivered is dropped, never returned */
     struct cj_msg *rep = make_msg(CJ_MSG_REPLY, "server.J1", ME, "site-1.J1.gone", "task", "ping", false, 0);
@@ -590,7 +497,7 @@ static void test_anti_spoof(void **state)
     assert_int_equal(c->drops_spoof, 3);
     assert_int_equal(wk.nmsgs, 0);
     assert_int_equal(c->returns_sent, 0);       /* spoofed requests get no RETURN */
-    worker_free(&wk);
+    rec_free_link(&wk);
     world_done(&w);
 }
 
@@ -627,7 +534,7 @@ static void test_local_dispatch_and_builtins(void **state)
     /* cellnet.channel/bye (the captured request): reply ok */
     size_t n;
     uint8_t *bye = tu_read_vector("frames/cap73_bye_req.bin", &n);
-    raw_write(&w, fd, bye, n);
+    raw_write(w.base, fd, bye, n);
     struct cj_msg *rep = raw_read_msg(&w, fd, 2);
     assert_non_null(rep);
     assert_int_equal(rep->hdr.msg_type, CJ_MSG_REPLY);
@@ -688,7 +595,7 @@ static void test_local_dispatch_and_builtins(void **state)
     assert_non_null(strstr(err.msg, "not connected"));
 
     close(fd);
-    worker_free(&wk);
+    rec_free_link(&wk);
     world_done(&w);
 }
 
@@ -714,9 +621,9 @@ static void test_child_registration(void **state)
     assert_ptr_equal(cj_router_child(w.r, T1), first);
     assert_int_equal(a.down, 0);
     assert_int_equal(c->workers_refused, 1);
-    worker_free(&b);
+    rec_free_link(&b);
     /* the first closes: the name is free for a reconnect */
-    worker_free(&a);
+    rec_free_link(&a);
     RUN_UNTIL(&w, cj_router_child(w.r, T1) == NULL, 2);
     worker_link(&w, T1, &b);
     assert_int_equal(b.up, 1);
@@ -740,7 +647,7 @@ static void test_child_registration(void **state)
     assert_int_equal(w.worker_ups, 2);
     assert_int_equal(w.worker_downs, 1);
     assert_int_equal(c->workers_replaced, 0);
-    worker_free(&b);
+    rec_free_link(&b);
     world_done(&w);
 }
 
@@ -766,7 +673,7 @@ static void test_silent_link_replaced(void **state)
     assert_int_equal(cj_link_send_msg(w.srv.link, make_req("server.J1", ME, T1, "t", "x", false, 0), true), 0);
     RUN_UNTIL(&w, b.nmsgs == 1, 2);
     assert_int_equal(b.nmsgs, 1);
-    worker_free(&b);
+    rec_free_link(&b);
     close(silent);
     world_done(&w);
 }
@@ -801,8 +708,8 @@ static void test_listen_unix(void **state)
     assert_int_equal(b.nmsgs, 1);
     assert_string_equal(b.msgs[0]->hdr.from, ME);
     assert_int_equal(b.msgs[0]->hdr.route_n, 2);
-    worker_free(&a);
-    worker_free(&b);
+    rec_free_link(&a);
+    rec_free_link(&b);
     world_done(&w);
 }
 
@@ -840,8 +747,8 @@ static void test_backpressure(void **state)
     size_t n;
     uint8_t *ping = tu_read_vector("frames/cap75_ping.bin", &n);
     uint8_t buf[256];
-    raw_write(&w, fast, ping, n);
-    long got = raw_read_frame(&w, fast, buf, sizeof buf, 1);
+    raw_write(w.base, fast, ping, n);
+    long got = raw_read_frame(w.base, fast, buf, sizeof buf, 1);
     assert_int_equal(got, 17);
     assert_int_equal(buf[6], CJ_FRAME_PONG);
     free(ping);
@@ -853,8 +760,8 @@ static void test_backpressure(void **state)
     struct cj_frame_prefix p = {.length = (uint32_t)(16 + m->hlen), .header_len = (uint16_t)m->hlen,
                                 .type = CJ_FRAME_DATA, .app_id = 1, .stream_id = 17, .sequence = 2};
     cj_frame_prefix_encode(&p, pre);
-    raw_write(&w, fast, pre, 16);
-    raw_write(&w, fast, m->hblk, m->hlen);
+    raw_write(w.base, fast, pre, 16);
+    raw_write(w.base, fast, m->hblk, m->hlen);
     cj_msg_free(m);
     msgpack_sbuffer_destroy(&sb);
     RUN_UNTIL(&w, w.srv.nmsgs == 1, 2);
@@ -950,7 +857,7 @@ static void test_hold(void **state)
     assert_int_equal(c->holds_lapsed, 1);
     assert_int_equal(cj_router_hold(w.r, "server.J1", false), 0);   /* the holder lets go: nothing to undo */
     assert_true(cj_link_reading(up));
-    worker_free(&t1);
+    rec_free_link(&t1);
     world_done(&w);
 }
 
@@ -980,7 +887,7 @@ static void test_upstream_reconnect(void **state)
     assert_int_equal(w.ups, 2);
     assert_true(cj_router_counters(w.r)->reconnects >= 1);
     assert_string_equal(cj_router_upstream_state_name(CJ_UP_BACKOFF), "backoff");
-    worker_free(&wk);
+    rec_free_link(&wk);
     world_done(&w);
 }
 
@@ -1075,7 +982,7 @@ static void test_inflight_failed_on_upstream_loss(void **state)
      * worker's ACK toward it is dropped, with nothing left to fail.  On a
      * loaded machine it may be back already: then there is nothing to see. */
     if (cj_router_upstream(w.r)) {
-        worker_free(&wk);
+        rec_free_link(&wk);
         world_done(&w);
         return;
     }
@@ -1091,7 +998,7 @@ static void test_inflight_failed_on_upstream_loss(void **state)
         assert_loss_notice(wk.msgs[0], RI_D, 106, "the upstream is not connected");
         assert_int_equal(c->inflight_failed, 3);
     }
-    worker_free(&wk);
+    rec_free_link(&wk);
     world_done(&w);
 }
 
@@ -1118,7 +1025,7 @@ static void test_inflight_bound(void **state)
     RUN_UNTIL(&w, w.srv.nmsgs == N + 1, 3);
     assert_int_equal(w.srv.nmsgs, N + 1);
     assert_int_equal(c->inflight_untracked, EXTRA);
-    worker_free(&gone);
+    rec_free_link(&gone);
     RUN_UNTIL(&w, w.worker_downs == 1, 2);
     assert_int_equal(w.worker_downs, 1);
 
@@ -1139,7 +1046,7 @@ static void test_inflight_bound(void **state)
         assert_true(h->sm_id == 1000 + (uint64_t)k);
     }
     assert_int_equal(c->inflight_failed, CJ_ROUTER_INFLIGHT_MAX);   /* none for the closed worker */
-    worker_free(&wk);
+    rec_free_link(&wk);
     world_done(&w);
 }
 
