@@ -3,7 +3,7 @@
  * delivers each message through the loop (never from inside a send), records
  * every message sent, and lets a test drop, duplicate, hold and release them.
  *
- * Used by test_stream, test_dl, test_spool, test_upstream and test_session.
+ * Used by the test_stream*.c suites, test_dl, test_spool, test_upstream and test_session.
  * A test that needs state of its own embeds a struct memnet as the first
  * member of its own struct and gets it back in its filter. */
 #ifndef CJ_TEST_MEMNET_H
