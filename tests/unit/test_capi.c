@@ -2,6 +2,7 @@
  * each back to its fields, generic re-encode parity, HELLO checks in NVFlare's
  * order, hello_accepted checks, hostile inputs. */
 #include "testutil.h"
+#include "mpbody.h"
 #include "fl/capi.h"
 #include "payload/lobs.h"
 
@@ -30,32 +31,10 @@ static struct cj_capi_msg *new_msg(void)
     return m;
 }
 
-static void assert_sb_is(const msgpack_sbuffer *sb, const char *vector)
-{
-    size_t len;
-    uint8_t *want = tu_read_vector(vector, &len);
-    if (sb->size != len) fail_msg("%s: built %zu bytes, vector has %zu", vector, sb->size, len);
-    for (size_t i = 0; i < len; i++)
-        if ((uint8_t)sb->data[i] != want[i])
-            fail_msg("%s: first difference at offset %zu (0x%02x, want 0x%02x)", vector, i, (uint8_t)sb->data[i], want[i]);
-    free(want);
-}
-
 static int decode(int idx, const uint8_t *p, size_t len, struct cj_capi_msg *m, struct cj_err *e)
 {
     return how[idx].reply ? cj_capi_decode_reply(how[idx].kind, p, len, m, e)
                           : cj_capi_decode_request(how[idx].kind, p, len, m, e);
-}
-
-/* Wraps a msgpack body in a MAIN section. */
-static uint8_t *wrap(const void *body, size_t n, size_t *len)
-{
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    assert_int_equal(cj_lobs_write_main_header(&sb, n, NULL), 0);
-    msgpack_sbuffer_write(&sb, body, n);
-    *len = sb.size;
-    return (uint8_t *)sb.data;
 }
 
 /* ---- encoder parity ---------------------------------------------------------------- */
@@ -228,20 +207,6 @@ static void test_truncation(void **state)
 
 /* ---- hostile bodies ------------------------------------------------------------------------------ */
 
-struct body {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-};
-
-static void body_init(struct body *b, uint32_t n)
-{
-    msgpack_sbuffer_init(&b->sb);
-    msgpack_packer_init(&b->pk, &b->sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&b->pk, n);
-}
-
-static void str(struct body *b, const char *s) { msgpack_pack_str_with_body(&b->pk, s, strlen(s)); }
-static void kstr(struct body *b, const char *k, const char *v) { str(b, k); str(b, v); }
 
 static int body_decode(struct body *b, bool reply, enum cj_capi_kind kind, struct cj_capi_msg *m, struct cj_err *e)
 {

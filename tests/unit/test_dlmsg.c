@@ -3,6 +3,7 @@
  * decode of each back to its fields, the producer flow 30 -> 31 -> 32 -> 33,
  * dispatch order, chunk grouping (tool_grouping.txt), pieces, hostile inputs. */
 #include "testutil.h"
+#include "mpbody.h"
 #include "dl/dlmsg.h"
 #include "payload/lobs.h"
 
@@ -17,17 +18,6 @@ static const char *const vectors[] = {
 enum { REQ, REPLY, SF };
 static const int vkind[] = {REQ, REPLY, REQ, REPLY, REQ, REQ, SF, REPLY};
 
-static void assert_sb_is(const msgpack_sbuffer *sb, const char *vector)
-{
-    size_t len;
-    uint8_t *want = tu_read_vector(vector, &len);
-    if (sb->size != len) fail_msg("%s: built %zu bytes, vector has %zu", vector, sb->size, len);
-    for (size_t i = 0; i < len; i++)
-        if ((uint8_t)sb->data[i] != want[i])
-            fail_msg("%s: first difference at offset %zu (0x%02x, want 0x%02x)", vector, i, (uint8_t)sb->data[i], want[i]);
-    free(want);
-}
-
 /* The MAIN body of sb equals the hex (tool_wire_examples.txt). */
 static void assert_body_hex(const msgpack_sbuffer *sb, const char *hex)
 {
@@ -37,16 +27,6 @@ static void assert_body_hex(const msgpack_sbuffer *sb, const char *hex)
     assert_int_equal((uint8_t)sb->data[0], 0x64);
     assert_memory_equal(sb->data + CJ_LOBS_HDR_LEN, want, n);
     free(want);
-}
-
-static uint8_t *wrap(const void *body, size_t n, size_t *len)
-{
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    assert_int_equal(cj_lobs_write_main_header(&sb, n, NULL), 0);
-    msgpack_sbuffer_write(&sb, body, n);
-    *len = sb.size;
-    return (uint8_t *)sb.data;
 }
 
 static int decode_any(int kind, const uint8_t *p, size_t len, struct cj_err *e)
@@ -483,20 +463,6 @@ static void test_truncation(void **state)
     }
 }
 
-struct body {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-};
-
-static void body_init(struct body *b, uint32_t n)
-{
-    msgpack_sbuffer_init(&b->sb);
-    msgpack_packer_init(&b->pk, &b->sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&b->pk, n);
-}
-
-static void str(struct body *b, const char *s) { msgpack_pack_str_with_body(&b->pk, s, strlen(s)); }
-static void kstr(struct body *b, const char *k, const char *v) { str(b, k); str(b, v); }
 
 /* Wraps the body, optionally appends one datum section, decodes as kind. */
 static int run(struct body *b, int kind, uint8_t marker, const uint8_t *id)

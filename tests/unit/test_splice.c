@@ -1,6 +1,7 @@
 /* test_splice.c — TASK_READY and SUBMIT_UPDATE splices (vectors 07, 12, 13), the
  * small payload builders (14, 15), hostile inputs, and decode-back checks. */
 #include "testutil.h"
+#include "mpbody.h"
 #include "payload/fobs.h"
 #include "payload/lobs.h"
 #include "payload/splice.h"
@@ -19,17 +20,6 @@
 #define V16 "16_get_task_reply_try_again.bin"
 
 #define ROOT_ID "11111111-2222-4333-8444-00000000d00d"
-
-static void assert_bytes(const msgpack_sbuffer *sb, const char *vector)
-{
-    size_t len;
-    uint8_t *want = tu_read_vector(vector, &len);
-    if (sb->size != len) fail_msg("%s: built %zu bytes, vector has %zu", vector, sb->size, len);
-    for (size_t i = 0; i < len; i++)
-        if ((uint8_t)sb->data[i] != want[i])
-            fail_msg("%s: first difference at offset %zu (0x%02x, want 0x%02x)", vector, i, (uint8_t)sb->data[i], want[i]);
-    free(want);
-}
 
 static void assert_same_refs(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
 {
@@ -73,7 +63,7 @@ static void test_task_ready_v07(void **state)
     struct cj_err e = {0};
     assert_int_equal(cj_splice_task_ready(p, len, "sess-1", "a1b2c3", NULL, NULL, CJ_SPLICE_NO_HEADER_EDIT, &out,
                                           &info, &e), 0);
-    assert_bytes(&out, V07);
+    assert_sb_is(&out, V07);
     assert_string_equal(info.task_name, "train");
     assert_string_equal(info.task_id, "9b2c0c1e-task");
     assert_int_equal(info.n_datums, 1);
@@ -99,7 +89,7 @@ static void test_task_ready_v12(void **state)
     struct cj_err e = {0};
     assert_int_equal(cj_splice_task_ready(p, len, "5e55104d0c1e4c7e9a3f00000000a001", "7a5c0de0b1e54f0e8d2c00000000b002",
                                           "job-7f3a", "site-1", 0, &out, &info, &e), 0);
-    assert_bytes(&out, V12);
+    assert_sb_is(&out, V12);
     assert_int_equal(info.main_len, 1108);
 
     /* decode it back with our own walker */
@@ -241,7 +231,7 @@ static void test_submit_update_v13(void **state)
     /* task headers given as the whole task payload, name and id explicit */
     assert_int_equal(cj_splice_submit_update(res, l09, task, l02, "train", "9b2c0c1e-task", ROOT_ID, "site-1",
                                              "job-7f3a", &out, &e), 0);
-    assert_bytes(&out, V13);
+    assert_sb_is(&out, V13);
     assert_same_datums(res, l09, (uint8_t *)out.data, out.size);
     assert_same_refs(res, l09, (uint8_t *)out.data, out.size);
 
@@ -253,7 +243,7 @@ static void test_submit_update_v13(void **state)
     msgpack_sbuffer_clear(&out);
     assert_int_equal(cj_splice_submit_update(res, l09, hcopy, info.headers.len, NULL, NULL, ROOT_ID, "site-1",
                                              "job-7f3a", &out, &e), 0);
-    assert_bytes(&out, V13);
+    assert_sb_is(&out, V13);
 
     /* the FLContext writer equals the __peer_ctx__ in 13 */
     struct cj_lobs_section m;
@@ -478,10 +468,10 @@ static void test_builders(void **state)
     msgpack_sbuffer_init(&out);
     struct cj_err e = {0};
     assert_int_equal(cj_build_get_task_request(&out, "site-1", "job-7f3a", NULL, &e), 0);
-    assert_bytes(&out, V14);
+    assert_sb_is(&out, V14);
     msgpack_sbuffer_clear(&out);
     assert_int_equal(cj_build_aux_request(&out, "__task_check__", "9b2c0c1e-task", "site-1", "job-7f3a", &e), 0);
-    assert_bytes(&out, V15);
+    assert_sb_is(&out, V15);
 
     char keys[256];
     msgpack_sbuffer_clear(&out);
