@@ -58,3 +58,24 @@ finish() {
     echo "$_p $_f" > "${SUMMARY_FILE:-/dev/null}"
     [ $_f -eq 0 ]; exit $?
 }
+# relay_ini FILE [SECTION.KEY=VALUE ...]: writes a relay config to FILE: [relay] site = site-1,
+# job_id = J1, then each SECTION.KEY=VALUE in its section (sections and keys in the order first
+# given). A later pair replaces the value of an earlier one with the same key, so a suite
+# overrides the defaults; an empty VALUE leaves the key out.
+relay_ini() {
+    _ri=$1; shift
+    for _kv in relay.site=site-1 relay.job_id=J1 "$@"; do printf '%s\n' "$_kv"; done | awk '
+        { d = index($0, "."); e = index($0, "=")
+          s = substr($0, 1, d - 1); k = substr($0, d + 1, e - d - 1); v = substr($0, e + 1)
+          if (!(s in seen)) { seen[s] = 1; sec[++ns] = s }
+          if (!((s, k) in val)) key[s, ++nk[s]] = k
+          val[s, k] = v }
+        END { for (a = 1; a <= ns; a++) {
+                  s = sec[a]; h = 0
+                  for (b = 1; b <= nk[s]; b++) {
+                      v = val[s, key[s, b]]; if (v == "") continue
+                      if (!h++) print "[" s "]"
+                      print key[s, b] " = " v
+                  }
+              } }' > "$_ri"
+}

@@ -15,17 +15,8 @@ cp "$P" "$W/cjpeer"; chmod 755 "$W/cjpeer"
 AS_NOBODY="setpriv --reuid=65534 --regid=65534 --clear-groups"
 
 start() { # start STATUS_MODE [WORKERS_MODE]
-    cat > "$W/r.ini" <<EOF2
-[relay]
-site = site-1
-job_id = J1
-[workers]
-listen = unix:$W/workers.sock
-socket_mode = ${2:-0660}
-[status]
-socket = $W/status.sock
-socket_mode = $1
-EOF2
+    relay_ini "$W/r.ini" workers.listen="unix:$W/workers.sock" workers.socket_mode="${2:-0660}" \
+        status.socket="$W/status.sock" status.socket_mode="$1"
     $D -c "$W/r.ini" > "$W/d.log" 2>&1 & PID=$!
     for i in $(seq 50); do [ -S "$W/status.sock" ] && break; sleep 0.1; done
 }

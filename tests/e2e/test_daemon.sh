@@ -8,26 +8,11 @@ W=$(mktemp -d); PID=; SINK=
 cleanup() { [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null; [ -n "$SINK" ] && kill "$SINK" 2>/dev/null; rm -rf "$W"; }
 trap cleanup EXIT
 
-write_conf() { # write_conf FILE [extra lines for [workers]] ...
+write_conf() { # write_conf FILE [SECTION.KEY=VALUE ...]: a good config, but for the pairs given
     f=$1; shift
-    cat > "$f" <<EOF2
-[relay]
-site = site-1
-job_id = J1
-[upstream]
-url = tcp://127.0.0.1:8002
-get_task_interval = 0.5
-[workers]
-listen = unix:$W/workers.sock
-heartbeat_interval = 5
-heartbeat_timeout = 30
-$*
-[status]
-socket = $W/status.sock
-socket_mode = 0640
-[log]
-level = info
-EOF2
+    relay_ini "$f" upstream.url=tcp://127.0.0.1:8002 upstream.get_task_interval=0.5 \
+        workers.listen="unix:$W/workers.sock" workers.heartbeat_interval=5 workers.heartbeat_timeout=30 "$@" \
+        status.socket="$W/status.sock" status.socket_mode=0640 log.level=info
 }
 
 # ---- --check-config ---------------------------------------------------------
@@ -43,8 +28,7 @@ printf '[relay]\nsite = site-1\njob_id = J1\nheartbeat_timout = 3\n' > "$W/b1.in
 expect_problem "unknown key names file:line" "$W/b1.ini" "b1.ini:4: .*heartbeat_timout"
 printf '[relay]\nsite = site-1\njob_id = J1\n[wrokers]\ncount = 1\n' > "$W/b2.ini"
 expect_problem "unknown section names file:line" "$W/b2.ini" "b2.ini:4: .*wrokers.*workers"
-write_conf "$W/b3.ini" "heartbeat_timeout = 2"
-sed -i '/heartbeat_timeout = 30/d' "$W/b3.ini"
+write_conf "$W/b3.ini" workers.heartbeat_timeout=2
 expect_problem "heartbeat_timeout <= heartbeat_interval" "$W/b3.ini" "b3.ini:[0-9]+: .*heartbeat_timeout"
 write_conf "$W/b4.ini"
 sed -i 's/^get_task_interval = 0.5/reconnect_min = 40\nreconnect_max = 30/' "$W/b4.ini"
@@ -55,7 +39,7 @@ expect_problem "non-loopback tcp worker listen" "$W/b5.ini" "b5.ini:8: .*loopbac
 write_conf "$W/b6.ini"
 sed -i 's|^url = .*|url = stcp://127.0.0.1:8002\nconnection_security = mtls\nca_file = /nonexistent/rootCA.pem|' "$W/b6.ini"
 expect_problem "mtls without a key file" "$W/b6.ini" "b6.ini:[0-9]+: .*(key_file|cert_file)"
-write_conf "$W/b7.ini" "count = 99999"
+write_conf "$W/b7.ini" workers.count=99999
 expect_problem "out of range value" "$W/b7.ini" "b7.ini:[0-9]+: .*count"
 printf '[relay]\nsite = site-1\njob_id = J1\nbogus1 = 1\nbogus2 = 2\n[log]\nlevel = loud\n' > "$W/b8.ini"
 out=$($D -c "$W/b8.ini" --check-config 2>&1)

@@ -58,31 +58,20 @@ start_sim() {
     $S --listen "tcp://127.0.0.1:$UP" --job-id J1 "$@" > "$W/$_sn.out" 2> "$W/$_sn.err" & SIM=$!
     wait_for 10 grep -q '^SIM READY' "$W/$_sn.out" || { fail "sim $_sn starts"; note "$W/$_sn.err"; }
 }
-# start_relay NAME COMMAND [extra [workers] lines]: relay $N with one launched worker
+# relay_conf NAME [SECTION.KEY=VALUE ...]: $W/NAME.ini for a relay on upstream $UP that waits at
+# the end of the run, with short heartbeats and an info log
+relay_conf() {
+    _rn=$1; shift
+    relay_ini "$W/$_rn.ini" relay.on_end_run=wait \
+        upstream.url="tcp://127.0.0.1:$UP" upstream.reconnect_min=0.2 upstream.reconnect_max=1 \
+        workers.listen="unix:$W/$_rn.w.sock" "$@" \
+        workers.heartbeat_interval=1 workers.heartbeat_timeout=3 workers.shutdown_grace=1 \
+        status.socket="$W/$_rn.status.sock" log.level=info
+}
+# start_relay NAME COMMAND: relay $N with one launched worker
 start_relay() {
-    N=$1; _cmd=$2; shift 2
-    cat > "$W/$N.ini" <<EOF
-[relay]
-site = site-1
-job_id = J1
-on_end_run = wait
-[upstream]
-url = tcp://127.0.0.1:$UP
-reconnect_min = 0.2
-reconnect_max = 1
-[workers]
-listen = unix:$W/$N.w.sock
-command = $_cmd
-count = 1
-heartbeat_interval = 1
-heartbeat_timeout = 3
-shutdown_grace = 1
-$*
-[status]
-socket = $W/$N.status.sock
-[log]
-level = info
-EOF
+    N=$1; _cmd=$2
+    relay_conf "$N" workers.command="$_cmd" workers.count=1
     $D -c "$W/$N.ini" > "$W/$N.relay" 2>&1 & RELAY=$!
     wait_for 10 test -S "$W/$N.status.sock"
 }
@@ -214,19 +203,8 @@ stop_relay
 
 # ---- (4) 16 workers downloading at once ---------------------------------------------------------------------
 start_sim sim6 --rounds 1
-cat > "$W/four.ini" <<EOF
-[relay]
-site = site-1
-job_id = J1
-[upstream]
-url = tcp://127.0.0.1:$UP
-[workers]
-listen = unix:$W/four.w.sock
-[status]
-socket = $W/four.status.sock
-[limits]
-link_buffer = 16M
-EOF
+relay_ini "$W/four.ini" upstream.url="tcp://127.0.0.1:$UP" workers.listen="unix:$W/four.w.sock" \
+    status.socket="$W/four.status.sock" limits.link_buffer=16M
 N=four
 $D -c "$W/four.ini" > "$W/four.relay" 2>&1 & RELAY=$!
 wait_for 15 upstream_is up
@@ -258,26 +236,7 @@ XT=$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
 printf '# workers started by the test\n%s\n' "$XT" > "$W/tokens"
 chmod 640 "$W/tokens"
 N=five
-cat > "$W/five.ini" <<EOF2
-[relay]
-site = site-1
-job_id = J1
-on_end_run = wait
-[upstream]
-url = tcp://127.0.0.1:$UP
-reconnect_min = 0.2
-reconnect_max = 1
-[workers]
-listen = unix:$W/five.w.sock
-launch_token_file = $W/tokens
-heartbeat_interval = 1
-heartbeat_timeout = 3
-shutdown_grace = 1
-[status]
-socket = $W/five.status.sock
-[log]
-level = info
-EOF2
+relay_conf five workers.launch_token_file="$W/tokens"
 $D -c "$W/five.ini" > "$W/five.refused" 2>&1 & RELAY=$!
 wait_for 10 sh -c "! kill -0 $RELAY"
 if kill -0 "$RELAY" 2>/dev/null; then stop_relay; rc=running; else wait "$RELAY"; rc=$?; RELAY=; fi

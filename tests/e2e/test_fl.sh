@@ -30,24 +30,11 @@ run_job() {
     $S --listen tcp://127.0.0.1:0 --job-id J1 --download-log "$W/$n.downloads" "$@" > "$W/$n.sim" 2> "$W/$n.simlog" & SIM=$!
     wait_for 10 grep -q '^SIM READY' "$W/$n.sim"
     PORT=$(awk '/^SIM READY/ {print $3}' "$W/$n.sim")
-    cat > "$W/$n.ini" <<EOF
-[relay]
-site = site-1
-job_id = J1
-on_end_run = $onend
-[upstream]
-url = tcp://127.0.0.1:$PORT
-credentials_file = $W/creds
-[workers]
-listen = unix:$W/$n.w.sock
-command = $BUILD/cjrelay-worker
-count = $count
-heartbeat_interval = 1
-heartbeat_timeout = 5
-shutdown_grace = 2
-[status]
-socket = $W/$n.status.sock
-EOF
+    relay_ini "$W/$n.ini" relay.on_end_run="$onend" \
+        upstream.url="tcp://127.0.0.1:$PORT" upstream.credentials_file="$W/creds" \
+        workers.listen="unix:$W/$n.w.sock" workers.command="$BUILD/cjrelay-worker" workers.count="$count" \
+        workers.heartbeat_interval=1 workers.heartbeat_timeout=5 workers.shutdown_grace=2 \
+        status.socket="$W/$n.status.sock"
     $D -c "$W/$n.ini" > "$W/$n.relay" 2>&1 & RELAY=$!
 }
 

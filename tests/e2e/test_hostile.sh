@@ -55,26 +55,10 @@ served() { # served WHAT: a well-behaved worker's ping and show info still work
 
 set -- $($P freeport 2)
 UP=$1; WPORT=$2
-cat > "$W/relay.ini" <<EOF
-[relay]
-site = site-1
-job_id = J1
-on_end_run = wait
-[upstream]
-url = tcp://127.0.0.1:$UP
-reconnect_min = 0.1
-reconnect_max = 0.5
-[workers]
-listen = unix:$W/w.sock, tcp://127.0.0.1:$WPORT
-heartbeat_interval = 2
-heartbeat_timeout = 30
-[status]
-socket = $W/status.sock
-[limits]
-max_message_size = 64M
-[log]
-level = info
-EOF
+relay_ini "$W/relay.ini" relay.on_end_run=wait \
+    upstream.url="tcp://127.0.0.1:$UP" upstream.reconnect_min=0.1 upstream.reconnect_max=0.5 \
+    workers.listen="unix:$W/w.sock, tcp://127.0.0.1:$WPORT" workers.heartbeat_interval=2 workers.heartbeat_timeout=30 \
+    status.socket="$W/status.sock" limits.max_message_size=64M log.level=info
 
 # ---- (u) a fake upstream server ----------------------------------------------------------
 $D -c "$W/relay.ini" > "$W/relay.log" 2>&1 & RELAY=$!
@@ -191,34 +175,20 @@ if ! sh "$ROOT/tests/unit/tls_certs.sh" "$K"; then fail "(t) certificates"; note
 ( cd "$K" && openssl req -new -key client.key -subj "/CN=site-2" -out othercn.csr &&
   openssl x509 -req -in othercn.csr -CA rootCA.pem -CAkey rootCA.key -CAcreateserial -sha256 -days 30 \
       -extfile leaf.ext -out othercn.crt ) 2>> "$K/openssl.log"
-tls_ini() { # tls_ini CERT > file
-    cat <<EOF
-[relay]
-site = site-1
-job_id = J1
-on_end_run = wait
-[upstream]
-url = stcp://127.0.0.1:$UP
-connection_security = mtls
-ca_file = $K/rootCA.pem
-cert_file = $1
-key_file = $K/client.key
-reconnect_min = 0.1
-reconnect_max = 0.5
-[workers]
-listen = unix:$W/w.sock
-[status]
-socket = $W/status.sock
-EOF
+tls_ini() { # tls_ini FILE CERT: an mtls relay presenting CERT
+    relay_ini "$1" relay.on_end_run=wait \
+        upstream.url="stcp://127.0.0.1:$UP" upstream.connection_security=mtls upstream.ca_file="$K/rootCA.pem" \
+        upstream.cert_file="$2" upstream.key_file="$K/client.key" upstream.reconnect_min=0.1 upstream.reconnect_max=0.5 \
+        workers.listen="unix:$W/w.sock" status.socket="$W/status.sock"
 }
-tls_ini "$K/othercn.crt" > "$W/cn.ini"
+tls_ini "$W/cn.ini" "$K/othercn.crt"
 out=$($D -c "$W/cn.ini" --check-config 2>&1); rc=$?
 check "(t) --check-config refuses a client certificate whose CN is not the site (rc $rc): $(printf %.90s "$out")" \
     sh -c "[ $rc -eq 1 ] && printf '%s' \"$out\" | grep -q \"cert_file: the certificate's CN 'site-2' is not the site name 'site-1'\""
 $D -c "$W/cn.ini" > "$W/cn.log" 2>&1; rc=$?
 check "(t) ... and so does a start (exit 1, nothing listening)" sh -c "[ $rc -eq 1 ] && [ ! -e $W/status.sock ] && grep -q \"CN 'site-2'\" $W/cn.log"
 
-tls_ini "$K/client.crt" > "$W/tls.ini"
+tls_ini "$W/tls.ini" "$K/client.crt"
 LOG=$W/tls.log; SEC=t
 $D -c "$W/tls.ini" > "$LOG" 2>&1 & RELAY=$!
 wait_for 10 test -S "$W/status.sock"

@@ -32,40 +32,25 @@ jqt() { # jqt FILTER [FILE]: the filter prints true (jq 1.6's -e passes on empty
 }
 files_in() { find "$1" -type f 2>/dev/null | wc -l; }
 
-# ini NAME COUNT ON_END SPOOL_DIR [EXTRA [relay] LINES [EXTRA [upstream] LINES]]: $W/NAME.ini
+# ini NAME COUNT ON_END SPOOL_DIR [SECTION.KEY=VALUE ...]: $W/NAME.ini, a spooling relay
 ini() {
-    n=$1; count=$2; onend=$3; dir=$4; extra=$5; upextra=$6
-    cat > "$W/$n.ini" <<EOF
-[relay]
-site = site-1
-job_id = J1
-on_end_run = $onend
-mode = spool
-spool_dir = $dir
-$extra
-[upstream]
-url = tcp://127.0.0.1:${PORT:-1}
-$upextra
-[workers]
-listen = unix:$W/$n.w.sock
-command = $BUILD/cjrelay-worker
-count = $count
-heartbeat_interval = 1
-heartbeat_timeout = 5
-shutdown_grace = 2
-[status]
-socket = $W/$n.status.sock
-EOF
+    n=$1; count=$2; onend=$3; dir=$4; shift 4
+    relay_ini "$W/$n.ini" relay.on_end_run="$onend" relay.mode=spool relay.spool_dir="$dir" \
+        upstream.url="tcp://127.0.0.1:${PORT:-1}" \
+        workers.listen="unix:$W/$n.w.sock" workers.command="$BUILD/cjrelay-worker" workers.count="$count" \
+        workers.heartbeat_interval=1 workers.heartbeat_timeout=5 workers.shutdown_grace=2 \
+        status.socket="$W/$n.status.sock" "$@"
 }
 
-# run_job NAME COUNT ON_END SPOOL_DIR EXTRA SIM-ARGS...: sim (--isolate) + relay; sets SIM, RELAY, PORT
+# run_job NAME COUNT ON_END SPOOL_DIR EXTRA SIM-ARGS...: sim (--isolate) + relay (EXTRA: one
+# SECTION.KEY=VALUE for its config, or ""); sets SIM, RELAY, PORT
 run_job() {
     n=$1; count=$2; onend=$3; dir=$4; extra=$5; shift 5
     $S --listen tcp://127.0.0.1:0 --job-id J1 --isolate --download-log "$W/$n.downloads" "$@" \
         > "$W/$n.sim" 2> "$W/$n.simlog" & SIM=$!
     wait_for 10 grep -q '^SIM READY' "$W/$n.sim"
     PORT=$(awk '/^SIM READY/ {print $3}' "$W/$n.sim")
-    ini "$n" "$count" "$onend" "$dir" "$extra"
+    ini "$n" "$count" "$onend" "$dir" ${extra:+"$extra"}
     $D -c "$W/$n.ini" > "$W/$n.relay" 2>&1 & RELAY=$!
 }
 end_relay() { wait_for 20 sh -c "! kill -0 $RELAY"; wait "$RELAY"; _rc=$?; RELAY=; return $_rc; }
@@ -80,7 +65,7 @@ if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ]; then
     timeout 10 "$D" -c "$W/t.ini" > "$W/t.relay" 2>&1; rc=$?
     check "(6) the daemon refuses to start on it (rc $rc), naming spool_allow_tmpfs" \
         sh -c "[ $rc -ne 0 ] && grep -q spool_allow_tmpfs $W/t.relay"
-    ini t 1 exit "$SHM" "spool_allow_tmpfs = true"
+    ini t 1 exit "$SHM" relay.spool_allow_tmpfs=true
     "$D" -c "$W/t.ini" --check-config > "$W/t.out" 2>&1; rc=$?
     check "(6) ... and accepts it with spool_allow_tmpfs = true (rc $rc)" [ "$rc" -eq 0 ]
     rm -rf "$SHM"
@@ -133,8 +118,7 @@ $S --listen tcp://127.0.0.1:0 --job-id J1 > "$W/port.sim" 2>&1 & SIM=$!
 wait_for 10 grep -q '^SIM READY' "$W/port.sim"
 PORT=$(awk '/^SIM READY/ {print $3}' "$W/port.sim")
 kill "$SIM"; wait "$SIM" 2>/dev/null; SIM=
-ini b 1 wait "$SP" "" "reconnect_min = 0.1
-reconnect_max = 0.2"
+ini b 1 wait "$SP" upstream.reconnect_min=0.1 upstream.reconnect_max=0.2
 $D -c "$W/b.ini" > "$W/b.relay" 2>&1 & RELAY=$!
 wait_for 15 "$C" -s "$W/b.status.sock" show info
 sleep 1
@@ -185,7 +169,7 @@ check "(4) the spool directory is gone after the run" [ ! -e "$SMALL/J1" ]
 [ -n "$MNT" ] && umount "$MNT" && MNT=
 
 # spool_max_bytes (reloadable) below one item: the task fails naming the key; reload fixes it
-run_job m 1 exit "$SP" "spool_max_bytes = 1M" --rounds 1 --model-size 8M --tensors 2 --format numpy --max-failures 5
+run_job m 1 exit "$SP" relay.spool_max_bytes=1M --rounds 1 --model-size 8M --tensors 2 --format numpy --max-failures 5
 wait_for 20 sh -c "$C -s $W/m.status.sock show tasks json | jq '.tasks | length >= 1' | grep -qx true"
 "$C" -s "$W/m.status.sock" pause >/dev/null 2>&1
 wait_for 20 sh -c "grep -v 'spool mode: tensors' $W/m.relay | grep -q spool_max_bytes"

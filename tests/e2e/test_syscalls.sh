@@ -27,20 +27,8 @@ $S --listen tcp://127.0.0.1:0 --job-id J1 --rounds 1 --model-size $MODEL --tenso
     > "$W/sim.out" 2> "$W/sim.err" & SIM=$!
 wait_for 10 grep -q '^SIM READY' "$W/sim.out"
 PORT=$(awk '/^SIM READY/ {print $3}' "$W/sim.out")
-cat > "$W/relay.ini" <<EOF
-[relay]
-site = site-1
-job_id = J1
-on_end_run = wait
-[upstream]
-url = tcp://127.0.0.1:$PORT
-[workers]
-listen = unix:$W/w.sock
-command = $WK
-count = 1
-[status]
-socket = $W/status.sock
-EOF
+relay_ini "$W/relay.ini" relay.on_end_run=wait upstream.url="tcp://127.0.0.1:$PORT" \
+    workers.listen="unix:$W/w.sock" workers.command="$WK" workers.count=1 status.socket="$W/status.sock"
 $D -c "$W/relay.ini" > "$W/relay.log" 2>&1 & RELAY=$!
 io() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/io" 2>/dev/null; }
 wait_for 30 sh -c "$C -s $W/status.sock show workers json 2>/dev/null | grep -q client_api_trainer_1"

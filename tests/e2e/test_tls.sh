@@ -31,25 +31,12 @@ check "sim listens on stcp:// (port $PORT)" [ "${PORT:-0}" -gt 0 ]
 # relay NAME SECURITY CA CERT KEY: starts a relay in $W/NAME against the sim.
 relay() {
     R=$W/$1; mkdir -p "$R"
-    cat > "$R/relay.ini" <<EOF
-[relay]
-site = site-1
-job_id = J1
-[upstream]
-url = stcp://127.0.0.1:$PORT
-connection_security = $2
-ca_file = $3
-cert_file = $4
-key_file = $5
-reconnect_min = 0.05
-reconnect_max = 0.2
-[workers]
-listen = unix:$R/w.sock
-[status]
-socket = $R/status.sock
-[log]
-level = debug    ; the per-attempt reconnect lines are debug-level
-EOF
+    # log level debug: the per-attempt reconnect lines are debug-level
+    relay_ini "$R/relay.ini" \
+        upstream.url="stcp://127.0.0.1:$PORT" upstream.connection_security="$2" \
+        upstream.ca_file="$3" upstream.cert_file="$4" upstream.key_file="$5" \
+        upstream.reconnect_min=0.05 upstream.reconnect_max=0.2 \
+        workers.listen="unix:$R/w.sock" status.socket="$R/status.sock" log.level=debug
     $D -c "$R/relay.ini" > "$R/relay.log" 2>&1 & RELAY=$!
     wait_for 10 test -S "$R/status.sock"
 }

@@ -50,25 +50,10 @@ start_sim() {
 start_sim 1 0
 check "sim prints SIM READY with the real port ($SIM_PORT)" [ "$SIM_PORT" -gt 0 ]
 WPORT=$($P freeport)
-cat > "$W/relay.ini" <<EOF
-[relay]
-site = site-1
-job_id = J1
-[upstream]
-url = tcp://127.0.0.1:$SIM_PORT
-reconnect_min = 0.2
-reconnect_max = 1
-[workers]
-listen = unix:$W/w.sock, tcp://127.0.0.1:$WPORT
-heartbeat_interval = 2
-heartbeat_timeout = 30
-[status]
-socket = $W/status.sock
-[limits]
-link_buffer = 16M
-[log]
-level = info
-EOF
+relay_ini "$W/relay.ini" \
+    upstream.url="tcp://127.0.0.1:$SIM_PORT" upstream.reconnect_min=0.2 upstream.reconnect_max=1 \
+    workers.listen="unix:$W/w.sock, tcp://127.0.0.1:$WPORT" workers.heartbeat_interval=2 workers.heartbeat_timeout=30 \
+    status.socket="$W/status.sock" limits.link_buffer=16M log.level=info
 $D -c "$W/relay.ini" > "$W/relay.log" 2>&1 & RELAY=$!
 wait_for 10 upstream_is up
 check "relay upstream up (peer server)" [ "$(info_of upstream_peer)" = server ]
