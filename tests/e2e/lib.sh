@@ -79,3 +79,6 @@ relay_ini() {
                   }
               } }' > "$_ri"
 }
+sim_port() { # sim_port OUT: waits (10 s) for the simulator's "SIM READY" line in OUT, prints its port
+    wait_for 10 grep -q '^SIM READY' "$1" && awk '/^SIM READY/ {print $3}' "$1"
+}

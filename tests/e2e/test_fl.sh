@@ -28,8 +28,7 @@ chmod 600 "$W/creds"
 run_job() {
     n=$1; count=$2; onend=$3; shift 3
     $S --listen tcp://127.0.0.1:0 --job-id J1 --download-log "$W/$n.downloads" "$@" > "$W/$n.sim" 2> "$W/$n.simlog" & SIM=$!
-    wait_for 10 grep -q '^SIM READY' "$W/$n.sim"
-    PORT=$(awk '/^SIM READY/ {print $3}' "$W/$n.sim")
+    PORT=$(sim_port "$W/$n.sim")
     relay_ini "$W/$n.ini" relay.on_end_run="$onend" \
         upstream.url="tcp://127.0.0.1:$PORT" upstream.credentials_file="$W/creds" \
         workers.listen="unix:$W/$n.w.sock" workers.command="$BUILD/cjrelay-worker" workers.count="$count" \

@@ -36,8 +36,7 @@ count() { grep -c "$1" "$2"; }   # count PATTERN FILE
 start_sim() {
     _n=$1; shift
     $S --listen tcp://127.0.0.1:0 --job-id J1 "$@" > "$W/$_n.sim" 2> "$W/$_n.simerr" & SIM=$!
-    wait_for 10 grep -q '^SIM READY' "$W/$_n.sim" || { note "$W/$_n.simerr"; fail "$_n: sim starts"; finish; }
-    PORT=$(awk '/^SIM READY/ {print $3}' "$W/$_n.sim")
+    PORT=$(sim_port "$W/$_n.sim") || { note "$W/$_n.simerr"; fail "$_n: sim starts"; finish; }
 }
 # drive NAME ARGS...: the stand-in site against the sim (foreground); DRC = its exit status.
 drive() {

@@ -48,8 +48,7 @@ run_job() {
     n=$1; count=$2; onend=$3; dir=$4; extra=$5; shift 5
     $S --listen tcp://127.0.0.1:0 --job-id J1 --isolate --download-log "$W/$n.downloads" "$@" \
         > "$W/$n.sim" 2> "$W/$n.simlog" & SIM=$!
-    wait_for 10 grep -q '^SIM READY' "$W/$n.sim"
-    PORT=$(awk '/^SIM READY/ {print $3}' "$W/$n.sim")
+    PORT=$(sim_port "$W/$n.sim")
     ini "$n" "$count" "$onend" "$dir" ${extra:+"$extra"}
     $D -c "$W/$n.ini" > "$W/$n.relay" 2>&1 & RELAY=$!
 }
@@ -115,8 +114,7 @@ if [ "$CJ_SAN" = 1 ]; then BM=256M; BB=268435456; else BM=1G; BB=1073741824; fi
 # Idle RSS is measured before the relay reaches the server (it spools a task as soon as it
 # has one): the relay starts first, then the simulator on a port found free just before.
 $S --listen tcp://127.0.0.1:0 --job-id J1 > "$W/port.sim" 2>&1 & SIM=$!
-wait_for 10 grep -q '^SIM READY' "$W/port.sim"
-PORT=$(awk '/^SIM READY/ {print $3}' "$W/port.sim")
+PORT=$(sim_port "$W/port.sim")
 kill "$SIM"; wait "$SIM" 2>/dev/null; SIM=
 ini b 1 wait "$SP" upstream.reconnect_min=0.1 upstream.reconnect_max=0.2
 $D -c "$W/b.ini" > "$W/b.relay" 2>&1 & RELAY=$!

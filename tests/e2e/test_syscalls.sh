@@ -25,8 +25,7 @@ MODEL=256M
 
 $S --listen tcp://127.0.0.1:0 --job-id J1 --rounds 1 --model-size $MODEL --tensors 8 --format numpy \
     > "$W/sim.out" 2> "$W/sim.err" & SIM=$!
-wait_for 10 grep -q '^SIM READY' "$W/sim.out"
-PORT=$(awk '/^SIM READY/ {print $3}' "$W/sim.out")
+PORT=$(sim_port "$W/sim.out")
 relay_ini "$W/relay.ini" relay.on_end_run=wait upstream.url="tcp://127.0.0.1:$PORT" \
     workers.listen="unix:$W/w.sock" workers.command="$WK" workers.count=1 status.socket="$W/status.sock"
 $D -c "$W/relay.ini" > "$W/relay.log" 2>&1 & RELAY=$!

@@ -24,8 +24,7 @@ fi
 pass "certificates made with openssl (CA, server, client, expired, other CA)"
 
 $S --listen stcp://127.0.0.1:0 --tls-dir "$K" --job-id J1 > "$W/sim.out" 2> "$W/sim.err" & SIM=$!
-wait_for 10 grep -q '^SIM READY' "$W/sim.out"
-PORT=$(awk '/^SIM READY/ {print $3}' "$W/sim.out")
+PORT=$(sim_port "$W/sim.out")
 check "sim listens on stcp:// (port $PORT)" [ "${PORT:-0}" -gt 0 ]
 
 # relay NAME SECURITY CA CERT KEY: starts a relay in $W/NAME against the sim.

@@ -42,8 +42,7 @@ start_sim() {
     _sn=$1; _port=$2; shift 2
     $S --listen "tcp://127.0.0.1:$_port" --job-id J1 --log-headers "$W/sim-headers.log" --heartbeat 1 "$@" \
         > "$W/sim-$_sn.out" 2> "$W/sim-$_sn.err" & SIM=$!
-    wait_for 10 grep -q '^SIM READY' "$W/sim-$_sn.out" || { note "$W/sim-$_sn.err"; fail "sim $_sn starts"; finish; }
-    SIM_PORT=$(awk '/^SIM READY/ {print $3}' "$W/sim-$_sn.out")
+    SIM_PORT=$(sim_port "$W/sim-$_sn.out") || { note "$W/sim-$_sn.err"; fail "sim $_sn starts"; finish; }
 }
 
 # ---- setup --------------------------------------------------------------------------
