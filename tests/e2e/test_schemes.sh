@@ -39,38 +39,21 @@ start_sim() {
     # shellcheck disable=SC2086
     $S --listen "$2://${3:-127.0.0.1}:0" $tls --job-id J1 --rounds "${4:-2}" --model-size 16M --tensors 4 \
         --format numpy > "$R/sim.out" 2> "$R/sim.err" & SIM=$!
-    wait_for 10 grep -q '^SIM READY' "$R/sim.out"
-    PORT=$(awk '/^SIM READY/ {print $3}' "$R/sim.out")
+    PORT=$(sim_port "$R/sim.out")
 }
 
-# start_relay NAME URL [UPSTREAM-LINE]: a relay with one launched worker toward URL; sets RELAY
+# start_relay NAME URL [SECTION.KEY=VALUE ...]: a relay with one launched worker toward URL
+# (with the test's client certificate when URL's scheme is a TLS one); sets RELAY
 start_relay() {
-    R=$W/$1
-    sec=
-    is_tls "${2%%:*}" && sec="connection_security = mtls
-ca_file = $K/rootCA.pem
-cert_file = $K/client.crt
-key_file = $K/client.key"
-    cat > "$R/relay.ini" <<EOF
-[relay]
-site = site-1
-job_id = J1
-on_end_run = wait
-[upstream]
-url = $2
-$sec
-${3:-}
-reconnect_min = 0.1
-reconnect_max = 0.5
-[workers]
-listen = unix:$R/w.sock
-command = $WK
-count = 1
-[status]
-socket = $R/status.sock
-[log]
-level = debug
-EOF
+    R=$W/$1; _url=$2; shift 2
+    if is_tls "${_url%%:*}"; then
+        set -- upstream.connection_security=mtls upstream.ca_file="$K/rootCA.pem" \
+            upstream.cert_file="$K/client.crt" upstream.key_file="$K/client.key" "$@"
+    fi
+    relay_ini "$R/relay.ini" relay.on_end_run=wait upstream.url="$_url" "$@" \
+        upstream.reconnect_min=0.1 upstream.reconnect_max=0.5 \
+        workers.listen="unix:$R/w.sock" workers.command="$WK" workers.count=1 \
+        status.socket="$R/status.sock" log.level=debug
     $D -c "$R/relay.ini" > "$R/relay.log" 2>&1 & RELAY=$!
 }
 
@@ -110,7 +93,7 @@ check "grpcs to a host the certificate does not name: refused, the log says the 
 check "grpcs: no round ran" sh -c "! grep -q '^ROUND' '$W/name-grpcs/sim.out'"
 stop_all
 start_sim name-grpcs2 grpcs 0.0.0.0 1
-start_relay name-grpcs2 "grpcs://127.0.0.2:$PORT" "tls_server_name = localhost"
+start_relay name-grpcs2 "grpcs://127.0.0.2:$PORT" upstream.tls_server_name=localhost
 wait_for 60 sh -c "! kill -0 $SIM 2>/dev/null"
 check "grpcs with tls_server_name = localhost (a name the certificate carries): the round verifies" \
     grep -q '^SIM OK rounds=1' "$W/name-grpcs2/sim.out"
