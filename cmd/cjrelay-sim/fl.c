@@ -37,6 +37,7 @@
 #include "sim.h"
 #include "util/log.h"
 #include "util/mp.h"
+#include "util/uuid.h"
 
 #include "dl/dlmsg.h"
 #include "payload/dxo.h"
@@ -657,12 +658,12 @@ static long next_round(const struct sim_fl *fl)
 static void new_task_id(char out[ID_LEN + 1])
 {
     uint8_t id[16];
-    if (cj_dl_new_uuid4(id)) {
+    if (cj_uuid4(id)) {
         static unsigned long seq;
         snprintf(out, ID_LEN + 1, "sim-task-%lu-%ld", ++seq, (long)time(NULL));
         return;
     }
-    cj_fobs_uuid_str(id, out);
+    cj_uuid_str(id, out);
 }
 
 static void issue_task(struct sim_fl *fl, struct cj_stream_blob *b, long r)

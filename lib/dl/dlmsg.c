@@ -8,6 +8,7 @@
 
 #include "payload/lobs.h"
 #include "util/mp.h"
+#include "util/uuid.h"
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
@@ -22,14 +23,6 @@ bool cj_dl_nonce_valid(const char *s, size_t len)
     for (size_t i = 0; i < len; i++)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
     return true;
-}
-
-int cj_dl_new_uuid4(uint8_t id[16])
-{
-    if (cj_random_bytes(id, 16)) return -1;
-    id[6] = (uint8_t)((id[6] & 0x0f) | 0x40);
-    id[8] = (uint8_t)((id[8] & 0x3f) | 0x80);
-    return 0;
 }
 
 /* A str copied into buf (max bytes): UTF-8, no NUL, 1..max bytes unless allow_empty. */
@@ -224,7 +217,7 @@ static int read_datumref_data(struct mp_cur *c, uint8_t id[16], struct cj_err *e
             const uint8_t *p;
             uint32_t len;
             size_t vat = v.pos;
-            if (mp_read_str(&v, &p, &len, err) || cj_fobs_uuid_parse(p, len, id))
+            if (mp_read_str(&v, &p, &len, err) || cj_uuid_parse(p, len, id))
                 return cj_fail(err, CJ_E_INVALID, vat, "dl: DatumRef datum_id is not a uuid str (offset %zu)", vat);
             has_id = true;
         } else if (KEY("unwrap")) {
@@ -373,7 +366,7 @@ static int resolve_datum(const uint8_t *payload, size_t len, struct cj_dl_item_r
     }
     if (rc < 0) return rc;
     char u[37];
-    cj_fobs_uuid_str(item->datum_id, u);
+    cj_uuid_str(item->datum_id, u);
     return cj_fail(err, CJ_E_MISSING, 0, "dl: item %zu refers to datum %s, which the payload lacks", idx, u);
 }
 
@@ -689,7 +682,7 @@ static void add_item_piece(struct plan *pl, size_t i, uint64_t len)
 static void pack_datumref(msgpack_packer *pk, const uint8_t id[16], int *bad)
 {
     char u[37];
-    cj_fobs_uuid_str(id, u);
+    cj_uuid_str(id, u);
     *bad |= msgpack_pack_map(pk, 3);
     *bad |= msgpack_pack_str_with_body(pk, CJ_FOBS_TYPE_KEY, strlen(CJ_FOBS_TYPE_KEY));
     *bad |= msgpack_pack_str_with_body(pk, CJ_FOBS_DATUMREF, strlen(CJ_FOBS_DATUMREF));
@@ -741,7 +734,7 @@ int cj_dl_plan_data_reply(msgpack_sbuffer *sb, uint64_t start, const uint64_t *s
     for (size_t i = 0; i < n && !bad; i++) {
         if (sizes[i] >= datum_min) {
             if (o->new_id) o->new_id(o->ud, ids[d]);
-            else if (cj_dl_new_uuid4(ids[d])) { bad = 1; break; }
+            else if (cj_uuid4(ids[d])) { bad = 1; break; }
             pack_datumref(&pk, ids[d++], &bad);
         } else {
             bad |= msgpack_pack_bin(&pk, (uint32_t)sizes[i]);

@@ -14,6 +14,7 @@
 #include "dl/dlmsg.h"
 #include "payload/fobs.h"
 #include "util/mp.h"
+#include "util/uuid.h"
 
 /* Pulls, confirms and cancels are a few hundred bytes; anything much larger is not one. */
 #define MAX_REQUEST_BYTES 65536
@@ -891,8 +892,8 @@ int cj_dl_producer_add_ref(struct cj_dl_producer *p, const struct cj_dl_ref_cfg 
     } else {
         uint8_t u[16];
         char s[37];
-        if (cj_dl_new_uuid4(u)) goto fail;
-        cj_fobs_uuid_str(u, s);
+        if (cj_uuid4(u)) goto fail;
+        cj_uuid_str(u, s);
         snprintf(r->id, sizeof r->id, "%s", s);
     }
     r->n_items = c->n_items;

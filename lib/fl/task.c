@@ -71,16 +71,6 @@ double cj_task_now(void)
 }
 
 
-int cj_task_uuid4(char out[37])
-{
-    uint8_t b[16];
-    if (cj_random_bytes(b, sizeof b)) return -1;
-    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);   /* version 4 */
-    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);   /* RFC 4122 variant */
-    cj_fobs_uuid_str(b, out);
-    return 0;
-}
-
 static int local_id(char out[CJ_TASK_ID_LEN + 1]) { return cj_random_hex(out, CJ_TASK_ID_LEN); }
 
 const char *cj_task_state_name(enum cj_task_state s)

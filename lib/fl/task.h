@@ -171,7 +171,4 @@ int cj_task_set_result_refs(struct cj_task *t, const uint8_t *result, size_t len
 /* "3:server.job-7f3a/<ref_id>(2 items), ..." or "none", for log lines.  Returns out. */
 const char *cj_task_refs_text(const struct cj_ref *refs, size_t n, char *out, size_t outsz);
 
-/* A fresh uuid4, lower-case 8-4-4-4-12 (out: 37 bytes).  -1 without randomness. */
-int cj_task_uuid4(char out[37]);
-
 #endif

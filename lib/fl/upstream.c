@@ -23,6 +23,7 @@
 #include "stream/stream.h"
 #include "util/log.h"
 #include "util/stats.h"
+#include "util/uuid.h"
 
 #define TOPIC_SYNC "__sync_runner__"
 #define TOPIC_HEARTBEAT "__job_heartbeat__"
@@ -582,7 +583,7 @@ static int sub_build(struct up_sub *s, char *why, size_t whysz)
     struct cj_fl_up *up = s->up;
     if (s->payload) evbuffer_free(s->payload);
     s->payload = evbuffer_new();
-    if (!s->payload || cj_task_uuid4(s->msg_root_id)) {
+    if (!s->payload || cj_uuid4_str(s->msg_root_id)) {
         snprintf(why, whysz, "out of memory or randomness");
         return -1;
     }

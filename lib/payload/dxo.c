@@ -3,10 +3,10 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "payload/lobs.h"
 #include "util/mp.h"
+#include "util/uuid.h"
 
 #define DXO_JSON_MAX (2 * (CJ_FOBS_FQCN_MAX + CJ_FOBS_REF_ID_MAX) + 64)
 #define DXO_MAX_ITEM 0x7fffffffLL     /* largest n of "T<n>" accepted */
@@ -127,19 +127,6 @@ static int ref_json(const char *source, const char *ref_id, char *out, size_t ca
     return 0;
 }
 
-static int new_uuid4(uint8_t id[16])
-{
-    size_t got = 0;
-    while (got < 16) {
-        ssize_t n = getrandom(id + got, 16 - got, 0);
-        if (n <= 0) return -1;
-        got += (size_t)n;
-    }
-    id[6] = (uint8_t)((id[6] & 0x0f) | 0x40);
-    id[8] = (uint8_t)((id[8] & 0x3f) | 0x80);
-    return 0;
-}
-
 static int check_out(const struct cj_dxo_out *d, struct cj_err *err)
 {
     if (d->dot != CJ_DXO_DOT_NUMPY && d->dot != CJ_DXO_DOT_TORCH)
@@ -171,7 +158,7 @@ int cj_dxo_write(msgpack_sbuffer *out, const struct cj_dxo_out *d, struct cj_err
         if (ref_json(d->source, d->ref_id, json, sizeof json, &jlen) < 0)
             return cj_fail(err, CJ_E_INVALID, 0, "dxo: fqcn or ref_id too long or not printable ASCII");
         if (d->datum_id) memcpy(id, d->datum_id, 16);
-        else if (new_uuid4(id) < 0) return cj_fail(err, CJ_E_NOMEM, 0, "dxo: getrandom failed");
+        else if (cj_uuid4(id) < 0) return cj_fail(err, CJ_E_NOMEM, 0, "dxo: getrandom failed");
     }
     size_t start = out->size, hoff;
     if ((rc = cj_lobs_begin_main(out, &hoff, err))) return rc;

@@ -826,35 +826,3 @@ int cj_fobs_write_shareable_end(msgpack_packer *pk)
     if (cj_fobs_write_str(pk, CJ_FOBS_DC_KEY) || cj_fobs_write_str(pk, CJ_FOBS_SHAREABLE_DC)) return -1;
     return 0;
 }
-
-/* ---- uuid text ---------------------------------------------------------------- */
-
-void cj_fobs_uuid_str(const uint8_t id[16], char out[37])
-{
-    static const char hx[] = "0123456789abcdef";
-    size_t o = 0;
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) out[o++] = '-';
-        out[o++] = hx[id[i] >> 4];
-        out[o++] = hx[id[i] & 15];
-    }
-    out[o] = 0;
-}
-
-int cj_fobs_uuid_parse(const uint8_t *s, size_t len, uint8_t id[16])
-{
-    if (len != 36) return -CJ_E_INVALID;
-    size_t o = 0;
-    for (size_t i = 0; i < 36;) {
-        if (i == 8 || i == 13 || i == 18 || i == 23) {
-            if (s[i++] != '-') return -CJ_E_INVALID;
-            continue;
-        }
-        uint32_t v;
-        uint8_t two[4] = {'0', '0', s[i], s[i + 1]};
-        if (hex4(two, &v)) return -CJ_E_INVALID;
-        id[o++] = (uint8_t)v;
-        i += 2;
-    }
-    return 0;
-}
