@@ -35,6 +35,7 @@
 #include "model.h"
 #include "payload/lobs.h"
 #include "sim.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/mp.h"
 #include "util/uuid.h"
@@ -111,13 +112,6 @@ struct sim_fl {
     size_t tomb_head, n_tombs;
     uint64_t sf_accepted, sf_refused;
 };
-
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static const char *state_name(enum tstate st)
 {
@@ -692,7 +686,7 @@ static void issue_task(struct sim_fl *fl, struct cj_stream_blob *b, long r)
     fl->round_state[r] = 1;
     fl->issued++;
     t->state = T_SENDING;
-    t->t0 = now_mono();
+    t->t0 = cj_now();
     if (fl->o->task_timeout > 0) {
         struct timeval tv = {(time_t)fl->o->task_timeout,
                              (suseconds_t)((fl->o->task_timeout - (double)(time_t)fl->o->task_timeout) * 1e6)};
@@ -755,7 +749,7 @@ static int on_get_task(void *arg, struct cj_stream_blob *b)
 static void round_verified(struct task *t)
 {
     struct sim_fl *fl = t->fl;
-    double secs = now_mono() - t->t0, fsecs = now_mono() - t->t_fetch;
+    double secs = cj_now() - t->t0, fsecs = cj_now() - t->t_fetch;
     t->state = T_DONE;
     fl->round_state[t->round] = 2;
     fl->verified++;
@@ -855,7 +849,7 @@ static void tombs_expire(struct sim_fl *fl, double now)
 static const struct sf_tomb *tomb_find(struct sim_fl *fl, const char *source, const char *ref)
 {
     if (!fl->tombs) return NULL;
-    tombs_expire(fl, now_mono());
+    tombs_expire(fl, cj_now());
     for (size_t i = 0; i < fl->n_tombs; i++) {
         const struct sf_tomb *tb = &fl->tombs[(fl->tomb_head + i) % SF_TOMB_MAX];
         if (!strcmp(tb->ref, ref) && !strcmp(tb->source, source)) return tb;
@@ -879,7 +873,7 @@ static int tomb_add(struct sim_fl *fl, const char *source, const char *ref, cons
     snprintf(tb->source, sizeof tb->source, "%s", source);
     snprintf(tb->ref, sizeof tb->ref, "%s", ref);
     snprintf(tb->reason, sizeof tb->reason, "%.*s", (int)sizeof tb->reason - 1, reason);
-    tb->until = now_mono() + SF_TOMB_SECS;
+    tb->until = cj_now() + SF_TOMB_SECS;
     return 0;
 }
 
@@ -974,7 +968,7 @@ static int start_verification(struct task *t, const struct req *r, char *why, si
     }
     free(seen);
     t->state = T_VERIFYING;
-    t->t_fetch = now_mono();
+    t->t_fetch = cj_now();
     if (d.n_native == n) {
         snprintf(t->res_from, sizeof t->res_from, "%s", t->site);   /* inline: the submitter */
         if (verify_inline(t, &d, ts, why, wl) == 0) {

@@ -15,6 +15,7 @@
 #include "fl/capi.h"
 #include "net/link.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "worker.h"
 #include "util/mp.h"
@@ -24,7 +25,7 @@ static const struct cj_stream_msg FOBS_MSG = {.encoding = "fobs"};
 
 void wk_touch(struct wk *w)
 {
-    w->last_activity = wk_now();
+    w->last_activity = cj_now();
 }
 
 /* ---- sending ------------------------------------------------------------------------------ */
@@ -113,7 +114,7 @@ static void hs_failed(struct wk *w, const char *what, const char *fmt, const cha
     snprintf(why, sizeof why, fmt, detail);
     snprintf(w->last_error, sizeof w->last_error, "%s: %s", what, why);
     cj_log_debug("%s; retrying", w->last_error);
-    double wait = w->hs_sent + WK_RETRY_EVERY - wk_now();
+    double wait = w->hs_sent + WK_RETRY_EVERY - cj_now();
     wk_retry_in(w, wait > 0 ? wait : 0);
 }
 
@@ -132,7 +133,7 @@ static void send_hs(struct wk *w)
         wk_exit(w, WK_EXIT_NO_SESSION, "cannot encode %s: %s", topic, e.msg);
         return;
     }
-    w->hs_sent = wk_now();
+    w->hs_sent = cj_now();
     if (wk_request(w, topic, &sb, WK_RETRY_EVERY, on_hs_reply, w, &w->hs_req, false)) {
         hs_failed(w, topic, "%s", "cannot send");
         return;
@@ -273,7 +274,7 @@ void wk_session_hb_cb(evutil_socket_t fd, short what, void *arg)
 
 void wk_session_tick(struct wk *w)
 {
-    double now = wk_now();
+    double now = cj_now();
     if (w->pid_watch && kill((pid_t)w->bs.cj_pid, 0) < 0 && errno == ESRCH) {
         wk_exit(w, WK_EXIT_RELAY_LOST, "the relay process %lld is gone", (long long)w->bs.cj_pid);
         return;

@@ -144,7 +144,6 @@ struct wk {
 
 /* Runs the worker until it exits; returns the exit code. */
 int wk_run(const struct wk_opts *o, const struct cj_bootstrap *bs);
-double wk_now(void);
 /* (Re)connects the link now; a failure schedules another attempt. */
 void wk_connect(struct wk *w);
 /* Arms the one-shot retry timer (replacing an armed one). */

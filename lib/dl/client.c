@@ -12,6 +12,7 @@
 
 #include "payload/lobs.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/stats.h"
 
@@ -63,16 +64,9 @@ struct cj_dl_fetch {
 
 enum act { A_NEXT, A_EOF, A_PRODUCER_ERROR, A_FAIL, A_ABORT };
 
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static double elapsed(const struct cj_dl_fetch *f)
 {
-    return now_mono() - f->t0;
+    return cj_now() - f->t0;
 }
 
 void cj_dl_fetch_cfg_default(struct cj_dl_fetch_cfg *c)
@@ -609,7 +603,7 @@ static void on_reply(void *arg, struct cj_stream_reply *r)
             cj_log_warning("[DOWNLOAD_RETRY] source=%s ref_id=%s attempt=%d/%d elapsed=%.1fs: %s (%s); retrying in %.2f s",
                            f->source, f->ref_id, f->attempt + 1, f->cfg.max_retries + 1, elapsed(f), r->return_code,
                            r->error, d);
-            struct timeval tv = { (time_t)d, (suseconds_t)((d - floor(d)) * 1e6) };
+            struct timeval tv = cj_tv(d);
             evtimer_add(f->timer, &tv);
             return;
         }
@@ -630,7 +624,7 @@ static void on_reply(void *arg, struct cj_stream_reply *r)
         cj_log_info("[DOWNLOAD_RECOVERED] source=%s ref_id=%s attempt=%d elapsed=%.1fs", f->source, f->ref_id,
                     f->attempt + 1, elapsed(f));
     f->attempt = 0;
-    f->last = now_mono();
+    f->last = cj_now();
     enum act a = A_FAIL;
     if (f->sink_mode) {
         a = handle_streamed(f, why, sizeof why);
@@ -738,7 +732,7 @@ static struct cj_dl_fetch *fetch_start(struct event_base *base, struct cj_stream
     }
     f->done = done;
     f->ctx = ctx;
-    f->t0 = f->last = now_mono();
+    f->t0 = f->last = cj_now();
     if (!(f->timer = evtimer_new(base, retry_cb, f)) || send_pull(f)) {
         fetch_free(f);
         return NULL;
@@ -765,7 +759,7 @@ struct cj_dl_fetch *cj_dl_fetch_sink(struct event_base *base, struct cj_stream_e
 
 void cj_dl_fetch_get_progress(const struct cj_dl_fetch *f, struct cj_dl_fetch_progress *p)
 {
-    double now = now_mono();
+    double now = cj_now();
     *p = (struct cj_dl_fetch_progress){
         .items = f->items, .bytes = f->bytes, .requests = f->requests, .retries = f->retries,
         .elapsed = now - f->t0, .idle = now - f->last,

@@ -21,6 +21,7 @@
 #include "fl/spoolstage.h"
 #include "payload/lobs.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/mp.h"
 #include "util/stats.h"
@@ -133,13 +134,6 @@ struct cj_fl_sessions {
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
-
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void wipe(void *p, size_t n)
 {
@@ -286,7 +280,7 @@ static const char *shown_state(const struct worker *w)
 
 static void touch(struct worker *w)
 {
-    w->last_seen = mono();
+    w->last_seen = cj_now();
 }
 
 static struct cj_task *task_of(const struct cj_fl_sessions *s, const struct worker *w)
@@ -374,7 +368,7 @@ static struct worker *add_record(struct cj_fl_sessions *s, const char *fqcn, con
     w->state = W_EXPECTED;
     w->link_up = true;
     w->last_seen = -1;
-    w->idle_since = w->expected_at = mono();
+    w->idle_since = w->expected_at = cj_now();
     struct worker **pp = &s->workers;   /* kept in the order they became known */
     while (*pp) pp = &(*pp)->next;
     *pp = w;
@@ -482,7 +476,7 @@ static void fail_task(struct cj_fl_sessions *s, struct worker *w, struct cj_task
     if (w) {
         w->task_id[0] = 0;
         w->result_accepted = w->source_live = false;
-        w->idle_since = mono();
+        w->idle_since = cj_now();
     }
     if (!t) return;
     cj_log_error("task %s (server task %s, '%s') failed on worker %s: %s; refs: %s", t->id, t->server_id, t->name,
@@ -499,7 +493,7 @@ static void lose_task(struct cj_fl_sessions *s, struct worker *w, struct cj_task
     if (t && s->sub.requeue) {
         w->task_id[0] = 0;
         w->result_accepted = w->source_live = false;
-        w->idle_since = mono();
+        w->idle_since = cj_now();
         if (s->sub.requeue(s->sub.ctx, t, why) == 0) {
             cj_log_warning("task %s (server task %s, '%s') taken back from worker %s (%s): it will be delivered "
                            "again",
@@ -566,7 +560,7 @@ static void sf_send(struct sf_notice *n);
  * attempts and the total time last. */
 static void sf_outcome(struct sf_notice *n, const char *rc, const char *error)
 {
-    double left = n->deadline - mono();
+    double left = n->deadline - cj_now();
     double backoff = fmin(0.25 * pow(2.0, (double)(n->attempts - 1)), 1.0);
     if (!strcmp(rc, "ok")) {
         n->s->sf_sent++;
@@ -598,7 +592,7 @@ static void sf_send(struct sf_notice *n)
     struct cj_fl_sessions *s = n->s;
     struct cj_stream_msg m = {.encoding = "fobs"};
     struct evbuffer *eb = evbuffer_new();
-    double timeout = fmin(SF_ATTEMPT_SECS, n->deadline - mono());
+    double timeout = fmin(SF_ATTEMPT_SECS, n->deadline - cj_now());
     n->attempts++;
     if (!eb || evbuffer_add(eb, n->body, n->body_len)) {
         if (eb) evbuffer_free(eb);
@@ -670,7 +664,7 @@ static void send_source_failure(struct cj_fl_sessions *s, const struct worker *w
     size_t n_recv = sf_targets(s, t, targets, SF_MAX_TARGETS);
     size_t n_targets = n_recv ? n_recv : 1;
     static const struct timeval zero = {0, 0};
-    double deadline = mono() + SF_TOTAL_SECS;
+    double deadline = cj_now() + SF_TOTAL_SECS;
     for (size_t i = 0; i < n_targets; i++) {
         struct sf_notice *n = calloc(1, sizeof *n);
         if (!n || !(n->body = malloc(sb.size)) || !(n->timer = evtimer_new(s->base, sf_timer_cb, n))) {
@@ -748,7 +742,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct cj_fl_sessions *s = arg;
-    double now = mono();
+    double now = cj_now();
     char why[160];
     for (struct worker *w = s->workers; w; w = w->next) {
         if (s->launch_timeout > 0 && !w->any_fqcn && (w->state == W_EXPECTED || w->state == W_HELLO) &&
@@ -939,7 +933,7 @@ static int on_session_ready(void *arg, struct cj_stream_blob *b)
     bool became_ready = w->state == W_HELLO;
     if (became_ready) {
         w->state = W_READY;
-        w->idle_since = mono();
+        w->idle_since = cj_now();
         cj_log_info("client_api: worker %s ready (session_id=%s)", w->fqcn, w->session_id);
     }
     msgpack_sbuffer sb;
@@ -1154,7 +1148,7 @@ static void on_submit_done(void *ctx, struct cj_task *t, bool ok, const char *wh
         send_abort(s, w, "the relay could not submit the result");
         w->task_id[0] = 0;
         w->source_live = w->result_accepted = false;
-        w->idle_since = mono();
+        w->idle_since = cj_now();
         check_drained(s);
     }
 }
@@ -1270,7 +1264,7 @@ static int on_settled(void *arg, struct cj_stream_blob *b)
                 w->submit_answered ? "" : " (the server has not answered the submission yet)");
     w->task_id[0] = 0;
     w->source_live = w->result_accepted = false;
-    w->idle_since = mono();
+    w->idle_since = cj_now();
     msgpack_sbuffer sb;
     struct cj_err e = {0};
     msgpack_sbuffer_init(&sb);
@@ -1698,7 +1692,7 @@ void cj_fl_sessions_close(struct cj_fl_sessions *s)
 size_t cj_fl_sessions_workers(const struct cj_fl_sessions *s, cj_fl_worker_fn fn, void *arg)
 {
     size_t k = 0;
-    double now = mono();
+    double now = cj_now();
     for (const struct worker *w = s->workers; w; w = w->next, k++) {
         struct cj_fl_worker_info wi = {
             .fqcn = w->fqcn,

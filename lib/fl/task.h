@@ -116,7 +116,6 @@ size_t cj_task_count(const struct cj_task_table *tt, bool in_flight_only);
 
 const char *cj_task_state_name(enum cj_task_state s);
 const char *cj_ref_state_name(int s);
-double cj_task_now(void);
 
 /* ---- the payloads of the upstream loop -----------------------------------------
  *

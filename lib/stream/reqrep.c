@@ -49,8 +49,7 @@ struct sm_req {
 
 static void req_arm(struct sm_req *r)
 {
-    struct timeval tv;
-    sm_tv(r->timeout, &tv);
+    struct timeval tv = cj_tv(r->timeout);
     evtimer_add(r->timer, &tv);
 }
 
