@@ -138,22 +138,6 @@ static const struct field_def *find_field(enum cj_capi_kind kind, const uint8_t 
     return NULL;
 }
 
-/* Copies a str into buf (max bytes + NUL): UTF-8, no NUL, fits. */
-static int read_cstr(struct mp_cur *c, char *buf, size_t max, const char *what, struct cj_err *err)
-{
-    size_t at = c->pos;
-    const uint8_t *p;
-    uint32_t len;
-    int rc = mp_read_str(c, &p, &len, err);
-    if (rc) return cj_fail(err, CJ_E_TYPE, at, "capi: '%s' is not a str (offset %zu)", what, at);
-    if (len > max) return cj_fail(err, CJ_E_LIMIT, at, "capi: '%s' is %u bytes, limit %zu (offset %zu)", what, len, max, at);
-    if (cj_utf8_prefix(p, len, SIZE_MAX) == SIZE_MAX)
-        return cj_fail(err, CJ_E_INVALID, at, "capi: '%s' is not valid UTF-8 or holds NUL (offset %zu)", what, at);
-    memcpy(buf, p, len);
-    buf[len] = 0;
-    return 0;
-}
-
 /* A reason: any length, cut to CJ_CAPI_REASON_MAX_CHARS characters. */
 static int read_reason(struct mp_cur *c, char *buf, bool *cut, struct cj_err *err)
 {
@@ -190,7 +174,7 @@ static int read_scalar(struct mp_cur *c, struct cj_capi_value *v, const char *wh
     case MP_STR:
         *c = save;
         v->type = CJ_CAPI_V_STR;
-        return read_cstr(c, v->s, CJ_CAPI_LOG_STR_MAX, what, err);
+        return mp_read_cstr(c, v->s, CJ_CAPI_LOG_STR_MAX, true, "capi", what, err);
     default:
         return cj_fail(err, CJ_E_TYPE, at, "capi: '%s' is not an int, float, str or bool (offset %zu)", what, at);
     }
@@ -219,7 +203,10 @@ static int read_rank(struct mp_cur *c, struct cj_capi_msg *m, struct cj_err *err
     if (rc) return rc;
     m->rank_is_str = false;
     switch (x.kind) {
-    case MP_STR: *c = save; m->rank_is_str = true; return read_cstr(c, m->rank, CJ_CAPI_RANK_MAX, "rank", err);
+    case MP_STR:
+        *c = save;
+        m->rank_is_str = true;
+        return mp_read_cstr(c, m->rank, CJ_CAPI_RANK_MAX, true, "capi", "rank", err);
     case MP_UINT: snprintf(m->rank, sizeof m->rank, "%" PRIu64, x.u); return 0;
     case MP_INT: snprintf(m->rank, sizeof m->rank, "%" PRId64, x.i); return 0;
     case MP_BOOL: snprintf(m->rank, sizeof m->rank, "%s", x.b ? "True" : "False"); return 0;
@@ -242,21 +229,15 @@ static int read_enum(struct mp_cur *c, char *name, struct cj_err *err)
     if (rc) return rc;
     if (x.kind == MP_STR) {
         *c = save;
-        return read_cstr(c, name, CJ_CAPI_DATA_TYPE_MAX, "data_type", err);
+        return mp_read_cstr(c, name, CJ_CAPI_DATA_TYPE_MAX, true, "capi", "data_type", err);
     }
     if (x.kind != MP_MAP)
         return cj_fail(err, CJ_E_TYPE, at, "capi: 'data_type' is neither an enum wrapper nor a str (offset %zu)", at);
     bool has_type = false, has_data = false;
     for (uint32_t i = 0; i < x.n; i++) {
         struct mp_val k;
-        size_t kat = c->pos;
-        if ((rc = mp_next(c, &k, err))) return rc;
-        if (k.kind == MP_ARRAY || k.kind == MP_MAP) {
-            c->pos = kat;
-            if ((rc = mp_skip(c, err))) return rc;
-            k.kind = MP_NIL;
-        }
-        if (k.kind == MP_STR && mp_str_eq(k.ptr, k.len, "__fobs_type__")) {
+        if ((rc = mp_read_key(c, &k, err))) return rc;
+        if (mp_key_is(&k, "__fobs_type__")) {
             const uint8_t *p;
             uint32_t len;
             size_t vat = c->pos;
@@ -264,8 +245,9 @@ static int read_enum(struct mp_cur *c, char *name, struct cj_err *err)
                 return cj_fail(err, CJ_E_INVALID, vat, "capi: 'data_type' wrapper is not %s (offset %zu)",
                                CJ_CAPI_ANALYTICS_TYPE, vat);
             has_type = true;
-        } else if (k.kind == MP_STR && mp_str_eq(k.ptr, k.len, "__fobs_data__")) {
-            if ((rc = read_cstr(c, name, CJ_CAPI_DATA_TYPE_MAX, "data_type.__fobs_data__", err))) return rc;
+        } else if (mp_key_is(&k, "__fobs_data__")) {
+            if ((rc = mp_read_cstr(c, name, CJ_CAPI_DATA_TYPE_MAX, true, "capi", "data_type.__fobs_data__", err)))
+                return rc;
             has_data = true;
         } else if ((rc = mp_skip(c, err))) {
             return rc;
@@ -297,9 +279,9 @@ static char *id_field(struct cj_capi_msg *m, uint32_t bit)
 static int read_field(struct mp_cur *c, const struct field_def *f, struct cj_capi_msg *m, struct cj_err *err)
 {
     switch (f->type) {
-    case FT_ID: return read_cstr(c, id_field(m, f->bit), CJ_CAPI_ID_MAX, f->key, err);
-    case FT_TOKEN: return read_cstr(c, id_field(m, f->bit), CJ_CAPI_TOKEN_MAX, f->key, err);
-    case FT_LOGKEY: return read_cstr(c, m->key, CJ_CAPI_LOG_KEY_MAX, f->key, err);
+    case FT_ID: return mp_read_cstr(c, id_field(m, f->bit), CJ_CAPI_ID_MAX, true, "capi", f->key, err);
+    case FT_TOKEN: return mp_read_cstr(c, id_field(m, f->bit), CJ_CAPI_TOKEN_MAX, true, "capi", f->key, err);
+    case FT_LOGKEY: return mp_read_cstr(c, m->key, CJ_CAPI_LOG_KEY_MAX, true, "capi", f->key, err);
     case FT_REASON: return read_reason(c, m->reason, &m->reason_cut, err);
     case FT_RANK: return read_rank(c, m, err);
     case FT_ENUM: return read_enum(c, m->data_type, err);
@@ -382,18 +364,10 @@ static int decode_fields(struct mp_cur *c, struct cj_capi_msg *m, struct cj_err 
     if (mp_read_map(c, &n, err))
         return cj_fail(err, CJ_E_TYPE, at, "capi: %s body is not a map (offset %zu)", kinds[kind].name, at);
     for (uint32_t i = 0; i < n; i++) {
-        size_t kat = c->pos;
         struct mp_val k;
-        int rc = mp_next(c, &k, err);
+        struct mp_cur vc;
+        int rc = mp_read_entry(c, &k, &vc, err);   /* non-str keys are legal msgpack; skipped */
         if (rc) return rc;
-        if (k.kind == MP_ARRAY || k.kind == MP_MAP) {   /* non-str keys are legal msgpack; skip them */
-            c->pos = kat;
-            if ((rc = mp_skip(c, err))) return rc;
-            k.kind = MP_NIL;
-        }
-        size_t vat = c->pos;
-        if ((rc = mp_skip(c, err))) return rc;
-        struct mp_cur vc = {c->base, vat, c->pos};
         if (k.kind != MP_STR) {
             if (kind == CJ_CAPI_LOG) m->n_dropped++;
             continue;
@@ -445,19 +419,12 @@ static int find_reply_kind(const struct mp_cur *c0, enum cj_capi_kind request, e
     struct mp_cur topic = {0};
     bool found = false;
     for (uint32_t i = 0; i < n; i++) {
-        size_t kat = c.pos;
         struct mp_val k;
-        int rc = mp_next(&c, &k, err);
+        struct mp_cur v;
+        int rc = mp_read_entry(&c, &k, &v, err);
         if (rc) return rc;
-        if (k.kind == MP_ARRAY || k.kind == MP_MAP) {
-            c.pos = kat;
-            if ((rc = mp_skip(&c, err))) return rc;
-            k.kind = MP_NIL;
-        }
-        size_t vat = c.pos;
-        if ((rc = mp_skip(&c, err))) return rc;
-        if (k.kind == MP_STR && mp_str_eq(k.ptr, k.len, "reply_topic")) {
-            topic = (struct mp_cur){c.base, vat, c.pos};
+        if (mp_key_is(&k, "reply_topic")) {
+            topic = v;
             found = true;
         }
     }

@@ -177,23 +177,6 @@ int cj_dxo_write(msgpack_sbuffer *out, const struct cj_dxo_out *d, struct cj_err
 /* ---- reading -------------------------------------------------------------------- */
 
 /* Reads a str map key at c; a non-str key is skipped whole (kind != MP_STR). */
-static int read_key(struct mp_cur *c, struct mp_val *k, struct cj_err *err)
-{
-    struct mp_cur save = *c;
-    int rc = mp_next(c, k, err);
-    if (rc) return rc;
-    if (k->kind == MP_ARRAY || k->kind == MP_MAP) {
-        *c = save;
-        return mp_skip(c, err);
-    }
-    return 0;
-}
-
-static bool key_is(const struct mp_val *k, const char *s)
-{
-    return k->kind == MP_STR && mp_str_eq(k->ptr, k->len, s);
-}
-
 /* A value's raw span at c (c advanced past it); offsets absolute in c->base. */
 static int value_span(struct mp_cur *c, struct cj_range *sp, struct cj_err *err)
 {
@@ -239,10 +222,10 @@ static int dxo_parts(const uint8_t *p, struct cj_range dxo, struct dxo_parts *pt
     for (uint32_t i = 0; !rc && i < n; i++) {
         struct mp_val k;
         struct cj_range v;
-        if ((rc = read_key(&c, &k, err)) || (rc = value_span(&c, &v, err))) break;
-        if (key_is(&k, "kind")) pt->kind = v;
-        else if (key_is(&k, "data")) pt->data = v;
-        else if (key_is(&k, "meta")) pt->meta = v;
+        if ((rc = mp_read_key(&c, &k, err)) || (rc = value_span(&c, &v, err))) break;
+        if (mp_key_is(&k, "kind")) pt->kind = v;
+        else if (mp_key_is(&k, "data")) pt->data = v;
+        else if (mp_key_is(&k, "meta")) pt->meta = v;
     }
     if (!rc && !pt->data.len) rc = cj_fail(err, CJ_E_MISSING, dxo.off, "dxo: the DXO map has no \"data\"");
     return rc;
@@ -297,21 +280,21 @@ static int read_tensor_data(struct mp_cur *c, struct cj_dxo_tensor *t, struct cj
     size_t at = c->pos;
     for (uint32_t i = 0; !rc && i < n; i++) {
         struct mp_val k, v;
-        if ((rc = read_key(c, &k, err))) break;
+        if ((rc = mp_read_key(c, &k, err))) break;
         size_t vat = c->pos;
-        if (key_is(&k, "type") || key_is(&k, "data") || key_is(&k, "lazy_dot")) {
+        if (mp_key_is(&k, "type") || mp_key_is(&k, "data") || mp_key_is(&k, "lazy_dot")) {
             if ((rc = mp_next(c, &v, err))) break;
             if (v.kind == MP_ARRAY || v.kind == MP_MAP) {
                 c->pos = vat;
                 return cj_fail(err, CJ_E_TYPE, vat, "dxo: tensor field at offset %zu is a container", vat);
             }
-            if (key_is(&k, "type")) {
+            if (mp_key_is(&k, "type")) {
                 if (v.kind != MP_STR) return cj_fail(err, CJ_E_TYPE, vat, "dxo: tensor type is not a str");
                 has_type = true;
                 t->is_ref = mp_str_eq(v.ptr, v.len, "ref");
                 if (!t->is_ref && !mp_str_eq(v.ptr, v.len, "native"))
                     return cj_fail(err, CJ_E_TYPE, vat, "dxo: tensor type at offset %zu is neither ref nor native", vat);
-            } else if (key_is(&k, "data")) {
+            } else if (mp_key_is(&k, "data")) {
                 if (v.kind != MP_STR && v.kind != MP_BIN)
                     return cj_fail(err, CJ_E_TYPE, vat, "dxo: tensor data at offset %zu is neither str nor bin", vat);
                 has_data = true;
@@ -345,9 +328,9 @@ static int read_tensor(struct mp_cur *c, struct cj_dxo_tensor *t, struct cj_err 
     for (uint32_t i = 0; !rc && i < n; i++) {
         struct mp_val k;
         struct cj_range v;
-        if ((rc = read_key(c, &k, err)) || (rc = value_span(c, &v, err))) break;
-        if (key_is(&k, CJ_FOBS_DATA_KEY)) data = v;
-        if (!key_is(&k, CJ_FOBS_TYPE_KEY)) continue;
+        if ((rc = mp_read_key(c, &k, err)) || (rc = value_span(c, &v, err))) break;
+        if (mp_key_is(&k, CJ_FOBS_DATA_KEY)) data = v;
+        if (!mp_key_is(&k, CJ_FOBS_TYPE_KEY)) continue;
         struct mp_cur vc;
         const uint8_t *s;
         uint32_t sl;

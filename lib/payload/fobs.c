@@ -10,23 +10,6 @@
 
 /* Reads one map key: a str key gives *k (kind MP_STR); any other key (even a
  * container) is skipped whole and reported with kind != MP_STR. */
-static int read_key(struct mp_cur *c, struct mp_val *k, struct cj_err *err)
-{
-    struct mp_cur save = *c;
-    int rc = mp_next(c, k, err);
-    if (rc) return rc;
-    if (k->kind == MP_ARRAY || k->kind == MP_MAP) {
-        *c = save;
-        if ((rc = mp_skip(c, err))) return rc;
-    }
-    return 0;
-}
-
-static bool key_is(const struct mp_val *k, const char *s)
-{
-    return k->kind == MP_STR && mp_str_eq(k->ptr, k->len, s);
-}
-
 /* Reads a map header at c; fails with CJ_E_TYPE naming `what`. */
 static int read_map(struct mp_cur *c, uint32_t *n, const char *what, struct cj_err *err)
 {
@@ -58,10 +41,10 @@ static int find_headers(struct mp_cur *c, struct cj_fobs_shareable *sh, struct c
     for (uint32_t i = 0; i < n; i++) {
         struct mp_val k;
         size_t kat = c->pos;
-        if ((rc = read_key(c, &k, err))) return rc;
+        if ((rc = mp_read_key(c, &k, err))) return rc;
         size_t vat = c->pos;
         if ((rc = mp_skip(c, err))) return rc;
-        if (!key_is(&k, CJ_FOBS_HEADERS_KEY)) continue;
+        if (!mp_key_is(&k, CJ_FOBS_HEADERS_KEY)) continue;
         if (sh->headers.len)
             return cj_fail(err, CJ_E_INVALID, kat, "fobs: duplicate __headers__ key at offset %zu", kat);
         struct mp_cur hc = {c->base, vat, c->pos};
@@ -86,9 +69,9 @@ int cj_fobs_find_shareable(const uint8_t *buf, size_t len, struct cj_fobs_sharea
     for (uint32_t i = 0; i < n; i++) {
         struct mp_val k, v;
         size_t kat = c.pos;
-        if ((rc = read_key(&c, &k, err))) return rc;
+        if ((rc = mp_read_key(&c, &k, err))) return rc;
         size_t vat = c.pos;
-        if (key_is(&k, CJ_FOBS_TYPE_KEY)) {
+        if (mp_key_is(&k, CJ_FOBS_TYPE_KEY)) {
             if (have_type) return cj_fail(err, CJ_E_INVALID, kat, "fobs: duplicate __fobs_type__ at offset %zu", kat);
             have_type = true;
             if ((rc = mp_next(&c, &v, err))) return rc;
@@ -96,7 +79,7 @@ int cj_fobs_find_shareable(const uint8_t *buf, size_t len, struct cj_fobs_sharea
                 return cj_fail(err, CJ_E_TYPE, vat, "fobs: __fobs_type__ at offset %zu is not %s", vat,
                                CJ_FOBS_SHAREABLE);
             c.pos = vat;
-        } else if (key_is(&k, CJ_FOBS_DATA_KEY)) {
+        } else if (mp_key_is(&k, CJ_FOBS_DATA_KEY)) {
             if (have_data) return cj_fail(err, CJ_E_INVALID, kat, "fobs: duplicate __fobs_data__ at offset %zu", kat);
             have_data = true;
             data_at = vat;
@@ -122,10 +105,10 @@ int cj_fobs_map_get(const uint8_t *map, size_t len, const char *key, struct cj_r
     if (rc) return rc;
     for (uint32_t i = 0; i < n; i++) {
         struct mp_val k;
-        if ((rc = read_key(&c, &k, err))) return rc;
+        if ((rc = mp_read_key(&c, &k, err))) return rc;
         size_t vat = c.pos;
         if ((rc = mp_skip(&c, err))) return rc;
-        if (key_is(&k, key)) {
+        if (mp_key_is(&k, key)) {
             val->off = vat;
             val->len = c.pos - vat;
             found = 1;
@@ -171,7 +154,7 @@ int cj_fobs_read_headers(const uint8_t *hdrs, size_t len, struct cj_fobs_headers
     if (rc) return rc;
     for (uint32_t i = 0; i < n; i++) {
         struct mp_val k;
-        if ((rc = read_key(&c, &k, err))) return rc;
+        if ((rc = mp_read_key(&c, &k, err))) return rc;
         size_t vat = c.pos;
         if ((rc = mp_skip(&c, err))) return rc;
         if (k.kind != MP_STR) continue;
@@ -627,7 +610,7 @@ int cj_fobs_walk(const uint8_t *body, size_t len, cj_fobs_wrapper_cb cb, void *u
         struct mp_val v;
         if ((rc = mp_next(&c, &v, err))) return rc;
         f->left--;
-        if (is_key) f->role = key_is(&v, CJ_FOBS_TYPE_KEY) ? ROLE_TYPE : key_is(&v, CJ_FOBS_DATA_KEY) ? ROLE_DATA : ROLE_NONE;
+        if (is_key) f->role = mp_key_is(&v, CJ_FOBS_TYPE_KEY) ? ROLE_TYPE : mp_key_is(&v, CJ_FOBS_DATA_KEY) ? ROLE_DATA : ROLE_NONE;
         else if (f->is_map) note_value(f, &v, at, c.pos);
         if (v.kind != MP_MAP && v.kind != MP_ARRAY) {
             if (!is_key) f->role = ROLE_NONE;
@@ -729,7 +712,7 @@ static int write_headers(const uint8_t *body, const struct cj_fobs_shareable *sh
         if ((rc = mp_read_map(&c, &cnt, err))) return rc;
         size_t first = c.pos;
         for (uint32_t i = 0; i < cnt; i++) {
-            if ((rc = read_key(&c, &k, err)) || (rc = mp_skip(&c, err))) return rc;
+            if ((rc = mp_read_key(&c, &k, err)) || (rc = mp_skip(&c, err))) return rc;
             int ix = set_index(&k, kv, n);
             if (ix >= 0) present[ix] = true;
         }
@@ -743,7 +726,7 @@ static int write_headers(const uint8_t *body, const struct cj_fobs_shareable *sh
     if (msgpack_pack_map(&pk, (size_t)total)) return cj_fail(err, CJ_E_NOMEM, 0, "fobs: out of memory");
     for (uint32_t i = 0; i < cnt; i++) {   /* second pass: copy or replace in place */
         size_t kat = c.pos;
-        if ((rc = read_key(&c, &k, err))) return rc;
+        if ((rc = mp_read_key(&c, &k, err))) return rc;
         size_t vat = c.pos;
         if ((rc = mp_skip(&c, err))) return rc;
         int ix = set_index(&k, kv, n);
