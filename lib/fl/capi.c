@@ -11,6 +11,7 @@
 
 #include "payload/lobs.h"
 #include "util/mp.h"
+#include "util/repr.h"
 
 /* ---- kinds and topics ---------------------------------------------------------- */
 
@@ -482,52 +483,23 @@ bool cj_capi_token_equal(const char *presented, size_t presented_len, const char
 }
 
 /* Python repr() of a str, cut to fit. */
-static void py_repr(char *out, size_t n, const char *s)
-{
-    size_t o = 0;
-    if (n < 8) { if (n) out[0] = 0; return; }
-    out[o++] = '\'';
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char tmp[8];
-        if (*p == '\\' || *p == '\'') snprintf(tmp, sizeof tmp, "\\%c", *p);
-        else if (*p == '\n') snprintf(tmp, sizeof tmp, "\\n");
-        else if (*p == '\t') snprintf(tmp, sizeof tmp, "\\t");
-        else if (*p == '\r') snprintf(tmp, sizeof tmp, "\\r");
-        else if (*p < 0x20 || *p == 0x7f) snprintf(tmp, sizeof tmp, "\\x%02x", *p);
-        else { tmp[0] = (char)*p; tmp[1] = 0; }
-        size_t l = strlen(tmp);
-        if (o + l + 5 > n) { memcpy(out + o, "...", 3); o += 3; break; }
-        memcpy(out + o, tmp, l);
-        o += l;
-    }
-    out[o++] = '\'';
-    out[o] = 0;
-}
-
 static void repr_field(char *out, size_t n, const struct cj_capi_msg *m, uint32_t bit, const char *s)
 {
-    if (m->has & bit) py_repr(out, n, s);
+    if (m->has & bit) cj_repr_str(out, n, s);
     else snprintf(out, n, "%s", (m->bad & bit) ? "<unusable value>" : "None");
 }
 
-static void repr_value(char *out, size_t n, const struct cj_capi_value *v)
+void cj_capi_value_text(const struct cj_capi_value *v, bool repr, char *out, size_t n)
 {
     switch (v->type) {
     case CJ_CAPI_V_INT: snprintf(out, n, "%" PRId64, v->i); break;
     case CJ_CAPI_V_UINT: snprintf(out, n, "%" PRIu64, v->u); break;
     case CJ_CAPI_V_BOOL: snprintf(out, n, "%s", v->b ? "True" : "False"); break;
-    case CJ_CAPI_V_STR: py_repr(out, n, v->s); break;
-    case CJ_CAPI_V_FLOAT:
-        if (isnan(v->f)) snprintf(out, n, "nan");
-        else if (isinf(v->f)) snprintf(out, n, "%sinf", v->f < 0 ? "-" : "");
-        else {
-            for (int p = 1; p <= 17; p++) {   /* shortest text that reads back, as repr() */
-                snprintf(out, n, "%.*g", p, v->f);
-                if (strtod(out, NULL) == v->f) break;
-            }
-            if (!strpbrk(out, ".e") && strlen(out) + 3 <= n) strcat(out, ".0");
-        }
+    case CJ_CAPI_V_STR:
+        if (repr) cj_repr_str(out, n, v->s);
+        else snprintf(out, n, "%s", v->s);
         break;
+    case CJ_CAPI_V_FLOAT: cj_repr_float(out, n, v->f); break;
     default: snprintf(out, n, "None"); break;
     }
 }
@@ -555,7 +527,7 @@ int cj_capi_check_hello(const struct cj_capi_msg *h, const struct cj_capi_hello_
     const char *origin = x->origin ? x->origin : "";
     if (!x->trainer_fqcn || strcmp(origin, x->trainer_fqcn) ||
         !field_is(h, CJ_CAPI_F_TRAINER_FQCN, h->trainer_fqcn, x->trainer_fqcn)) {
-        py_repr(a, sizeof a, origin);
+        cj_repr_str(a, sizeof a, origin);
         repr_field(b, sizeof b, h, CJ_CAPI_F_TRAINER_FQCN, h->trainer_fqcn);
         snprintf(reason, reason_sz, "unexpected trainer identity (origin=%s, claimed=%s)", a, b);
         return 2;
@@ -566,7 +538,7 @@ int cj_capi_check_hello(const struct cj_capi_msg *h, const struct cj_capi_hello_
         return 3;
     }
     if (!(h->has & CJ_CAPI_F_PROTOCOL_VERSION) || !version_is_one(&h->protocol_version)) {
-        if (h->has & CJ_CAPI_F_PROTOCOL_VERSION) repr_value(a, sizeof a, &h->protocol_version);
+        if (h->has & CJ_CAPI_F_PROTOCOL_VERSION) cj_capi_value_text(&h->protocol_version, true, a, sizeof a);
         else snprintf(a, sizeof a, "%s", (h->bad & CJ_CAPI_F_PROTOCOL_VERSION) ? "<unusable value>" : "None");
         snprintf(reason, reason_sz, "unsupported protocol version %s (expect %d)", a, CJ_CAPI_PROTOCOL_VERSION);
         return 4;
@@ -583,7 +555,7 @@ int cj_capi_check_hello(const struct cj_capi_msg *h, const struct cj_capi_hello_
     }
     if (!(h->has & CJ_CAPI_F_RANK) || strcmp(h->rank, "0")) {
         if (!(h->has & CJ_CAPI_F_RANK)) snprintf(a, sizeof a, "%s", (h->bad & CJ_CAPI_F_RANK) ? "<unusable value>" : "None");
-        else if (h->rank_is_str) py_repr(a, sizeof a, h->rank);
+        else if (h->rank_is_str) cj_repr_str(a, sizeof a, h->rank);
         else snprintf(a, sizeof a, "%s", h->rank);
         snprintf(reason, reason_sz, "only rank 0 may connect (got rank %s)", a);
         return 6;

@@ -107,6 +107,10 @@ struct cj_capi_value {
     char s[CJ_CAPI_LOG_STR_MAX + 1];     /* V_STR */
 };
 
+/* The text of v as Python's repr() (repr) or str() prints it; the two differ
+ * only for a str, quoted and escaped by repr(). */
+void cj_capi_value_text(const struct cj_capi_value *v, bool repr, char *out, size_t n);
+
 struct cj_capi_extra {
     char name[CJ_CAPI_LOG_KEY_MAX + 1];
     struct cj_capi_value v;

@@ -1277,29 +1277,6 @@ static int on_settled(void *arg, struct cj_stream_blob *b)
 
 /* ---- log -------------------------------------------------------------------------------------- */
 
-/* Text of a scalar as Python prints it (str values bare). */
-static void value_text(const struct cj_capi_value *v, char *out, size_t n)
-{
-    switch (v->type) {
-    case CJ_CAPI_V_INT: snprintf(out, n, "%" PRId64, v->i); break;
-    case CJ_CAPI_V_UINT: snprintf(out, n, "%" PRIu64, v->u); break;
-    case CJ_CAPI_V_BOOL: snprintf(out, n, "%s", v->b ? "True" : "False"); break;
-    case CJ_CAPI_V_STR: snprintf(out, n, "%.*s", (int)(n - 1), v->s); break;
-    case CJ_CAPI_V_FLOAT:
-        if (isnan(v->f)) snprintf(out, n, "nan");
-        else if (isinf(v->f)) snprintf(out, n, "%sinf", v->f < 0 ? "-" : "");
-        else {
-            for (int prec = 1; prec <= 17; prec++) {   /* shortest text that reads back, as repr() */
-                snprintf(out, n, "%.*g", prec, v->f);
-                if (strtod(out, NULL) == v->f) break;
-            }
-            if (!strpbrk(out, ".e") && strlen(out) + 3 <= n) strcat(out, ".0");
-        }
-        break;
-    default: snprintf(out, n, "None"); break;
-    }
-}
-
 /* A new metric slot, the array grown by doubling up to CJ_FL_MAX_METRICS; NULL when full
  * (or out of memory).  Sized by use, not up front: a slot is ~650 bytes and a worker
  * typically logs one or two names, so 64 slots per worker (41 KB) were mostly waste, and
@@ -1383,7 +1360,7 @@ static int log_map_value(struct worker *w, const uint8_t *p, size_t n, const cha
         }
         char name[CJ_FL_METRIC_NAME_MAX + 1], val[CJ_FL_METRIC_VALUE_MAX + 1];
         snprintf(name, sizeof name, "%s.%.*s", key, (int)k.len, (const char *)k.ptr);
-        value_text(&cv, val, sizeof val);
+        cj_capi_value_text(&cv, false, val, sizeof val);
         set_metric(w, name, val);
         kept++;
     }
@@ -1412,7 +1389,7 @@ static int on_log(void *arg, struct cj_stream_blob *b)
     w->bytes += n;
     if (dec == 0) {
         char val[CJ_FL_METRIC_VALUE_MAX + 1];
-        value_text(&m->value, val, sizeof val);
+        cj_capi_value_text(&m->value, false, val, sizeof val);
         set_metric(w, m->key, val);
     } else if (!body_str(p, n, "key", key, sizeof key) || log_map_value(w, p, n, key) < 0) {
         s->st.logs_dropped++;
