@@ -24,6 +24,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/mp.h"
+#include "util/repr.h"
 #include "util/stats.h"
 
 #include "payload/fobs.h"
@@ -152,19 +153,7 @@ static void repr(char *out, size_t n, const char *s, bool present)
         copy_str(out, n, "None");
         return;
     }
-    size_t o = 0;
-    if (n < 8) {
-        if (n) out[0] = 0;
-        return;
-    }
-    out[o++] = '\'';
-    for (const unsigned char *p = (const unsigned char *)s; *p && o + 6 < n; p++) {
-        if (*p == '\\' || *p == '\'') out[o++] = '\\';
-        if (*p < 0x20 || *p == 0x7f) o += (size_t)snprintf(out + o, n - o, "\\x%02x", *p);
-        else out[o++] = (char)*p;
-    }
-    out[o++] = '\'';
-    out[o] = 0;
+    cj_repr_str(out, n, s);
 }
 
 static void free_ref(const void *data, size_t len, void *arg)
