@@ -156,28 +156,6 @@ static void repr(char *out, size_t n, const char *s, bool present)
     cj_repr_str(out, n, s);
 }
 
-static void free_ref(const void *data, size_t len, void *arg)
-{
-    (void)len;
-    (void)arg;
-    free((void *)data);
-}
-
-/* The sbuffer's bytes as an evbuffer, without a copy (sb is left empty). */
-static struct evbuffer *sb_take(msgpack_sbuffer *sb)
-{
-    struct evbuffer *eb = evbuffer_new();
-    size_t n = sb->size;
-    char *data = msgpack_sbuffer_release(sb);
-    if (!eb || (n && evbuffer_add_reference(eb, data, n, free_ref, NULL) != 0)) {
-        free(data);
-        if (eb) evbuffer_free(eb);
-        return NULL;
-    }
-    if (!n) free(data);
-    return eb;
-}
-
 static const uint8_t *blob_bytes(struct cj_stream_blob *b, size_t *n)
 {
     static const uint8_t none[1];
@@ -378,7 +356,7 @@ static void reply_sb(struct cj_fl_sessions *s, struct cj_stream_blob *b, msgpack
     }
     struct worker *w = find_worker(s, b->origin);
     if (w) w->bytes += sb->size;
-    struct evbuffer *eb = sb_take(sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(sb);
     if (!eb || cj_stream_reply(s->ep, &b->req, rc, &FOBS_MSG, eb, NULL, NULL) != 0)
         cj_log_warning("client_api: cannot answer %s from %s", b->req.topic, b->origin);
 }
@@ -414,7 +392,7 @@ static int send_oneway(struct cj_fl_sessions *s, struct worker *w, const char *t
 {
     struct cj_stream_msg m = {.encoding = "fobs", .optional = true};
     w->bytes += sb->size;
-    struct evbuffer *eb = sb_take(sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(sb);
     if (!eb) return -1;
     return cj_stream_send(s->ep, w->fqcn, CH, topic, &m, NULL, eb, NULL, NULL, NULL);
 }
@@ -1058,7 +1036,7 @@ static int op_deliver(void *ctx, struct cj_task *t, const uint8_t *payload, size
         return -1;
     }
     size_t size = sb.size;
-    struct evbuffer *eb = sb_take(&sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(&sb);
     double timeout = s->task_timeout > 0 ? s->task_timeout : CJ_FL_TASK_WAIT_FOREVER;
     if (!eb || cj_stream_request(s->ep, w->fqcn, CH, CJ_CAPI_T_TASK_READY, &FOBS_MSG, eb, timeout, on_task_reply, w,
                                  &w->task_req, NULL) != 0) {
@@ -1615,7 +1593,7 @@ int cj_fl_sessions_shutdown(struct cj_fl_sessions *s, const char *fqcn, const ch
         return -1;
     }
     w->bytes += sb.size;
-    struct evbuffer *eb = sb_take(&sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(&sb);
     if (!eb || cj_stream_request(s->ep, w->fqcn, CH, CJ_CAPI_T_SHUTDOWN, &FOBS_MSG, eb, s->shutdown_timeout,
                                  on_shutdown_reply, w, &w->shut_req, NULL) != 0)
         return -1;

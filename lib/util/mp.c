@@ -340,16 +340,23 @@ static void free_packed(const void *data, size_t len, void *arg)
     free((void *)data);
 }
 
-struct evbuffer *mp_sbuffer_to_evbuffer(struct msgpack_sbuffer *sb)
+int mp_sbuffer_move(struct evbuffer *out, struct msgpack_sbuffer *sb)
 {
     size_t len = sb->size;
     char *data = msgpack_sbuffer_release(sb);   /* sb is empty from here */
-    struct evbuffer *b = evbuffer_new();
-    if (b && (!len || evbuffer_add_reference(b, data, len, free_packed, NULL) == 0)) {
-        if (!len) free(data);
-        return b;
-    }
-    if (b) evbuffer_free(b);
+    if (len && evbuffer_add_reference(out, data, len, free_packed, NULL) == 0) return 0;
     free(data);
+    return len ? -1 : 0;
+}
+
+struct evbuffer *mp_sbuffer_to_evbuffer(struct msgpack_sbuffer *sb)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (!b) {
+        free(msgpack_sbuffer_release(sb));
+        return NULL;
+    }
+    if (mp_sbuffer_move(b, sb) == 0) return b;
+    evbuffer_free(b);
     return NULL;
 }

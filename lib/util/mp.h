@@ -109,4 +109,8 @@ struct msgpack_sbuffer;
  * way, so destroying it afterwards is harmless.  NULL when out of memory. */
 struct evbuffer *mp_sbuffer_to_evbuffer(struct msgpack_sbuffer *sb);
 
+/* The same into an existing evbuffer (appended); sb is left empty either way.
+ * 0, or -1 when out of memory. */
+int mp_sbuffer_move(struct evbuffer *out, struct msgpack_sbuffer *sb);
+
 #endif

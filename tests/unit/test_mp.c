@@ -224,6 +224,14 @@ static void test_sbuffer_to_evbuffer(void **state)
     b = mp_sbuffer_to_evbuffer(&sb);
     assert_non_null(b);
     assert_int_equal(evbuffer_get_length(b), 0);
+
+    evbuffer_add(b, "x", 1);     /* moved after what the evbuffer holds */
+    msgpack_sbuffer_write(&sb, "yz", 2);
+    assert_int_equal(mp_sbuffer_move(b, &sb), 0);
+    assert_int_equal(sb.size, 0);
+    assert_int_equal(mp_sbuffer_move(b, &sb), 0);   /* nothing left: nothing added */
+    assert_int_equal(evbuffer_get_length(b), 3);
+    assert_memory_equal(evbuffer_pullup(b, -1), "xyz", 3);
     evbuffer_free(b);
     msgpack_sbuffer_destroy(&sb);
 }
