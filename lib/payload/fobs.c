@@ -5,6 +5,7 @@
 
 #include "payload/lobs.h"
 #include "util/mp.h"
+#include "util/text.h"
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -192,26 +193,6 @@ static void jws(struct jr *j)
 
 static int jpeek(const struct jr *j) { return j->pos < j->len ? j->p[j->pos] : -1; }
 
-/* Length of the valid UTF-8 sequence at p (n bytes available), 0 if invalid. */
-static size_t utf8_seq(const uint8_t *p, size_t n)
-{
-    uint8_t b = p[0];
-    size_t len;
-    uint32_t min, cp;
-    if (b < 0x80) return 1;
-    if (b >= 0xc2 && b <= 0xdf) { len = 2; min = 0x80; cp = b & 0x1f; }
-    else if (b >= 0xe0 && b <= 0xef) { len = 3; min = 0x800; cp = b & 0x0f; }
-    else if (b >= 0xf0 && b <= 0xf4) { len = 4; min = 0x10000; cp = b & 0x07; }
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
 static int hex4(const uint8_t *p, uint32_t *out)
 {
     uint32_t v = 0;
@@ -246,19 +227,9 @@ static void jput(struct jout *o, const uint8_t *p, size_t n)
 static void jput_cp(struct jout *o, uint32_t cp)
 {
     uint8_t u[4];
-    size_t n;
     if (!o) return;
     if (cp == 0) o->nul = true;
-    if (cp < 0x80) { u[0] = (uint8_t)cp; n = 1; }
-    else if (cp < 0x800) { u[0] = (uint8_t)(0xc0 | cp >> 6); u[1] = (uint8_t)(0x80 | (cp & 0x3f)); n = 2; }
-    else if (cp < 0x10000) {
-        u[0] = (uint8_t)(0xe0 | cp >> 12); u[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
-        u[2] = (uint8_t)(0x80 | (cp & 0x3f)); n = 3;
-    } else {
-        u[0] = (uint8_t)(0xf0 | cp >> 18); u[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3f));
-        u[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3f)); u[3] = (uint8_t)(0x80 | (cp & 0x3f)); n = 4;
-    }
-    jput(o, u, n);
+    jput(o, u, cj_utf8_put(cp, u));
 }
 
 /* One \uXXXX escape (j->pos at the 'u'), combining a surrogate pair. */
@@ -291,7 +262,7 @@ static int jstring(struct jr *j, struct jout *o)
         if (ch == '"') { j->pos++; return 0; }
         if (ch < 0x20) return jfail(j, CJ_E_INVALID, "control character in string");
         if (ch != '\\') {
-            size_t n = utf8_seq(j->p + j->pos, j->len - j->pos);
+            size_t n = cj_utf8_seq(j->p + j->pos, j->len - j->pos);
             if (!n) return jfail(j, CJ_E_INVALID, "invalid UTF-8 in string");
             jput(o, j->p + j->pos, n);
             j->pos += n;
