@@ -227,19 +227,19 @@ struct req {
     size_t hdrs_len;
 };
 
-static int read_req(struct evbuffer *data, size_t max, struct req *r, char *why, size_t wl)
+static int read_req(struct evbuffer *data, size_t max, struct req *r, char *why, size_t whysz)
 {
     struct cj_lobs_section m;
     struct cj_fobs_shareable sh;
     struct cj_err e = {0};
     memset(r, 0, sizeof *r);
     if (!(r->p = blob_bytes(data, max, &r->len))) {
-        snprintf(why, wl, "payload of %zu bytes (empty, too large or no memory)", r->len);
+        snprintf(why, whysz, "payload of %zu bytes (empty, too large or no memory)", r->len);
         return -1;
     }
     if (cj_lobs_validate(r->p, r->len, &m, NULL, 0, NULL, &e) ||
         cj_fobs_find_shareable(m.value, m.value_len, &sh, &e)) {
-        snprintf(why, wl, "not a Shareable: %s", e.msg);
+        snprintf(why, whysz, "not a Shareable: %s", e.msg);
         return -1;
     }
     r->body_off = (size_t)(m.value - r->p);
@@ -579,7 +579,7 @@ static int prebuild_items(struct task *t, size_t n)
 }
 
 /* Adds the producer ref and writes the task payload. */
-static int build_task(msgpack_sbuffer *sb, struct sim_fl *fl, struct task *t, char *why, size_t wl)
+static int build_task(msgpack_sbuffer *sb, struct sim_fl *fl, struct task *t, char *why, size_t whysz)
 {
     msgpack_sbuffer hb;
     struct cj_err e = {0};
@@ -588,7 +588,7 @@ static int build_task(msgpack_sbuffer *sb, struct sim_fl *fl, struct task *t, ch
     uint64_t *sizes = calloc(n, sizeof *sizes);
     msgpack_sbuffer_init(&hb);
     if (!sizes || task_headers(&hb, fl, t)) {
-        snprintf(why, wl, "out of memory");
+        snprintf(why, whysz, "out of memory");
         goto out;
     }
     struct cj_dxo_out d = {
@@ -596,26 +596,26 @@ static int build_task(msgpack_sbuffer *sb, struct sim_fl *fl, struct task *t, ch
         .current_round = t->round, .source = fl->s->job,
     };
     if (t->inline_model) {
-        if (build_inline(sb, fl, t, &d, &e)) snprintf(why, wl, "cannot build the inline task: %s", e.msg);
+        if (build_inline(sb, fl, t, &d, &e)) snprintf(why, whysz, "cannot build the inline task: %s", e.msg);
         else rc = 0;
         goto out;
     }
     for (size_t i = 0; i < n; i++) t->bytes += sizes[i] = sim_item_size(fl->dot, i, fl->nelem);
     if (fl->o->prebuild && prebuild_items(t, n) < 0) {
-        snprintf(why, wl, "out of memory prebuilding the items");
+        snprintf(why, whysz, "out of memory prebuilding the items");
         goto out;
     }
     struct cj_dl_ref_cfg rc_cfg = {
         .n_items = n, .sizes = sizes, .item_fn = task_item, .num_receivers = 1, .done = task_ref_done, .ctx = t,
     };
     if (cj_dl_producer_add_ref(fl->prod, &rc_cfg, t->ref_id)) {
-        snprintf(why, wl, "cannot add the producer ref");
+        snprintf(why, whysz, "cannot add the producer ref");
         goto out;
     }
     t->ref_live = true;
     d.ref_id = t->ref_id;
     if (cj_dxo_write(sb, &d, &e)) {
-        snprintf(why, wl, "cannot build the task: %s", e.msg);
+        snprintf(why, whysz, "cannot build the task: %s", e.msg);
         drop_ref(t);
         goto out;
     }
@@ -893,27 +893,27 @@ static long tensor_of_name(const struct cj_dxo_tensor *d, long n_tensors)
 }
 
 /* Checks the submit's headers against the task (fatal on mismatch). */
-static int check_submit_headers(struct sim_fl *fl, const struct req *r, const struct task *t, char *why, size_t wl)
+static int check_submit_headers(struct sim_fl *fl, const struct req *r, const struct task *t, char *why, size_t whysz)
 {
     char v[256];
     size_t n;
     if (hdr_str(r, "__task_name__", v, sizeof v) != 1 || strcmp(v, TASK_NAME))
-        return snprintf(why, wl, "header __task_name__ is not \"%s\"", TASK_NAME), -1;
+        return snprintf(why, whysz, "header __task_name__ is not \"%s\"", TASK_NAME), -1;
     if (hdr_str(r, "__task_id__", v, sizeof v) != 1 || strcmp(v, t->id))
-        return snprintf(why, wl, "header __task_id__ is not %s", t->id), -1;
+        return snprintf(why, whysz, "header __task_id__ is not %s", t->id), -1;
     const uint8_t *jar = hdr_raw(r, "__cookie_jar__", &n);
     if (!map_str(jar, jar ? n : 0, "__task_id__", v, sizeof v) || strcmp(v, t->id))
-        return snprintf(why, wl, "header __cookie_jar__ has no __task_id__ %s", t->id), -1;
+        return snprintf(why, whysz, "header __cookie_jar__ has no __task_id__ %s", t->id), -1;
     const uint8_t *ctx = hdr_raw(r, "__peer_ctx__", &n);
     if (!ctx_prop(ctx, ctx ? n : 0, "__run_num__", v, sizeof v) || strcmp(v, fl->o->job_id))
-        return snprintf(why, wl, "header __peer_ctx__ has no __run_num__ %s", fl->o->job_id), -1;
+        return snprintf(why, whysz, "header __peer_ctx__ has no __run_num__ %s", fl->o->job_id), -1;
     const uint8_t *cr = hdr_raw(r, "current_round", &n);
     if (cr) {
         struct mp_cur c;
         int64_t round;
         mp_cur_init(&c, cr, n);
         if (mp_read_int(&c, &round, NULL) || round != t->round)
-            return snprintf(why, wl, "header current_round is not %ld", t->round), -1;
+            return snprintf(why, whysz, "header current_round is not %ld", t->round), -1;
     } else {
         cj_log_warning("sim: result of task %s has no current_round header", t->id);
     }
@@ -922,7 +922,7 @@ static int check_submit_headers(struct sim_fl *fl, const struct req *r, const st
 
 /* Inline result tensors: verified straight from the payload. */
 static int verify_inline(struct task *t, const struct cj_dxo_in *d, const struct cj_dxo_tensor *ts, char *why,
-                         size_t wl)
+                         size_t whysz)
 {
     struct sim_fl *fl = t->fl;
     for (size_t i = 0; i < d->n_tensors; i++) {
@@ -931,7 +931,7 @@ static int verify_inline(struct task *t, const struct cj_dxo_in *d, const struct
         char w[256];
         sim_period(t->round, (size_t)tn, true, per);
         if (sim_native_verify(fl->dot, ts[i].data, ts[i].data_len, fl->nelem, per, w, sizeof w))
-            return snprintf(why, wl, "inline result tensor layer%ld.weight: %s", tn, w), -1;
+            return snprintf(why, whysz, "inline result tensor layer%ld.weight: %s", tn, w), -1;
         t->res_bytes += ts[i].data_len;
         t->res_items++;
     }
@@ -939,7 +939,7 @@ static int verify_inline(struct task *t, const struct cj_dxo_in *d, const struct
 }
 
 /* The result's DXO: names, DOT, item map; then the download (or inline check). */
-static int start_verification(struct task *t, const struct req *r, char *why, size_t wl, bool *fatal)
+static int start_verification(struct task *t, const struct req *r, char *why, size_t whysz, bool *fatal)
 {
     struct sim_fl *fl = t->fl;
     size_t n = (size_t)fl->o->tensors;
@@ -948,20 +948,20 @@ static int start_verification(struct task *t, const struct req *r, char *why, si
     struct cj_err e = {0};
     int rc = -1;
     *fatal = true;
-    if (!ts) { snprintf(why, wl, "out of memory"); goto out; }
+    if (!ts) { snprintf(why, whysz, "out of memory"); goto out; }
     if (cj_dxo_read(r->p, r->len, r->body_off, r->body_len, &d, &e)) {
-        snprintf(why, wl, "the result does not decode as a DXO: %s", e.msg);
+        snprintf(why, whysz, "the result does not decode as a DXO: %s", e.msg);
         goto out;
     }
-    if (d.n_tensors != n) { snprintf(why, wl, "the result holds %zu tensors, want %zu", d.n_tensors, n); goto out; }
+    if (d.n_tensors != n) { snprintf(why, whysz, "the result holds %zu tensors, want %zu", d.n_tensors, n); goto out; }
     unsigned char *seen = calloc(n, 1);
-    if (!seen) { snprintf(why, wl, "out of memory"); goto out; }
+    if (!seen) { snprintf(why, whysz, "out of memory"); goto out; }
     for (size_t i = 0; i < n; i++) {
         long tn = tensor_of_name(&ts[i], (long)n);
         char name[64];
         cj_dxo_name(&ts[i], name, sizeof name);
         if (tn < 0 || seen[tn]++) {
-            snprintf(why, wl, "result tensor '%s' is not one of layer0..%zu.weight (or repeated)", name, n - 1);
+            snprintf(why, whysz, "result tensor '%s' is not one of layer0..%zu.weight (or repeated)", name, n - 1);
             free(seen);
             goto out;
         }
@@ -971,20 +971,20 @@ static int start_verification(struct task *t, const struct req *r, char *why, si
     t->t_fetch = cj_now();
     if (d.n_native == n) {
         snprintf(t->res_from, sizeof t->res_from, "%s", t->site);   /* inline: the submitter */
-        if (verify_inline(t, &d, ts, why, wl) == 0) {
+        if (verify_inline(t, &d, ts, why, whysz) == 0) {
             round_verified(t);
             rc = 0;
         }
         goto out;
     }
-    if (d.n_refs != n) { snprintf(why, wl, "the result mixes %zu refs and %zu inline tensors", d.n_refs, d.n_native); goto out; }
-    if (d.dot != fl->dot) { snprintf(why, wl, "the result's refs are DOT %u, the task's DOT %u", d.dot, fl->dot); goto out; }
-    if (d.n_items != n) { snprintf(why, wl, "the result's refs name %" PRIu64 " items, want %zu", d.n_items, n); goto out; }
-    if (!(t->item_tensor = malloc(n * sizeof *t->item_tensor))) { snprintf(why, wl, "out of memory"); goto out; }
+    if (d.n_refs != n) { snprintf(why, whysz, "the result mixes %zu refs and %zu inline tensors", d.n_refs, d.n_native); goto out; }
+    if (d.dot != fl->dot) { snprintf(why, whysz, "the result's refs are DOT %u, the task's DOT %u", d.dot, fl->dot); goto out; }
+    if (d.n_items != n) { snprintf(why, whysz, "the result's refs name %" PRIu64 " items, want %zu", d.n_items, n); goto out; }
+    if (!(t->item_tensor = malloc(n * sizeof *t->item_tensor))) { snprintf(why, whysz, "out of memory"); goto out; }
     for (size_t i = 0; i < n; i++) t->item_tensor[i] = -1;
     for (size_t i = 0; i < n; i++) {
         if (t->item_tensor[ts[i].item] >= 0) {
-            snprintf(why, wl, "result item T%" PRId64 " is referenced twice", ts[i].item);
+            snprintf(why, whysz, "result item T%" PRId64 " is referenced twice", ts[i].item);
             goto out;
         }
         t->item_tensor[ts[i].item] = tensor_of_name(&ts[i], (long)n);
@@ -999,7 +999,7 @@ static int start_verification(struct task *t, const struct req *r, char *why, si
         char msg[1024];
         snprintf(msg, sizeof msg, "downloading result ref %s from %s failed: %s (tombstoned by a source_failure "
                  "notice; no request sent)", d.ref_id, d.fqcn, tb->reason);
-        snprintf(why, wl, "%.*s", (int)wl - 1, msg);
+        snprintf(why, whysz, "%.*s", (int)whysz - 1, msg);
         goto out;
     }
     struct cj_dl_fetch_cfg fc;
@@ -1008,7 +1008,7 @@ static int start_verification(struct task *t, const struct req *r, char *why, si
     cj_log_info("sim: round %ld: downloading result ref %s (%zu items) from %s", t->round, d.ref_id, n, d.fqcn);
     if (!(t->fetch = cj_dl_fetch(fl->s->base, fl->s->ep, d.fqcn, d.ref_id, &fc, on_result_item, on_result_done, t))) {
         *fatal = false;
-        snprintf(why, wl, "cannot start downloading result ref %s from %s", d.ref_id, d.fqcn);
+        snprintf(why, whysz, "cannot start downloading result ref %s from %s", d.ref_id, d.fqcn);
         goto out;
     }
     rc = 0;

@@ -72,7 +72,7 @@ static struct cj_link *route_for(const struct sim *s, const char *dest)
     return best;
 }
 
-static int on_hello(struct cj_link *l, const char *peer, char *why, size_t n, void *ctx)
+static int on_hello(struct cj_link *l, const char *peer, char *why, size_t whysz, void *ctx)
 {
     struct sim *s = ctx;
     /* As FLARE does: a newer connection with a connected name replaces the old one. */

@@ -991,12 +991,12 @@ void cj_router_set_events(struct cj_router *r, const struct cj_router_events *ev
 
 /* ---- worker links ---------------------------------------------------------------------------- */
 
-static int worker_hello(struct cj_link *l, const char *peer, char *why, size_t n, void *ctx)
+static int worker_hello(struct cj_link *l, const char *peer, char *why, size_t whysz, void *ctx)
 {
     struct cj_router *r = ctx;
     if (!cj_fqcn_is_direct_child(r->me, peer, NULL)) {
         r->c.workers_refused++;
-        snprintf(why, n, "'%s' is not a child of %s (expected %s.<name>)", peer, r->me, r->me);
+        snprintf(why, whysz, "'%s' is not a child of %s (expected %s.<name>)", peer, r->me, r->me);
         return -1;
     }
     /* sfm.md: a newer connection from the same name evicts the older one, so
@@ -1011,7 +1011,7 @@ static int worker_hello(struct cj_link *l, const char *peer, char *why, size_t n
         double idle = cj_link_rx_idle(old), live = 2 * r->worker_cfg.heartbeat_interval;
         if (idle < live) {
             r->c.workers_refused++;
-            snprintf(why, n,
+            snprintf(why, whysz,
                      "'%s' is taken by a live connection (%s, heard from %.1f s ago); a new connection gets the "
                      "name once the old one has closed or gone silent for %.0f s",
                      peer, cj_link_addr(old), idle, live);

@@ -517,11 +517,11 @@ static bool field_is(const struct cj_capi_msg *m, uint32_t bit, const char *have
 }
 
 int cj_capi_check_hello(const struct cj_capi_msg *h, const struct cj_capi_hello_expect *x, char *reason,
-                        size_t reason_sz)
+                        size_t reasonsz)
 {
     char a[300], b[300];
     if (!x->active) {
-        snprintf(reason, reason_sz, "no active trainer launch");
+        snprintf(reason, reasonsz, "no active trainer launch");
         return 1;
     }
     const char *origin = x->origin ? x->origin : "";
@@ -529,41 +529,41 @@ int cj_capi_check_hello(const struct cj_capi_msg *h, const struct cj_capi_hello_
         !field_is(h, CJ_CAPI_F_TRAINER_FQCN, h->trainer_fqcn, x->trainer_fqcn)) {
         cj_repr_str(a, sizeof a, origin);
         repr_field(b, sizeof b, h, CJ_CAPI_F_TRAINER_FQCN, h->trainer_fqcn);
-        snprintf(reason, reason_sz, "unexpected trainer identity (origin=%s, claimed=%s)", a, b);
+        snprintf(reason, reasonsz, "unexpected trainer identity (origin=%s, claimed=%s)", a, b);
         return 2;
     }
     if (!(h->has & CJ_CAPI_F_PROOF) || !x->launch_token ||
         !cj_capi_token_equal(h->proof, strlen(h->proof), x->launch_token)) {
-        snprintf(reason, reason_sz, "launch token mismatch");
+        snprintf(reason, reasonsz, "launch token mismatch");
         return 3;
     }
     if (!(h->has & CJ_CAPI_F_PROTOCOL_VERSION) || !version_is_one(&h->protocol_version)) {
         if (h->has & CJ_CAPI_F_PROTOCOL_VERSION) cj_capi_value_text(&h->protocol_version, true, a, sizeof a);
         else snprintf(a, sizeof a, "%s", (h->bad & CJ_CAPI_F_PROTOCOL_VERSION) ? "<unusable value>" : "None");
-        snprintf(reason, reason_sz, "unsupported protocol version %s (expect %d)", a, CJ_CAPI_PROTOCOL_VERSION);
+        snprintf(reason, reasonsz, "unsupported protocol version %s (expect %d)", a, CJ_CAPI_PROTOCOL_VERSION);
         return 4;
     }
     if (!field_is(h, CJ_CAPI_F_JOB_ID, h->job_id, x->job_id)) {
         repr_field(a, sizeof a, h, CJ_CAPI_F_JOB_ID, h->job_id);
-        snprintf(reason, reason_sz, "job id mismatch: %s", a);
+        snprintf(reason, reasonsz, "job id mismatch: %s", a);
         return 5;
     }
     if (!field_is(h, CJ_CAPI_F_SITE_NAME, h->site_name, x->site_name)) {
         repr_field(a, sizeof a, h, CJ_CAPI_F_SITE_NAME, h->site_name);
-        snprintf(reason, reason_sz, "site name mismatch: %s", a);
+        snprintf(reason, reasonsz, "site name mismatch: %s", a);
         return 5;
     }
     if (!(h->has & CJ_CAPI_F_RANK) || strcmp(h->rank, "0")) {
         if (!(h->has & CJ_CAPI_F_RANK)) snprintf(a, sizeof a, "%s", (h->bad & CJ_CAPI_F_RANK) ? "<unusable value>" : "None");
         else if (h->rank_is_str) cj_repr_str(a, sizeof a, h->rank);
         else snprintf(a, sizeof a, "%s", h->rank);
-        snprintf(reason, reason_sz, "only rank 0 may connect (got rank %s)", a);
+        snprintf(reason, reasonsz, "only rank 0 may connect (got rank %s)", a);
         return 6;
     }
     return 0;
 }
 
-int cj_capi_check_hello_accepted(const struct cj_capi_msg *m, bool secure_mode, char *why, size_t why_sz)
+int cj_capi_check_hello_accepted(const struct cj_capi_msg *m, bool secure_mode, char *why, size_t whysz)
 {
     const char *bad = NULL;
     if (m->kind != CJ_CAPI_HELLO_ACCEPTED) bad = "not a hello_accepted reply";
@@ -580,7 +580,7 @@ int cj_capi_check_hello_accepted(const struct cj_capi_msg *m, bool secure_mode, 
                              !strcmp(m->auth_token_signature, "NA")))
         bad = "secure mode without a delegated auth_token_signature";
     if (!bad) return 0;
-    snprintf(why, why_sz, "%s", bad);
+    snprintf(why, whysz, "%s", bad);
     return -1;
 }
 

@@ -733,15 +733,15 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 /* Binds a post-HELLO message to its worker's session (NVFlare's
  * _validate_session_msg): the record of cn__origin, ready, same session_id. */
 static struct worker *session_of(struct cj_fl_sessions *s, const char *origin, const struct cj_capi_msg *m,
-                                 char *reason, size_t sz)
+                                 char *reason, size_t reasonsz)
 {
     struct worker *w = find_worker(s, origin);
     if (!w || w->state != W_READY) {
-        copy_str(reason, sz, "no active trainer session");
+        copy_str(reason, reasonsz, "no active trainer session");
         return NULL;
     }
     if (!(m->has & CJ_CAPI_F_SESSION_ID) || strcmp(m->session_id, w->session_id)) {
-        copy_str(reason, sz, "stale or unknown session id");
+        copy_str(reason, reasonsz, "stale or unknown session id");
         return NULL;
     }
     touch(w);

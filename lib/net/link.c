@@ -541,15 +541,15 @@ static void transport_ready(struct cj_link *l)
 }
 
 /* A HELLO/READY name must be a valid FQCN and not ours (sfm.md §3). */
-static int check_peer_name(struct cj_link *l, const char *name, char *why, size_t n)
+static int check_peer_name(struct cj_link *l, const char *name, char *why, size_t whysz)
 {
     struct cj_err err;
     if (cj_fqcn_check(name, strlen(name), &err) < 0) {
-        snprintf(why, n, "endpoint_name '%.*s' is not a valid FQCN: %s", 80, name, err.msg);
+        snprintf(why, whysz, "endpoint_name '%.*s' is not a valid FQCN: %s", 80, name, err.msg);
         return -1;
     }
     if (!strcmp(name, l->me)) {
-        snprintf(why, n, "endpoint_name '%s' is our own name", name);
+        snprintf(why, whysz, "endpoint_name '%s' is our own name", name);
         return -1;
     }
     return 0;
