@@ -95,14 +95,14 @@ static void rec_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
     if (r->nmsgs < REC_MSGS) r->msgs[r->nmsgs++] = m;
     else cj_msg_free(m);
 }
-static int rec_hello(struct cj_link *l, const char *peer, char *why, size_t n, void *ctx)
+static int rec_hello(struct cj_link *l, const char *peer, char *why, size_t whysz, void *ctx)
 {
     (void)l;
     struct rec *r = ctx;
     r->hellos++;
     snprintf(r->hello, sizeof r->hello, "%s", peer);
     if (r->refuse) {
-        snprintf(why, n, "test refuses %s", peer);
+        snprintf(why, whysz, "test refuses %s", peer);
         return -1;
     }
     return 0;
