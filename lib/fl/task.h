@@ -68,7 +68,7 @@ struct cj_task {
     size_t n_result_refs;
     enum cj_task_state state;
     char why[256];                     /* failure reason */
-    double created, changed;           /* CLOCK_MONOTONIC seconds */
+    double created, changed;           /* cj_now() seconds (monotonic) */
     struct cj_task *next;
     /* private to task.c */
     struct cj_task_table *tt;
