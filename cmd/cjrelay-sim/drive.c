@@ -46,6 +46,7 @@
 #include "stream/stream.h"
 #include "util/log.h"
 #include "util/mp.h"
+#include "util/uuid.h"
 
 #include "dl/dlmsg.h"
 #include "payload/dxo.h"
@@ -212,8 +213,8 @@ static int build_submit(struct drive *d, bool failure, msgpack_sbuffer *out)
     char root[37];
     uint8_t id[16];
     struct cj_err e = {0};
-    cj_dl_new_uuid4(id);
-    cj_fobs_uuid_str(id, root);
+    cj_uuid4(id);
+    cj_uuid_str(id, root);
     if (failure)
         return cj_splice_failed_result("EXECUTION_EXCEPTION", d->task, d->task_len, NULL, NULL, root, d->site,
                                        d->o->job_id, out, &e);
@@ -222,8 +223,8 @@ static int build_submit(struct drive *d, bool failure, msgpack_sbuffer *out)
     const char *source = d->me;
     if (sf_dead_source(d)) {   /* a ref of a "dead worker": nobody serves it */
         if (d->sf_attempt == 1) {
-            cj_dl_new_uuid4(id);
-            cj_fobs_uuid_str(id, d->sf_ref);
+            cj_uuid4(id);
+            cj_uuid_str(id, d->sf_ref);
         }
         snprintf(d->res_ref, sizeof d->res_ref, "%s", d->sf_ref);
         source = d->sf_child;

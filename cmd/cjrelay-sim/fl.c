@@ -31,8 +31,10 @@
 #include "model.h"
 #include "payload/lobs.h"
 #include "sim.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/mp.h"
+#include "util/uuid.h"
 
 #include "dl/dlmsg.h"
 #include "payload/dxo.h"
@@ -42,13 +44,6 @@
 #define CH_CMD "server_command"
 #define TASK_NAME "train"
 #define MAX_SUBMIT ((size_t)64 << 20) /* a result payload with refs is small; inline ones are not */
-
-double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static const char *state_name(enum tstate st)
 {
@@ -155,19 +150,19 @@ static void empty_string_payload(msgpack_sbuffer *sb)
 }
 
 /* ---- reading requests --------------------------------------------------------------- */
-static int read_req(struct evbuffer *data, size_t max, struct req *r, char *why, size_t wl)
+static int read_req(struct evbuffer *data, size_t max, struct req *r, char *why, size_t whysz)
 {
     struct cj_lobs_section m;
     struct cj_fobs_shareable sh;
     struct cj_err e = {0};
     memset(r, 0, sizeof *r);
     if (!(r->p = blob_bytes(data, max, &r->len))) {
-        snprintf(why, wl, "payload of %zu bytes (empty, too large or no memory)", r->len);
+        snprintf(why, whysz, "payload of %zu bytes (empty, too large or no memory)", r->len);
         return -1;
     }
     if (cj_lobs_validate(r->p, r->len, &m, NULL, 0, NULL, &e) ||
         cj_fobs_find_shareable(m.value, m.value_len, &sh, &e)) {
-        snprintf(why, wl, "not a Shareable: %s", e.msg);
+        snprintf(why, whysz, "not a Shareable: %s", e.msg);
         return -1;
     }
     r->body_off = (size_t)(m.value - r->p);
@@ -506,7 +501,7 @@ static int prebuild_items(struct task *t, size_t n)
 }
 
 /* Adds the producer ref and writes the task payload. */
-static int build_task(msgpack_sbuffer *sb, struct sim_fl *fl, struct task *t, char *why, size_t wl)
+static int build_task(msgpack_sbuffer *sb, struct sim_fl *fl, struct task *t, char *why, size_t whysz)
 {
     msgpack_sbuffer hb;
     struct cj_err e = {0};
@@ -515,7 +510,7 @@ static int build_task(msgpack_sbuffer *sb, struct sim_fl *fl, struct task *t, ch
     uint64_t *sizes = calloc(n, sizeof *sizes);
     msgpack_sbuffer_init(&hb);
     if (!sizes || task_headers(&hb, fl, t)) {
-        snprintf(why, wl, "out of memory");
+        snprintf(why, whysz, "out of memory");
         goto out;
     }
     struct cj_dxo_out d = {
@@ -523,26 +518,26 @@ static int build_task(msgpack_sbuffer *sb, struct sim_fl *fl, struct task *t, ch
         .current_round = t->round, .source = fl->s->job,
     };
     if (t->inline_model) {
-        if (build_inline(sb, fl, t, &d, &e)) snprintf(why, wl, "cannot build the inline task: %s", e.msg);
+        if (build_inline(sb, fl, t, &d, &e)) snprintf(why, whysz, "cannot build the inline task: %s", e.msg);
         else rc = 0;
         goto out;
     }
     for (size_t i = 0; i < n; i++) t->bytes += sizes[i] = sim_item_size(fl->dot, i, fl->nelem);
     if (fl->o->prebuild && prebuild_items(t, n) < 0) {
-        snprintf(why, wl, "out of memory prebuilding the items");
+        snprintf(why, whysz, "out of memory prebuilding the items");
         goto out;
     }
     struct cj_dl_ref_cfg rc_cfg = {
         .n_items = n, .sizes = sizes, .item_fn = task_item, .num_receivers = 1, .done = task_ref_done, .ctx = t,
     };
     if (cj_dl_producer_add_ref(fl->prod, &rc_cfg, t->ref_id)) {
-        snprintf(why, wl, "cannot add the producer ref");
+        snprintf(why, whysz, "cannot add the producer ref");
         goto out;
     }
     t->ref_live = true;
     d.ref_id = t->ref_id;
     if (cj_dxo_write(sb, &d, &e)) {
-        snprintf(why, wl, "cannot build the task: %s", e.msg);
+        snprintf(why, whysz, "cannot build the task: %s", e.msg);
         drop_ref(t);
         goto out;
     }
@@ -579,12 +574,12 @@ static long next_round(const struct sim_fl *fl)
 static void new_task_id(char out[ID_LEN + 1])
 {
     uint8_t id[16];
-    if (cj_dl_new_uuid4(id)) {
+    if (cj_uuid4(id)) {
         static unsigned long seq;
         snprintf(out, ID_LEN + 1, "sim-task-%lu-%ld", ++seq, (long)time(NULL));
         return;
     }
-    cj_fobs_uuid_str(id, out);
+    cj_uuid_str(id, out);
 }
 
 static void issue_task(struct sim_fl *fl, struct cj_stream_blob *b, long r)
@@ -613,7 +608,7 @@ static void issue_task(struct sim_fl *fl, struct cj_stream_blob *b, long r)
     fl->round_state[r] = 1;
     fl->issued++;
     t->state = T_SENDING;
-    t->t0 = now_mono();
+    t->t0 = cj_now();
     if (fl->o->task_timeout > 0) {
         struct timeval tv = {(time_t)fl->o->task_timeout,
                              (suseconds_t)((fl->o->task_timeout - (double)(time_t)fl->o->task_timeout) * 1e6)};
@@ -676,7 +671,7 @@ static int on_get_task(void *arg, struct cj_stream_blob *b)
 void round_verified(struct task *t)
 {
     struct sim_fl *fl = t->fl;
-    double secs = now_mono() - t->t0, fsecs = now_mono() - t->t_fetch;
+    double secs = cj_now() - t->t0, fsecs = cj_now() - t->t_fetch;
     t->state = T_DONE;
     fl->round_state[t->round] = 2;
     fl->verified++;
@@ -693,27 +688,27 @@ void round_verified(struct task *t)
     task_reap(t);
 }
 /* Checks the submit's headers against the task (fatal on mismatch). */
-static int check_submit_headers(struct sim_fl *fl, const struct req *r, const struct task *t, char *why, size_t wl)
+static int check_submit_headers(struct sim_fl *fl, const struct req *r, const struct task *t, char *why, size_t whysz)
 {
     char v[256];
     size_t n;
     if (hdr_str(r, "__task_name__", v, sizeof v) != 1 || strcmp(v, TASK_NAME))
-        return snprintf(why, wl, "header __task_name__ is not \"%s\"", TASK_NAME), -1;
+        return snprintf(why, whysz, "header __task_name__ is not \"%s\"", TASK_NAME), -1;
     if (hdr_str(r, "__task_id__", v, sizeof v) != 1 || strcmp(v, t->id))
-        return snprintf(why, wl, "header __task_id__ is not %s", t->id), -1;
+        return snprintf(why, whysz, "header __task_id__ is not %s", t->id), -1;
     const uint8_t *jar = hdr_raw(r, "__cookie_jar__", &n);
     if (!map_str(jar, jar ? n : 0, "__task_id__", v, sizeof v) || strcmp(v, t->id))
-        return snprintf(why, wl, "header __cookie_jar__ has no __task_id__ %s", t->id), -1;
+        return snprintf(why, whysz, "header __cookie_jar__ has no __task_id__ %s", t->id), -1;
     const uint8_t *ctx = hdr_raw(r, "__peer_ctx__", &n);
     if (!ctx_prop(ctx, ctx ? n : 0, "__run_num__", v, sizeof v) || strcmp(v, fl->o->job_id))
-        return snprintf(why, wl, "header __peer_ctx__ has no __run_num__ %s", fl->o->job_id), -1;
+        return snprintf(why, whysz, "header __peer_ctx__ has no __run_num__ %s", fl->o->job_id), -1;
     const uint8_t *cr = hdr_raw(r, "current_round", &n);
     if (cr) {
         struct mp_cur c;
         int64_t round;
         mp_cur_init(&c, cr, n);
         if (mp_read_int(&c, &round, NULL) || round != t->round)
-            return snprintf(why, wl, "header current_round is not %ld", t->round), -1;
+            return snprintf(why, whysz, "header current_round is not %ld", t->round), -1;
     } else {
         cj_log_warning("sim: result of task %s has no current_round header", t->id);
     }

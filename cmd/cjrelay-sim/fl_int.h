@@ -86,7 +86,6 @@ struct req {
 };
 
 /* fl.c */
-double now_mono(void);
 /* A payload as one contiguous buffer (NULL when too large or no memory). */
 const uint8_t *blob_bytes(struct evbuffer *b, size_t max, size_t *len);
 /* Streams sb as a fobs reply to rq (rc NULL = ok). */
@@ -100,7 +99,7 @@ void round_verified(struct task *t);
 /* verify.c */
 /* The result's DXO: names, DOT, item map; then the download (or inline check).
  * -1 with why: fatal (a wrong result) or not (the round is issued again). */
-int start_verification(struct task *t, const struct req *r, char *why, size_t wl, bool *fatal);
+int start_verification(struct task *t, const struct req *r, char *why, size_t whysz, bool *fatal);
 /* The end of a result download (t->fetch already gone): verified, failed
  * (issued again), or fatal (a wrong element). */
 void result_done(struct task *t, bool ok, const char *why);

@@ -44,17 +44,17 @@ uint8_t *sim_native_build(int dot, uint64_t nelem, const float period[SIM_PERIOD
  * F32/<f4, nelem elements, 1-D, each element bit-equal to the period's.
  * 0, or -1 with why filled. */
 int sim_item_verify(int dot, const uint8_t *p, size_t n, const char *key, uint64_t nelem,
-                    const float period[SIM_PERIOD], char *why, size_t whylen);
+                    const float period[SIM_PERIOD], char *why, size_t whysz);
 
 /* Checks inline tensor bytes the same way (numpy .npy / torch safetensors). */
 int sim_native_verify(int dot, const uint8_t *p, size_t n, uint64_t nelem, const float period[SIM_PERIOD],
-                      char *why, size_t whylen);
+                      char *why, size_t whysz);
 
 /* CRC-32 (zlib's), slicing by 8. */
 uint32_t sim_crc32(uint32_t crc, const void *p, size_t n);
 
 /* Compares the generators with lib/payload/items.c's writers and the
  * verifiers with corrupted items.  0, or -1 with why filled. */
-int sim_model_selftest(char *why, size_t whylen);
+int sim_model_selftest(char *why, size_t whysz);
 
 #endif

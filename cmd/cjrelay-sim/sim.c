@@ -23,6 +23,7 @@
 #include "pattern.h"
 #include "sim.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/parse.h"
 #include "wire/fqcn.h"
@@ -39,13 +40,6 @@ struct served {
     uint64_t bytes;
     double t0;
 };
-
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* ---- links ------------------------------------------------------------------------- */
 
@@ -78,7 +72,7 @@ static struct cj_link *route_for(const struct sim *s, const char *dest)
     return best;
 }
 
-static int on_hello(struct cj_link *l, const char *peer, char *why, size_t n, void *ctx)
+static int on_hello(struct cj_link *l, const char *peer, char *why, size_t whysz, void *ctx)
 {
     struct sim *s = ctx;
     /* As FLARE does: a newer connection with a connected name replaces the old one. */
@@ -256,7 +250,7 @@ static const char *io_next_hop(void *ctx, const char *destination)
 static void served_done(void *arg, int status, const char *why)
 {
     struct served *sv = arg;
-    double dt = now_mono() - sv->t0;
+    double dt = cj_now() - sv->t0;
     if (status == 0) {
         sv->s->served++;
         printf("SERVED %s %" PRIu64 " bytes to %s in %.2f s\n", sv->what, sv->bytes, sv->to, dt);
@@ -280,7 +274,7 @@ static int reply_blob(struct sim *s, struct cj_stream_blob *b, const char *what,
     snprintf(sv->what, sizeof sv->what, "%s", what);
     snprintf(sv->to, sizeof sv->to, "%s", b->origin);
     sv->bytes = evbuffer_get_length(blob);
-    sv->t0 = now_mono();
+    sv->t0 = cj_now();
     struct cj_stream_msg rm = {.encoding = "bytes"};
     if (cj_stream_reply(s->ep, &b->req, "ok", &rm, blob, served_done, sv) < 0) {
         free(sv);

@@ -13,6 +13,7 @@
 
 #include "dl/dlmsg.h"
 #include "fl_int.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "wire/fqcn.h"
 
@@ -40,7 +41,7 @@ static void tombs_expire(struct sim_fl *fl, double now)
 static const struct sf_tomb *tomb_find(struct sim_fl *fl, const char *source, const char *ref)
 {
     if (!fl->tombs) return NULL;
-    tombs_expire(fl, now_mono());
+    tombs_expire(fl, cj_now());
     for (size_t i = 0; i < fl->n_tombs; i++) {
         const struct sf_tomb *tb = &fl->tombs[(fl->tomb_head + i) % SF_TOMB_MAX];
         if (!strcmp(tb->ref, ref) && !strcmp(tb->source, source)) return tb;
@@ -64,7 +65,7 @@ static int tomb_add(struct sim_fl *fl, const char *source, const char *ref, cons
     snprintf(tb->source, sizeof tb->source, "%s", source);
     snprintf(tb->ref, sizeof tb->ref, "%s", ref);
     snprintf(tb->reason, sizeof tb->reason, "%.*s", (int)sizeof tb->reason - 1, reason);
-    tb->until = now_mono() + SF_TOMB_SECS;
+    tb->until = cj_now() + SF_TOMB_SECS;
     return 0;
 }
 

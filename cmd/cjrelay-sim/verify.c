@@ -12,6 +12,7 @@
 
 #include "fl_int.h"
 #include "model.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 static void verify_fail(struct task *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -100,7 +101,7 @@ static long tensor_of_name(const struct cj_dxo_tensor *d, long n_tensors)
 
 /* Inline result tensors: verified straight from the payload. */
 static int verify_inline(struct task *t, const struct cj_dxo_in *d, const struct cj_dxo_tensor *ts, char *why,
-                         size_t wl)
+                         size_t whysz)
 {
     struct sim_fl *fl = t->fl;
     for (size_t i = 0; i < d->n_tensors; i++) {
@@ -109,7 +110,7 @@ static int verify_inline(struct task *t, const struct cj_dxo_in *d, const struct
         char w[256];
         sim_period(t->round, (size_t)tn, true, per);
         if (sim_native_verify(fl->dot, ts[i].data, ts[i].data_len, fl->nelem, per, w, sizeof w))
-            return snprintf(why, wl, "inline result tensor layer%ld.weight: %s", tn, w), -1;
+            return snprintf(why, whysz, "inline result tensor layer%ld.weight: %s", tn, w), -1;
         t->res_bytes += ts[i].data_len;
         t->res_items++;
     }
@@ -117,7 +118,7 @@ static int verify_inline(struct task *t, const struct cj_dxo_in *d, const struct
 }
 
 /* The result's DXO: names, DOT, item map; then the download (or inline check). */
-int start_verification(struct task *t, const struct req *r, char *why, size_t wl, bool *fatal)
+int start_verification(struct task *t, const struct req *r, char *why, size_t whysz, bool *fatal)
 {
     struct sim_fl *fl = t->fl;
     size_t n = (size_t)fl->o->tensors;
@@ -126,43 +127,43 @@ int start_verification(struct task *t, const struct req *r, char *why, size_t wl
     struct cj_err e = {0};
     int rc = -1;
     *fatal = true;
-    if (!ts) { snprintf(why, wl, "out of memory"); goto out; }
+    if (!ts) { snprintf(why, whysz, "out of memory"); goto out; }
     if (cj_dxo_read(r->p, r->len, r->body_off, r->body_len, &d, &e)) {
-        snprintf(why, wl, "the result does not decode as a DXO: %s", e.msg);
+        snprintf(why, whysz, "the result does not decode as a DXO: %s", e.msg);
         goto out;
     }
-    if (d.n_tensors != n) { snprintf(why, wl, "the result holds %zu tensors, want %zu", d.n_tensors, n); goto out; }
+    if (d.n_tensors != n) { snprintf(why, whysz, "the result holds %zu tensors, want %zu", d.n_tensors, n); goto out; }
     unsigned char *seen = calloc(n, 1);
-    if (!seen) { snprintf(why, wl, "out of memory"); goto out; }
+    if (!seen) { snprintf(why, whysz, "out of memory"); goto out; }
     for (size_t i = 0; i < n; i++) {
         long tn = tensor_of_name(&ts[i], (long)n);
         char name[64];
         cj_dxo_name(&ts[i], name, sizeof name);
         if (tn < 0 || seen[tn]++) {
-            snprintf(why, wl, "result tensor '%s' is not one of layer0..%zu.weight (or repeated)", name, n - 1);
+            snprintf(why, whysz, "result tensor '%s' is not one of layer0..%zu.weight (or repeated)", name, n - 1);
             free(seen);
             goto out;
         }
     }
     free(seen);
     t->state = T_VERIFYING;
-    t->t_fetch = now_mono();
+    t->t_fetch = cj_now();
     if (d.n_native == n) {
         snprintf(t->res_from, sizeof t->res_from, "%s", t->site);   /* inline: the submitter */
-        if (verify_inline(t, &d, ts, why, wl) == 0) {
+        if (verify_inline(t, &d, ts, why, whysz) == 0) {
             round_verified(t);
             rc = 0;
         }
         goto out;
     }
-    if (d.n_refs != n) { snprintf(why, wl, "the result mixes %zu refs and %zu inline tensors", d.n_refs, d.n_native); goto out; }
-    if (d.dot != fl->dot) { snprintf(why, wl, "the result's refs are DOT %u, the task's DOT %u", d.dot, fl->dot); goto out; }
-    if (d.n_items != n) { snprintf(why, wl, "the result's refs name %" PRIu64 " items, want %zu", d.n_items, n); goto out; }
-    if (!(t->item_tensor = malloc(n * sizeof *t->item_tensor))) { snprintf(why, wl, "out of memory"); goto out; }
+    if (d.n_refs != n) { snprintf(why, whysz, "the result mixes %zu refs and %zu inline tensors", d.n_refs, d.n_native); goto out; }
+    if (d.dot != fl->dot) { snprintf(why, whysz, "the result's refs are DOT %u, the task's DOT %u", d.dot, fl->dot); goto out; }
+    if (d.n_items != n) { snprintf(why, whysz, "the result's refs name %" PRIu64 " items, want %zu", d.n_items, n); goto out; }
+    if (!(t->item_tensor = malloc(n * sizeof *t->item_tensor))) { snprintf(why, whysz, "out of memory"); goto out; }
     for (size_t i = 0; i < n; i++) t->item_tensor[i] = -1;
     for (size_t i = 0; i < n; i++) {
         if (t->item_tensor[ts[i].item] >= 0) {
-            snprintf(why, wl, "result item T%" PRId64 " is referenced twice", ts[i].item);
+            snprintf(why, whysz, "result item T%" PRId64 " is referenced twice", ts[i].item);
             goto out;
         }
         t->item_tensor[ts[i].item] = tensor_of_name(&ts[i], (long)n);
@@ -177,7 +178,7 @@ int start_verification(struct task *t, const struct req *r, char *why, size_t wl
         char msg[1024];
         snprintf(msg, sizeof msg, "downloading result ref %s from %s failed: %s (tombstoned by a source_failure "
                  "notice; no request sent)", d.ref_id, d.fqcn, tomb_reason);
-        snprintf(why, wl, "%.*s", (int)wl - 1, msg);
+        snprintf(why, whysz, "%.*s", (int)whysz - 1, msg);
         goto out;
     }
     struct cj_dl_fetch_cfg fc;
@@ -186,7 +187,7 @@ int start_verification(struct task *t, const struct req *r, char *why, size_t wl
     cj_log_info("sim: round %ld: downloading result ref %s (%zu items) from %s", t->round, d.ref_id, n, d.fqcn);
     if (!(t->fetch = cj_dl_fetch(fl->s->base, fl->s->ep, d.fqcn, d.ref_id, &fc, on_result_item, on_result_done, t))) {
         *fatal = false;
-        snprintf(why, wl, "cannot start downloading result ref %s from %s", d.ref_id, d.fqcn);
+        snprintf(why, whysz, "cannot start downloading result ref %s from %s", d.ref_id, d.fqcn);
         goto out;
     }
     rc = 0;

@@ -13,26 +13,13 @@
 #include "dl/producer.h"
 #include "net/link.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "worker.h"
 
 #define FLUSH_POLL 0.05   /* s between looks at the link while exiting */
 #define FLUSH_QUIET 0.1   /* s without input before closing: the relay's ACK of our last
                              reply then finds the socket open (no reset on its side) */
-
-double wk_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static struct timeval tv_of(double secs)
-{
-    if (secs < 0) secs = 0;
-    struct timeval tv = {(time_t)secs, (suseconds_t)((secs - (double)(time_t)secs) * 1e6)};
-    return tv;
-}
 
 /* ---- the way out ------------------------------------------------------------------------- */
 
@@ -47,11 +34,11 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg)
     cj_stream_get_stats(w->ep, &st);
     bool drained = !w->link || cj_link_get_state(w->link) != CJ_LINK_UP ||
                    (st.tx_active == 0 && cj_link_queued(w->link) == 0 && cj_link_rx_idle(w->link) >= FLUSH_QUIET);
-    if (drained || wk_now() >= w->exit_deadline) {
+    if (drained || cj_now() >= w->exit_deadline) {
         event_base_loopbreak(w->base);
         return;
     }
-    struct timeval tv = tv_of(FLUSH_POLL);
+    struct timeval tv = cj_tv(FLUSH_POLL);
     evtimer_add(w->flush, &tv);
 }
 
@@ -70,8 +57,8 @@ void wk_exit(struct wk *w, int code, const char *fmt, ...)
     evtimer_del(w->hb_timer);
     evtimer_del(w->retry);
     wk_task_drop(w);   /* an unanswered task gets task_failed before we go */
-    w->exit_deadline = wk_now() + WK_FLUSH_MAX;
-    struct timeval tv = tv_of(0);
+    w->exit_deadline = cj_now() + WK_FLUSH_MAX;
+    struct timeval tv = cj_tv(0);
     evtimer_add(w->flush, &tv);
 }
 
@@ -95,7 +82,7 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg)
 
 void wk_retry_in(struct wk *w, double secs)
 {
-    struct timeval tv = tv_of(secs);
+    struct timeval tv = cj_tv(secs);
     evtimer_add(w->retry, &tv);   /* re-adding replaces the pending timeout */
 }
 
@@ -126,7 +113,7 @@ static int setup(struct wk *w)
     if (w->mode->register_handlers && w->mode->register_handlers(w)) return -1;
     evsignal_add(w->sig_term, NULL);
     evsignal_add(w->sig_int, NULL);
-    struct timeval tv = tv_of(WK_PID_POLL);
+    struct timeval tv = cj_tv(WK_PID_POLL);
     evtimer_add(w->tick, &tv);
     return 0;
 }
@@ -160,7 +147,7 @@ int wk_run(const struct wk_opts *o, const struct cj_bootstrap *bs)
     w->bs = *bs;
     w->mode = o->direct[0] ? &wk_direct_mode : &wk_launched_mode;
     w->phase = WK_CONNECTING;
-    w->started = wk_now();
+    w->started = cj_now();
     if (setup(w)) {
         cj_log_error("cannot set up the event loop (out of memory?)");
         w->exiting = true;

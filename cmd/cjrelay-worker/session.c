@@ -16,6 +16,7 @@
 #include "fl/capi.h"
 #include "net/link.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "worker.h"
 #include "util/mp.h"
@@ -25,7 +26,7 @@ static const struct cj_stream_msg FOBS_MSG = {.encoding = "fobs"};
 
 void wk_touch(struct wk *w)
 {
-    w->last_activity = wk_now();
+    w->last_activity = cj_now();
 }
 
 /* ---- sending ------------------------------------------------------------------------------ */
@@ -114,7 +115,7 @@ static void hs_failed(struct wk *w, const char *what, const char *fmt, const cha
     snprintf(why, sizeof why, fmt, detail);
     snprintf(w->last_error, sizeof w->last_error, "%s: %s", what, why);
     cj_log_debug("%s; retrying", w->last_error);
-    double wait = w->hs_sent + WK_RETRY_EVERY - wk_now();
+    double wait = w->hs_sent + WK_RETRY_EVERY - cj_now();
     wk_retry_in(w, wait > 0 ? wait : 0);
 }
 
@@ -133,7 +134,7 @@ static void send_hs(struct wk *w)
         wk_exit(w, WK_EXIT_NO_SESSION, "cannot encode %s: %s", topic, e.msg);
         return;
     }
-    w->hs_sent = wk_now();
+    w->hs_sent = cj_now();
     if (wk_request(w, topic, &sb, WK_RETRY_EVERY, on_hs_reply, w, &w->hs_req, false)) {
         hs_failed(w, topic, "%s", "cannot send");
         return;
@@ -148,7 +149,7 @@ static void link_up(struct wk *w, struct cj_link *l)
         cj_log_warning("the relay at %s calls itself %s, not %s (bootstrap cj_fqcn)", w->bs.connect_url,
                        cj_link_peer(l), w->bs.cj_fqcn);
     if (w->phase == WK_READY) {
-        cj_log_info("link to the relay %s re-established after %.1f s", w->bs.cj_fqcn, wk_now() - w->link_lost_at);
+        cj_log_info("link to the relay %s re-established after %.1f s", w->bs.cj_fqcn, cj_now() - w->link_lost_at);
         w->link_lost_at = 0;
         return;
     }
@@ -161,7 +162,7 @@ static void link_up(struct wk *w, struct cj_link *l)
 static void link_down(struct wk *w)
 {
     if (w->phase == WK_READY) {
-        if (!w->link_lost_at) w->link_lost_at = wk_now();
+        if (!w->link_lost_at) w->link_lost_at = cj_now();
         cj_log_warning("link to the relay lost: %s; reconnecting every %.0f s", w->last_error, WK_RETRY_EVERY);
     } else {
         cj_log_debug("relay not reachable yet: %s", w->last_error);
@@ -299,7 +300,7 @@ void wk_session_hb_cb(evutil_socket_t fd, short what, void *arg)
 
 void wk_session_tick(struct wk *w)
 {
-    double now = wk_now();
+    double now = cj_now();
     if (w->pid_watch && kill((pid_t)w->bs.cj_pid, 0) < 0 && errno == ESRCH) {
         wk_exit(w, WK_EXIT_RELAY_LOST, "the relay process %lld is gone", (long long)w->bs.cj_pid);
         return;

@@ -33,6 +33,7 @@
 #include "payload/items.h"
 #include "payload/lobs.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "worker.h"
 
@@ -159,7 +160,7 @@ void wk_task_drop(struct wk *w)
 /* The end of a task whose result went out: metric, free, next. */
 static void task_over(struct wk *w, struct wk_task *t, bool settled)
 {
-    double total = wk_now() - t->t0;
+    double total = cj_now() - t->t0;
     cj_log_info("task %s ('%s', round %" PRId64 ") done%s: %.1f MiB in, %.1f MiB out, %.2f s in all", t->id, t->name,
                 t->round, settled ? "" : " (not settled)", (double)t->bytes_in / MIB, (double)t->bytes_out / MIB,
                 total);
@@ -305,7 +306,7 @@ static void start_result(struct wk *w, struct wk_task *t);
 /* Every tensor is in and transformed: accept the task, serve the result. */
 static void model_ready(struct wk *w, struct wk_task *t)
 {
-    double dt = wk_now() - t->t0;
+    double dt = cj_now() - t->t0;
     t->t_dl = dt;
     cj_log_info("task %s: %s %zu items (%.1f MiB) from %s in %.2f s (%.1f MiB/s); %" PRIu64
                 " float32 elements + 1.0",
@@ -724,7 +725,7 @@ void wk_task_begin(struct wk *w, uint8_t *p, size_t n, const struct cj_capi_msg 
         return;
     }
     w->task = t;
-    t->t0 = wk_now();
+    t->t0 = cj_now();
     if (req) t->req = *req;
     else t->answered = true;   /* direct mode: nobody to answer */
     snprintf(t->id, sizeof t->id, "%s", m->task_id);

@@ -181,7 +181,6 @@ struct wk {
 
 /* Runs the worker until it exits; returns the exit code. */
 int wk_run(const struct wk_opts *o, const struct cj_bootstrap *bs);
-double wk_now(void);
 /* Arms the one-shot retry timer (replacing an armed one): it reconnects the
  * link, or retries the handshake when the link is up. */
 void wk_retry_in(struct wk *w, double secs);

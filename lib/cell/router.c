@@ -12,6 +12,7 @@
 #include <event2/dns.h>
 
 #include "net/addr.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "wire/fqcn.h"
 
@@ -127,13 +128,6 @@ static void local_dispatch(struct cj_router *r, struct cj_msg *m);
 
 /* ---- helpers -------------------------------------------------------------------- */
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static double rand01(struct cj_router *r)
 {
     r->rng ^= r->rng << 13;   /* xorshift64: jitter only, not security */
@@ -159,7 +153,7 @@ static void upstream_sent(struct cj_router *r, struct cj_link *dst, struct cj_li
 static void drop_log(struct cj_router *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void drop_log(struct cj_router *r, const char *fmt, ...)
 {
-    double now = mono_now();
+    double now = cj_now();
     if (now - r->drop_window >= DROP_LOG_WINDOW) {
         if (r->drop_suppressed)
             cj_log_warning("router %s: %llu more dropped-message lines suppressed", r->me,
@@ -554,7 +548,7 @@ static void forward(struct cj_router *r, struct cj_msg *m)
     }
     msgpack_sbuffer_destroy(&sb);
     struct cj_link *src = m->from;
-    now = mono_now();   /* from here on: the pacing clock */
+    now = cj_now();   /* from here on: the pacing clock */
     if (is_upstream(dst)) {
         r->c.up_msgs++;
         r->c.up_bytes += bytes;
@@ -649,7 +643,7 @@ static void worker_drained(struct cj_link *l, void *ctx)
     struct cj_router *r = ctx;
     struct rlink *d = rl(l);
     if (!r->paced_on || !d) return;
-    if (l == r->paced_on || mono_now() - d->active_at < PACE_ACTIVE) unpace(r, l == r->paced_on ? "it drained" : "another worker drained");
+    if (l == r->paced_on || cj_now() - d->active_at < PACE_ACTIVE) unpace(r, l == r->paced_on ? "it drained" : "another worker drained");
 }
 
 /* A worker that stops reading must not stall the shared upstream, and with it
@@ -693,7 +687,7 @@ static void hold_lift(struct cj_router *r, struct cj_link *l, bool lapsed)
     if (!d || d->hold_since == 0) return;
     if (lapsed) {
         r->c.holds_lapsed++;
-        cj_log_debug("router %s: hold on %s lapsed after %.1f s", r->me, d->fqcn, mono_now() - d->hold_since);
+        cj_log_debug("router %s: hold on %s lapsed after %.1f s", r->me, d->fqcn, cj_now() - d->hold_since);
     }
     d->hold_since = 0;
     cj_link_resume_reading(l, CJ_LINK_PAUSE_HOLD);
@@ -710,7 +704,7 @@ int cj_router_hold(struct cj_router *r, const char *source, bool on)
         return 0;
     }
     if (d->holds++ == 0) {
-        d->hold_since = mono_now();
+        d->hold_since = cj_now();
         r->c.holds++;
         cj_link_pause_reading(l, CJ_LINK_PAUSE_HOLD);
     }
@@ -728,9 +722,7 @@ static void check_holds(struct cj_router *r, double now)
 static void check_stalls(evutil_socket_t fd, short what, void *arg)
 {
     struct cj_router *r = arg;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    double now = cj_now();
     if (r->paced_on && !worker_reading(r, r->paced_on, now)) {   /* it stopped reading */
         cj_log_info("router %s: worker %s drained nothing for %.0f s: the upstream is no longer paced for it", r->me,
                     rl(r->paced_on) ? rl(r->paced_on)->fqcn : "?", PACE_STALL);
@@ -1000,12 +992,12 @@ void cj_router_set_events(struct cj_router *r, const struct cj_router_events *ev
 
 /* ---- worker links ---------------------------------------------------------------------------- */
 
-static int worker_hello(struct cj_link *l, const char *peer, char *why, size_t n, void *ctx)
+static int worker_hello(struct cj_link *l, const char *peer, char *why, size_t whysz, void *ctx)
 {
     struct cj_router *r = ctx;
     if (!cj_fqcn_is_direct_child(r->me, peer, NULL)) {
         r->c.workers_refused++;
-        snprintf(why, n, "'%s' is not a child of %s (expected %s.<name>)", peer, r->me, r->me);
+        snprintf(why, whysz, "'%s' is not a child of %s (expected %s.<name>)", peer, r->me, r->me);
         return -1;
     }
     /* sfm.md: a newer connection from the same name evicts the older one, so
@@ -1020,7 +1012,7 @@ static int worker_hello(struct cj_link *l, const char *peer, char *why, size_t n
         double idle = cj_link_rx_idle(old), live = 2 * r->worker_cfg.heartbeat_interval;
         if (idle < live) {
             r->c.workers_refused++;
-            snprintf(why, n,
+            snprintf(why, whysz,
                      "'%s' is taken by a live connection (%s, heard from %.1f s ago); a new connection gets the "
                      "name once the old one has closed or gone silent for %.0f s",
                      peer, cj_link_addr(old), idle, live);
@@ -1136,7 +1128,7 @@ static void upstream_up(struct cj_link *l, void *ctx)
     snprintf(d->fqcn, sizeof d->fqcn, "%s", cj_link_peer(l));
     r->up_state = CJ_UP_UP;
     r->proven = false;
-    r->up_since = mono_now();
+    r->up_since = cj_now();
     cj_log_info("router %s: upstream up (%s at %s)%s", r->me, d->fqcn, r->up_url,
                 r->upstream_cfg.quiet ? " after retrying" : "");
     r->upstream_cfg.quiet = false;
@@ -1184,7 +1176,7 @@ static void upstream_down(struct cj_link *l, const char *why, void *ctx)
     r->paced_on = NULL;   /* the next upstream link starts reading */
     /* A link that stayed up a while was healthy: start the back-off over.
      * One the server drops right after READY keeps backing off. */
-    if (was_up && mono_now() - r->up_since > 2 * r->rmax) r->attempt = 0;
+    if (was_up && cj_now() - r->up_since > 2 * r->rmax) r->attempt = 0;
     if (was_up && !r->proven && cj_link_is_tls(l))
         cj_log_warning("router %s: the server closed the link after READY before answering anything; with mtls "
                        "the usual cause is a client certificate whose CN differs from the site name '%.*s'",

@@ -12,6 +12,7 @@
 
 #include "payload/lobs.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/stats.h"
 
@@ -63,16 +64,9 @@ struct cj_dl_fetch {
 
 enum act { A_NEXT, A_EOF, A_PRODUCER_ERROR, A_FAIL, A_ABORT };
 
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static double elapsed(const struct cj_dl_fetch *f)
 {
-    return now_mono() - f->t0;
+    return cj_now() - f->t0;
 }
 
 void cj_dl_fetch_cfg_default(struct cj_dl_fetch_cfg *c)
@@ -243,7 +237,7 @@ static void parsed_free(struct parsed *p)
 
 /* Points DatumRef items at the BLOB datum sections that follow the MAIN section
  * at pos, reading only section headers (the datums may be huge). */
-static int resolve_datums(struct evbuffer *buf, size_t pos, struct parsed *p, char *why, size_t wn)
+static int resolve_datums(struct evbuffer *buf, size_t pos, struct parsed *p, char *why, size_t whysz)
 {
     size_t total = evbuffer_get_length(buf), sections = 0;
     while (pos < total) {
@@ -251,24 +245,24 @@ static int resolve_datums(struct evbuffer *buf, size_t pos, struct parsed *p, ch
         struct evbuffer_ptr ep;
         if (total - pos < sizeof h || evbuffer_ptr_set(buf, &ep, pos, EVBUFFER_PTR_SET) ||
             evbuffer_copyout_from(buf, &ep, h, sizeof h) != (ev_ssize_t)sizeof h) {
-            snprintf(why, wn, "truncated datum section at offset %zu", pos);
+            snprintf(why, whysz, "truncated datum section at offset %zu", pos);
             return -1;
         }
         uint64_t size = be64(h + 2);
         if ((h[0] != CJ_LOBS_TEXT && h[0] != CJ_LOBS_BLOB && h[0] != CJ_LOBS_FILE) || size <= CJ_LOBS_ID_LEN ||
             size > total - pos - CJ_LOBS_HDR_LEN || ++sections > CJ_LOBS_MAX_DATUMS) {
-            snprintf(why, wn, "bad datum section at offset %zu", pos);
+            snprintf(why, whysz, "bad datum section at offset %zu", pos);
             return -1;
         }
         for (size_t i = 0; i < p->r.n_items; i++) {
             struct cj_dl_item_ref *it = &p->items[i];
             if (!it->is_datum || memcmp(it->datum_id, h + CJ_LOBS_HDR_LEN, CJ_LOBS_ID_LEN)) continue;
             if (h[0] != CJ_LOBS_BLOB || h[1] != 0) {
-                snprintf(why, wn, "datum of item %zu is not a DOT-0 BLOB", i);
+                snprintf(why, whysz, "datum of item %zu is not a DOT-0 BLOB", i);
                 return -1;
             }
             if (it->resolved && it->off != pos + CJ_LOBS_DATUM_HDR_LEN) {
-                snprintf(why, wn, "duplicate datum id at offset %zu", pos);
+                snprintf(why, whysz, "duplicate datum id at offset %zu", pos);
                 return -1;
             }
             it->resolved = true;
@@ -279,31 +273,31 @@ static int resolve_datums(struct evbuffer *buf, size_t pos, struct parsed *p, ch
     }
     for (size_t i = 0; i < p->r.n_items; i++)
         if (!p->items[i].resolved) {
-            snprintf(why, wn, "item %zu refers to a datum the reply lacks", i);
+            snprintf(why, whysz, "item %zu refers to a datum the reply lacks", i);
             return -1;
         }
     return 0;
 }
 
 /* Decodes the MAIN body (made contiguous; the datums are not) and locates every item. */
-static int parse_reply(struct evbuffer *buf, struct parsed *p, char *why, size_t wn)
+static int parse_reply(struct evbuffer *buf, struct parsed *p, char *why, size_t whysz)
 {
     size_t total = evbuffer_get_length(buf);
     uint8_t h[CJ_LOBS_HDR_LEN];
     p->items = p->local;
     if (total < sizeof h || evbuffer_copyout(buf, h, sizeof h) != (ev_ssize_t)sizeof h || h[0] != CJ_LOBS_MAIN ||
         h[1] != 0) {
-        snprintf(why, wn, "reply is not a LOBS payload (%zu bytes)", total);
+        snprintf(why, whysz, "reply is not a LOBS payload (%zu bytes)", total);
         return -1;
     }
     uint64_t n = be64(h + 2);
     if (n == 0 || n > total - sizeof h) {
-        snprintf(why, wn, "reply MAIN section of %" PRIu64 " bytes in a %zu-byte payload", n, total);
+        snprintf(why, whysz, "reply MAIN section of %" PRIu64 " bytes in a %zu-byte payload", n, total);
         return -1;
     }
     const uint8_t *body = evbuffer_pullup(buf, (ev_ssize_t)(sizeof h + n));
     if (!body) {
-        snprintf(why, wn, "out of memory reading a reply");
+        snprintf(why, whysz, "out of memory reading a reply");
         return -1;
     }
     body += sizeof h;
@@ -312,18 +306,18 @@ static int parse_reply(struct evbuffer *buf, struct parsed *p, char *why, size_t
     int rc = cj_dl_decode_reply_body(body, (size_t)n, &p->r, p->items, cap, &e);
     if (!rc && p->r.n_items > cap) {   /* n_items <= body bytes: the allocation is bounded by the input */
         if (!(p->items = calloc(p->r.n_items, sizeof *p->items))) {
-            snprintf(why, wn, "out of memory for %zu items", p->r.n_items);
+            snprintf(why, whysz, "out of memory for %zu items", p->r.n_items);
             return -1;
         }
         rc = cj_dl_decode_reply_body(body, (size_t)n, &p->r, p->items, p->r.n_items, &e);
     }
     if (rc) {
-        snprintf(why, wn, "%s", e.msg);
+        snprintf(why, whysz, "%s", e.msg);
         return -1;
     }
     if (p->r.state.len) {
         if (!(p->state = malloc(p->r.state.len))) {
-            snprintf(why, wn, "out of memory");
+            snprintf(why, whysz, "out of memory");
             return -1;
         }
         memcpy(p->state, body + p->r.state.off, p->r.state.len);
@@ -331,13 +325,13 @@ static int parse_reply(struct evbuffer *buf, struct parsed *p, char *why, size_t
     }
     for (size_t i = 0; i < p->r.n_items; i++)
         if (!p->items[i].is_datum) p->items[i].off += sizeof h;   /* body-relative -> reply-relative */
-    return resolve_datums(buf, sizeof h + (size_t)n, p, why, wn);
+    return resolve_datums(buf, sizeof h + (size_t)n, p, why, whysz);
 }
 
 /* Hands the items to the callback in order.  When they lie in the reply in
  * order (always, from NVFlare and from this project's producer), each one is
  * cut out of the reply buffer (whole chains move, no copy); otherwise copied. */
-static enum act deliver(struct cj_dl_fetch *f, struct evbuffer *buf, struct parsed *p, char *why, size_t wn)
+static enum act deliver(struct cj_dl_fetch *f, struct evbuffer *buf, struct parsed *p, char *why, size_t whysz)
 {
     bool in_order = true;
     size_t end = 0;
@@ -347,7 +341,7 @@ static enum act deliver(struct cj_dl_fetch *f, struct evbuffer *buf, struct pars
     }
     const uint8_t *flat = in_order ? NULL : evbuffer_pullup(buf, -1);
     if (!in_order && !flat) {
-        snprintf(why, wn, "exception when consuming data: out of memory");
+        snprintf(why, whysz, "exception when consuming data: out of memory");
         return A_FAIL;
     }
     size_t consumed = 0;
@@ -365,7 +359,7 @@ static enum act deliver(struct cj_dl_fetch *f, struct evbuffer *buf, struct pars
         }
         if (!ok) {
             if (item) evbuffer_free(item);
-            snprintf(why, wn, "exception when consuming data: out of memory");
+            snprintf(why, whysz, "exception when consuming data: out of memory");
             return A_FAIL;
         }
         uint64_t index = f->items++;
@@ -375,7 +369,7 @@ static enum act deliver(struct cj_dl_fetch *f, struct evbuffer *buf, struct pars
         f->in_cb = false;
         if (f->cancelled) return A_ABORT;
         if (rc) {
-            snprintf(why, wn, "exception when consuming data: item %" PRIu64 " refused by the consumer", index);
+            snprintf(why, whysz, "exception when consuming data: item %" PRIu64 " refused by the consumer", index);
             return A_FAIL;
         }
     }
@@ -385,7 +379,7 @@ static enum act deliver(struct cj_dl_fetch *f, struct evbuffer *buf, struct pars
 /* What a decoded reply means (both modes): terminal or data; takes the state.
  * In sink mode an eof is not confirmed here: cj_dl_fetch_finish does it. */
 static enum act judge_reply(struct cj_dl_fetch *f, const struct cj_dl_reply *r, uint8_t **state, size_t state_len,
-                            char *why, size_t wn)
+                            char *why, size_t whysz)
 {
     if (r->status == CJ_DL_STATUS_EOF || r->status == CJ_DL_STATUS_ERROR) {
         bool eof = r->status == CJ_DL_STATUS_EOF;
@@ -396,12 +390,12 @@ static enum act judge_reply(struct cj_dl_fetch *f, const struct cj_dl_reply *r, 
         } else if (confirm) {
             send_confirm(f, eof, r->confirm_nonce);
         }
-        if (!eof) snprintf(why, wn, "producer error after %.1f secs", elapsed(f));
+        if (!eof) snprintf(why, whysz, "producer error after %.1f secs", elapsed(f));
         return eof ? A_EOF : A_PRODUCER_ERROR;
     }
     f->cancel_capable |= r->cancel_capable;
     if (!*state) {
-        snprintf(why, wn, "exception when consuming data: data reply from %s without a state", f->source);
+        snprintf(why, whysz, "exception when consuming data: data reply from %s without a state", f->source);
         return A_FAIL;
     }
     free(f->state);
@@ -412,52 +406,52 @@ static enum act judge_reply(struct cj_dl_fetch *f, const struct cj_dl_reply *r, 
     return A_NEXT;
 }
 
-static enum act check_streak(struct cj_dl_fetch *f, enum act a, char *why, size_t wn)
+static enum act check_streak(struct cj_dl_fetch *f, enum act a, char *why, size_t whysz)
 {
     if (a == A_NEXT && f->empty_streak > MAX_EMPTY_REPLIES) {
-        snprintf(why, wn, "exception when consuming data: %u data replies in a row without items", f->empty_streak);
+        snprintf(why, whysz, "exception when consuming data: %u data replies in a row without items", f->empty_streak);
         return A_FAIL;
     }
     return a;
 }
 
 /* One good reply (whole-reply mode): terminal, or items then the next pull. */
-static enum act handle_data(struct cj_dl_fetch *f, struct evbuffer *buf, char *why, size_t wn)
+static enum act handle_data(struct cj_dl_fetch *f, struct evbuffer *buf, char *why, size_t whysz)
 {
     struct parsed p;
     memset(&p, 0, sizeof p);
     char perr[200];
     if (parse_reply(buf, &p, perr, sizeof perr)) {
         parsed_free(&p);
-        snprintf(why, wn, "exception when consuming data: bad reply from %s: %s", f->source, perr);
+        snprintf(why, whysz, "exception when consuming data: bad reply from %s: %s", f->source, perr);
         return A_FAIL;
     }
-    enum act a = judge_reply(f, &p.r, &p.state, p.state_len, why, wn);
+    enum act a = judge_reply(f, &p.r, &p.state, p.state_len, why, whysz);
     if (a == A_NEXT) {
         cj_log_debug("dl: ref %s from %s: %zu items in a %zu-byte reply", f->ref_id, f->source, p.r.n_items,
                      evbuffer_get_length(buf));
-        a = deliver(f, buf, &p, why, wn);
+        a = deliver(f, buf, &p, why, whysz);
     }
     parsed_free(&p);
-    return check_streak(f, a, why, wn);
+    return check_streak(f, a, why, whysz);
 }
 
 /* One good reply (sink mode): it was read as it came; check it ended well. */
-static enum act handle_streamed(struct cj_dl_fetch *f, char *why, size_t wn)
+static enum act handle_streamed(struct cj_dl_fetch *f, char *why, size_t whysz)
 {
     if (!f->rp_live) {
-        snprintf(why, wn, "exception when consuming data: empty reply from %s", f->source);
+        snprintf(why, whysz, "exception when consuming data: empty reply from %s", f->source);
         return A_FAIL;
     }
     if (cj_dl_rp_finish(&f->rp)) {
-        snprintf(why, wn, "exception when consuming data: bad reply from %s: %s", f->source, f->rp.why);
+        snprintf(why, whysz, "exception when consuming data: bad reply from %s: %s", f->source, f->rp.why);
         return A_FAIL;
     }
-    enum act a = judge_reply(f, &f->rp.r, &f->rp.state, f->rp.state_len, why, wn);
+    enum act a = judge_reply(f, &f->rp.r, &f->rp.state, f->rp.state_len, why, whysz);
     if (a == A_NEXT)
         cj_log_debug("dl: ref %s from %s: %zu items in a %" PRIu64 "-byte reply (streamed)", f->ref_id, f->source,
                      f->rp.n_items, f->rp.total);
-    return check_streak(f, a, why, wn);
+    return check_streak(f, a, why, whysz);
 }
 
 /* ---- sink mode: the reader's callbacks, the stream sink, releases ---------------------------- */
@@ -609,7 +603,7 @@ static void on_reply(void *arg, struct cj_stream_reply *r)
             cj_log_warning("[DOWNLOAD_RETRY] source=%s ref_id=%s attempt=%d/%d elapsed=%.1fs: %s (%s); retrying in %.2f s",
                            f->source, f->ref_id, f->attempt + 1, f->cfg.max_retries + 1, elapsed(f), r->return_code,
                            r->error, d);
-            struct timeval tv = { (time_t)d, (suseconds_t)((d - floor(d)) * 1e6) };
+            struct timeval tv = cj_tv(d);
             evtimer_add(f->timer, &tv);
             return;
         }
@@ -630,7 +624,7 @@ static void on_reply(void *arg, struct cj_stream_reply *r)
         cj_log_info("[DOWNLOAD_RECOVERED] source=%s ref_id=%s attempt=%d elapsed=%.1fs", f->source, f->ref_id,
                     f->attempt + 1, elapsed(f));
     f->attempt = 0;
-    f->last = now_mono();
+    f->last = cj_now();
     enum act a = A_FAIL;
     if (f->sink_mode) {
         a = handle_streamed(f, why, sizeof why);
@@ -738,7 +732,7 @@ static struct cj_dl_fetch *fetch_start(struct event_base *base, struct cj_stream
     }
     f->done = done;
     f->ctx = ctx;
-    f->t0 = f->last = now_mono();
+    f->t0 = f->last = cj_now();
     if (!(f->timer = evtimer_new(base, retry_cb, f)) || send_pull(f)) {
         fetch_free(f);
         return NULL;
@@ -765,7 +759,7 @@ struct cj_dl_fetch *cj_dl_fetch_sink(struct event_base *base, struct cj_stream_e
 
 void cj_dl_fetch_get_progress(const struct cj_dl_fetch *f, struct cj_dl_fetch_progress *p)
 {
-    double now = now_mono();
+    double now = cj_now();
     *p = (struct cj_dl_fetch_progress){
         .items = f->items, .bytes = f->bytes, .requests = f->requests, .retries = f->retries,
         .elapsed = now - f->t0, .idle = now - f->last,

@@ -8,6 +8,7 @@
 
 #include "payload/lobs.h"
 #include "util/mp.h"
+#include "util/uuid.h"
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
@@ -22,30 +23,6 @@ bool cj_dl_nonce_valid(const char *s, size_t len)
     for (size_t i = 0; i < len; i++)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
     return true;
-}
-
-int cj_dl_new_uuid4(uint8_t id[16])
-{
-    if (cj_random_bytes(id, 16)) return -1;
-    id[6] = (uint8_t)((id[6] & 0x0f) | 0x40);
-    id[8] = (uint8_t)((id[8] & 0x3f) | 0x80);
-    return 0;
-}
-
-/* A str copied into buf (max bytes): UTF-8, no NUL, 1..max bytes unless allow_empty. */
-static int read_cstr(struct mp_cur *c, char *buf, size_t max, bool allow_empty, const char *what, struct cj_err *err)
-{
-    size_t at = c->pos;
-    const uint8_t *p;
-    uint32_t len;
-    if (mp_read_str(c, &p, &len, err)) return cj_fail(err, CJ_E_TYPE, at, "dl: '%s' is not a str (offset %zu)", what, at);
-    if (!len && !allow_empty) return cj_fail(err, CJ_E_INVALID, at, "dl: '%s' is empty (offset %zu)", what, at);
-    if (len > max) return cj_fail(err, CJ_E_LIMIT, at, "dl: '%s' is %u bytes, limit %zu (offset %zu)", what, len, max, at);
-    if (cj_utf8_prefix(p, len, SIZE_MAX) == SIZE_MAX)
-        return cj_fail(err, CJ_E_INVALID, at, "dl: '%s' is not valid UTF-8 or holds NUL (offset %zu)", what, at);
-    memcpy(buf, p, len);
-    buf[len] = 0;
-    return 0;
 }
 
 static int read_nonce(struct mp_cur *c, char out[CJ_DL_NONCE_LEN + 1], struct cj_err *err)
@@ -98,9 +75,10 @@ struct map_iter {
 static int map_begin(struct map_iter *it, struct mp_cur *c, const char *what, struct cj_err *err)
 {
     size_t at = c->pos;
-    uint32_t n;
-    if (mp_read_map(c, &n, err)) return cj_fail(err, CJ_E_TYPE, at, "dl: %s is not a map (offset %zu)", what, at);
+    uint32_t n = 0;
     it->c = c;
+    it->left = 0;
+    if (mp_read_map(c, &n, err)) return cj_fail(err, CJ_E_TYPE, at, "dl: %s is not a map (offset %zu)", what, at);
     it->left = n;
     return 0;
 }
@@ -110,20 +88,12 @@ static int map_next(struct map_iter *it, const uint8_t **key, uint32_t *klen, st
 {
     if (!it->left) return 0;
     it->left--;
-    struct mp_cur *c = it->c;
-    size_t kat = c->pos;
+    *key = NULL;
+    *klen = UINT32_MAX;
     struct mp_val k;
-    int rc = mp_next(c, &k, err);
+    int rc = mp_read_entry(it->c, &k, val, err);
     if (rc) return rc;
-    if (k.kind == MP_ARRAY || k.kind == MP_MAP) {
-        c->pos = kat;
-        if ((rc = mp_skip(c, err))) return rc;
-    }
-    size_t vat = c->pos;
-    if ((rc = mp_skip(c, err))) return rc;
-    *val = (struct mp_cur){c->base, vat, c->pos};
     if (k.kind == MP_STR) { *key = k.ptr; *klen = k.len; }
-    else { *key = NULL; *klen = UINT32_MAX; }
     return 1;
 }
 
@@ -148,7 +118,7 @@ int cj_dl_decode_request(const uint8_t *payload, size_t len, struct cj_dl_reques
             r->ref_id[0] = 0;
             r->ref_id_bad = false;
             struct mp_cur t = v;
-            if (read_cstr(&t, r->ref_id, CJ_DL_REF_ID_MAX, true, "ref_id", NULL)) {
+            if (mp_read_cstr(&t, r->ref_id, CJ_DL_REF_ID_MAX, true, "dl", "ref_id", NULL)) {
                 r->ref_id[0] = 0;
                 r->ref_id_bad = true;
             }
@@ -224,7 +194,7 @@ static int read_datumref_data(struct mp_cur *c, uint8_t id[16], struct cj_err *e
             const uint8_t *p;
             uint32_t len;
             size_t vat = v.pos;
-            if (mp_read_str(&v, &p, &len, err) || cj_fobs_uuid_parse(p, len, id))
+            if (mp_read_str(&v, &p, &len, err) || cj_uuid_parse(p, len, id))
                 return cj_fail(err, CJ_E_INVALID, vat, "dl: DatumRef datum_id is not a uuid str (offset %zu)", vat);
             has_id = true;
         } else if (KEY("unwrap")) {
@@ -373,7 +343,7 @@ static int resolve_datum(const uint8_t *payload, size_t len, struct cj_dl_item_r
     }
     if (rc < 0) return rc;
     char u[37];
-    cj_fobs_uuid_str(item->datum_id, u);
+    cj_uuid_str(item->datum_id, u);
     return cj_fail(err, CJ_E_MISSING, 0, "dl: item %zu refers to datum %s, which the payload lacks", idx, u);
 }
 
@@ -432,7 +402,8 @@ static int read_ref_ids(struct mp_cur *c, struct cj_dl_source_failure *sf, struc
     if (v.n > CJ_DL_MAX_REF_IDS)
         return cj_fail(err, CJ_E_LIMIT, at, "dl: %u ref_ids, limit %d (offset %zu)", v.n, CJ_DL_MAX_REF_IDS, at);
     for (uint32_t i = 0; i < v.n; i++)
-        if ((rc = read_cstr(&arr, sf->ref_ids[i], CJ_DL_REF_ID_MAX, false, "ref_ids[]", err))) return rc;
+        if ((rc = mp_read_cstr(&arr, sf->ref_ids[i], CJ_DL_REF_ID_MAX, false, "dl", "ref_ids[]", err)))
+            return rc;
     sf->n_ref_ids = v.n;
     return 0;
 }
@@ -457,7 +428,8 @@ int cj_dl_decode_source_failure(const uint8_t *payload, size_t len, struct cj_dl
     bool has_fqcn = false;
     while ((rc = map_next(&it, &key, &klen, &v, err)) == 1) {
         if (KEY("source_fqcn")) {
-            if ((rc = read_cstr(&v, sf->source_fqcn, CJ_DL_FQCN_MAX, false, "source_fqcn", err))) return rc;
+            if ((rc = mp_read_cstr(&v, sf->source_fqcn, CJ_DL_FQCN_MAX, false, "dl", "source_fqcn", err)))
+                return rc;
             has_fqcn = true;
         } else if (KEY("ref_ids")) {
             if ((rc = read_ref_ids(&v, sf, err))) return rc;
@@ -689,7 +661,7 @@ static void add_item_piece(struct plan *pl, size_t i, uint64_t len)
 static void pack_datumref(msgpack_packer *pk, const uint8_t id[16], int *bad)
 {
     char u[37];
-    cj_fobs_uuid_str(id, u);
+    cj_uuid_str(id, u);
     *bad |= msgpack_pack_map(pk, 3);
     *bad |= msgpack_pack_str_with_body(pk, CJ_FOBS_TYPE_KEY, strlen(CJ_FOBS_TYPE_KEY));
     *bad |= msgpack_pack_str_with_body(pk, CJ_FOBS_DATUMREF, strlen(CJ_FOBS_DATUMREF));
@@ -741,7 +713,7 @@ int cj_dl_plan_data_reply(msgpack_sbuffer *sb, uint64_t start, const uint64_t *s
     for (size_t i = 0; i < n && !bad; i++) {
         if (sizes[i] >= datum_min) {
             if (o->new_id) o->new_id(o->ud, ids[d]);
-            else if (cj_dl_new_uuid4(ids[d])) { bad = 1; break; }
+            else if (cj_uuid4(ids[d])) { bad = 1; break; }
             pack_datumref(&pk, ids[d++], &bad);
         } else {
             bad |= msgpack_pack_bin(&pk, (uint32_t)sizes[i]);

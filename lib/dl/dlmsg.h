@@ -247,7 +247,5 @@ int cj_dl_group(const uint64_t *sizes, const uint64_t *estimates, size_t n_items
 int cj_dl_new_nonce(char out[CJ_DL_NONCE_LEN + 1]);
 /* True when [s, s+len) is exactly 32 lower-case hex digits. */
 bool cj_dl_nonce_valid(const char *s, size_t len);
-/* A random uuid4 (version and variant bits set).  0 or -1. */
-int cj_dl_new_uuid4(uint8_t id[16]);
 
 #endif

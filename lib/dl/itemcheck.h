@@ -22,6 +22,6 @@
  * else npz.  1: the header is good; 0: more bytes are needed (never when final
  * or when have reaches size or CJ_ITEM_HDR_MAX); -1: bad, why says what. */
 int cj_item_check_header(int dot, const uint8_t *h, size_t have, uint64_t size, uint32_t index, bool final, char *why,
-                         size_t wn);
+                         size_t whysz);
 
 #endif

@@ -9,11 +9,13 @@
 #include <time.h>
 
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #include "dl/dlmsg.h"
 #include "payload/fobs.h"
 #include "util/mp.h"
+#include "util/uuid.h"
 
 /* Pulls, confirms and cancels are a few hundred bytes; anything much larger is not one. */
 #define MAX_REQUEST_BYTES 65536
@@ -71,20 +73,6 @@ struct cj_dl_producer {
     struct cj_dl_producer_stats st;
 };
 
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void to_tv(double s, struct timeval *tv)
-{
-    if (s < 0) s = 0;
-    tv->tv_sec = (time_t)s;
-    tv->tv_usec = (suseconds_t)((s - (double)tv->tv_sec) * 1e6);
-}
-
 /* ---- tombstones ----------------------------------------------------------------------- */
 
 static void tomb_free(struct cj_dl_producer *p, struct tomb *t)
@@ -121,7 +109,7 @@ static void tomb_add(struct cj_dl_producer *p, const char *ref, const char *requ
 
 static enum cj_dl_tombstone tomb_find(struct cj_dl_producer *p, const char *ref, const char *requester)
 {
-    tomb_purge(p, now_mono());
+    tomb_purge(p, cj_now());
     struct tomb *t;
     TAILQ_FOREACH(t, &p->tombs, link)
         if (!strcmp(t->ref, ref) && !strcmp(t->requester, requester))
@@ -208,7 +196,7 @@ static const char *outcome_name(enum cj_dl_outcome o)
 static void ref_finish(struct ref *r, enum cj_dl_outcome outcome)
 {
     struct cj_dl_producer *p = r->p;
-    double now = now_mono();
+    double now = cj_now();
     if (outcome != CJ_DL_OUT_TIMEOUT)
         for (size_t i = 0; i < r->n_rcv; i++)
             if (r->rcv[i].state != CJ_DL_RCV_PENDING) tomb_add(p, r->id, r->rcv[i].fqcn, r->rcv[i].state == CJ_DL_RCV_OK, now);
@@ -268,20 +256,19 @@ static int rcv_finalize(struct ref *r, struct rcv *v, bool ok, const char *why)
 
 static void ref_touch(struct ref *r)
 {
-    r->last = now_mono();
+    r->last = cj_now();
 }
 
 static void ref_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct ref *r = arg;
-    double idle = now_mono() - r->last;
+    double idle = cj_now() - r->last;
     if (idle > r->timeout) {
         cj_log_warning("dl: ref %s idle for %.1f s (timeout %.1f s): expired", r->id, idle, r->timeout);
         ref_finish(r, CJ_DL_OUT_TIMEOUT);
         return;
     }
-    struct timeval tv;
-    to_tv(r->timeout - idle + 0.001, &tv);   /* strictly past the deadline */
+    struct timeval tv = cj_tv(r->timeout - idle + 0.001);   /* strictly past the deadline */
     evtimer_add(r->timer, &tv);
 }
 
@@ -891,8 +878,8 @@ int cj_dl_producer_add_ref(struct cj_dl_producer *p, const struct cj_dl_ref_cfg 
     } else {
         uint8_t u[16];
         char s[37];
-        if (cj_dl_new_uuid4(u)) goto fail;
-        cj_fobs_uuid_str(u, s);
+        if (cj_uuid4(u)) goto fail;
+        cj_uuid_str(u, s);
         snprintf(r->id, sizeof r->id, "%s", s);
     }
     r->n_items = c->n_items;
@@ -912,8 +899,7 @@ int cj_dl_producer_add_ref(struct cj_dl_producer *p, const struct cj_dl_ref_cfg 
     r->timeout = c->timeout > 0 ? c->timeout : CJ_DL_DEFAULT_TIMEOUT;
     if (!(r->timer = evtimer_new(p->base, ref_timer_cb, r))) goto fail;
     ref_touch(r);
-    struct timeval tv;
-    to_tv(r->timeout + 0.001, &tv);
+    struct timeval tv = cj_tv(r->timeout + 0.001);
     evtimer_add(r->timer, &tv);
     TAILQ_INSERT_TAIL(&p->refs, r, link);
     p->st.refs_live++;
@@ -946,7 +932,7 @@ bool cj_dl_producer_has_ref(const struct cj_dl_producer *p, const char *ref_id)
 
 void cj_dl_producer_foreach(struct cj_dl_producer *p, cj_dl_ref_visit_fn fn, void *arg)
 {
-    double now = now_mono();
+    double now = cj_now();
     struct ref *r;
     TAILQ_FOREACH(r, &p->refs, link) {
         struct cj_dl_receiver_info *info = calloc(r->n_rcv ? r->n_rcv : 1, sizeof *info);

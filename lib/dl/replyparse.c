@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "payload/fobs.h"
+#include "util/uuid.h"
 
 /* The decoded MAIN body.  Inline items go out as references into it; the
  * consumer may free them on another thread (the spool's I/O thread), hence
@@ -137,7 +138,7 @@ static int datum_header(struct cj_dl_rp *p)
     const uint8_t *h = p->hdr;
     uint64_t at = p->fed - CJ_LOBS_DATUM_HDR_LEN, size = be64(h + 2);
     char u[37];
-    cj_fobs_uuid_str(h + CJ_LOBS_HDR_LEN, u);
+    cj_uuid_str(h + CJ_LOBS_HDR_LEN, u);
     if (h[0] != CJ_LOBS_TEXT && h[0] != CJ_LOBS_BLOB && h[0] != CJ_LOBS_FILE)
         return rp_fail(p, "bad section marker 0x%02x at offset %" PRIu64, h[0], at);
     if (size <= CJ_LOBS_ID_LEN || size - CJ_LOBS_ID_LEN > p->total - p->fed)
@@ -147,7 +148,7 @@ static int datum_header(struct cj_dl_rp *p)
     struct cj_dl_rp_item *it = &p->items[p->next];
     if (memcmp(it->ref.datum_id, h + CJ_LOBS_HDR_LEN, CJ_LOBS_ID_LEN)) {
         char w[37];
-        cj_fobs_uuid_str(it->ref.datum_id, w);
+        cj_uuid_str(it->ref.datum_id, w);
         return rp_fail(p, "datum %s at offset %" PRIu64 " is not the one item %zu refers to (%s)", u, at, p->next, w);
     }
     if (h[0] != CJ_LOBS_BLOB || h[1] != 0)

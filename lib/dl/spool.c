@@ -32,6 +32,7 @@
 
 #include "dl/dlmsg.h"
 #include "dl/itemcheck.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define SP_HDR_MAX CJ_ITEM_HDR_MAX         /* bytes of an item buffered to check its header */
@@ -147,13 +148,6 @@ static void stop_behind(struct cj_spool_ref *r)
     set_behind(r, false);
 }
 
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static bool name_ok(const char *s)
 {
     size_t n = s ? strlen(s) : 0;
@@ -258,7 +252,7 @@ static void fetch_failed(struct cj_spool_ref *r, const char *why)
     unreserve(r);
     r->bytes = 0;
     remove_dir(r);
-    cj_log_warning("spool: ref %s from %s failed after %.1f s: %s", r->ref_id, r->source, now_mono() - r->t0, r->why);
+    cj_log_warning("spool: ref %s from %s failed after %.1f s: %s", r->ref_id, r->source, cj_now() - r->t0, r->why);
     if (r->fetched_fn) r->fetched_fn(r->fetched_ctx, r, false, r->why);
 }
 
@@ -292,7 +286,7 @@ static void fetch_done(void *ctx, bool ok, const char *why)
     sp->st.fetched_refs++;
     sp->st.fetched_bytes += r->bytes;
     cj_log_info("spool: ref %s from %s spooled: %" PRIu32 " items, %" PRIu64 " bytes in %.1f s (%s)", r->ref_id, r->source,
-                r->n_items, r->bytes, now_mono() - r->t0, r->dir);
+                r->n_items, r->bytes, cj_now() - r->t0, r->dir);
     if (r->fetched_fn) r->fetched_fn(r->fetched_ctx, r, true, "");
 }
 
@@ -625,7 +619,7 @@ struct cj_spool_ref *cj_spool_fetch(struct cj_spool *sp, const char *tag, int do
     r->state = CJ_SPOOL_FETCHING;
     r->fetched_fn = fn;
     r->fetched_ctx = ctx;
-    r->t0 = now_mono();
+    r->t0 = cj_now();
     if (cj_sio_mkdirs(sp->sio, r->dir, 0700, on_mkdir, r)) {
         free(r->dir);
         free(r);
@@ -928,7 +922,7 @@ uint32_t cj_spool_ref_items(const struct cj_spool_ref *r)
 
 void cj_spool_foreach(struct cj_spool *sp, cj_spool_visit_fn fn, void *arg)
 {
-    double now = now_mono();
+    double now = cj_now();
     struct cj_spool_ref *r;
     TAILQ_FOREACH(r, &sp->refs, link) {
         struct cj_spool_ref_info ri = {

@@ -47,20 +47,6 @@ static int hex4(const char *p, uint32_t *out)
     return 0;
 }
 
-static size_t put_utf8(char *o, uint32_t cp)
-{
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xc0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-
 /* At the opening quote.  Decodes into out (room for the raw length + 1) when
  * out is not NULL. */
 static int parse_string(struct jp *j, char *out, size_t *out_len)
@@ -103,7 +89,7 @@ static int parse_string(struct jp *j, char *out, size_t *out_len)
                     return jfail(j, CJ_E_INVALID, "unpaired surrogate");
                 }
                 if (cp == 0) return jfail(j, CJ_E_INVALID, "NUL in string");
-                tl = put_utf8(tmp, cp);
+                tl = cj_utf8_put(cp, (uint8_t *)tmp);
                 j->pos += 4;
                 break;
             }

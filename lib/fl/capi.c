@@ -11,6 +11,7 @@
 
 #include "payload/lobs.h"
 #include "util/mp.h"
+#include "util/repr.h"
 
 /* ---- kinds and topics ---------------------------------------------------------- */
 
@@ -138,22 +139,6 @@ static const struct field_def *find_field(enum cj_capi_kind kind, const uint8_t 
     return NULL;
 }
 
-/* Copies a str into buf (max bytes + NUL): UTF-8, no NUL, fits. */
-static int read_cstr(struct mp_cur *c, char *buf, size_t max, const char *what, struct cj_err *err)
-{
-    size_t at = c->pos;
-    const uint8_t *p;
-    uint32_t len;
-    int rc = mp_read_str(c, &p, &len, err);
-    if (rc) return cj_fail(err, CJ_E_TYPE, at, "capi: '%s' is not a str (offset %zu)", what, at);
-    if (len > max) return cj_fail(err, CJ_E_LIMIT, at, "capi: '%s' is %u bytes, limit %zu (offset %zu)", what, len, max, at);
-    if (cj_utf8_prefix(p, len, SIZE_MAX) == SIZE_MAX)
-        return cj_fail(err, CJ_E_INVALID, at, "capi: '%s' is not valid UTF-8 or holds NUL (offset %zu)", what, at);
-    memcpy(buf, p, len);
-    buf[len] = 0;
-    return 0;
-}
-
 /* A reason: any length, cut to CJ_CAPI_REASON_MAX_CHARS characters. */
 static int read_reason(struct mp_cur *c, char *buf, bool *cut, struct cj_err *err)
 {
@@ -190,7 +175,7 @@ static int read_scalar(struct mp_cur *c, struct cj_capi_value *v, const char *wh
     case MP_STR:
         *c = save;
         v->type = CJ_CAPI_V_STR;
-        return read_cstr(c, v->s, CJ_CAPI_LOG_STR_MAX, what, err);
+        return mp_read_cstr(c, v->s, CJ_CAPI_LOG_STR_MAX, true, "capi", what, err);
     default:
         return cj_fail(err, CJ_E_TYPE, at, "capi: '%s' is not an int, float, str or bool (offset %zu)", what, at);
     }
@@ -219,7 +204,10 @@ static int read_rank(struct mp_cur *c, struct cj_capi_msg *m, struct cj_err *err
     if (rc) return rc;
     m->rank_is_str = false;
     switch (x.kind) {
-    case MP_STR: *c = save; m->rank_is_str = true; return read_cstr(c, m->rank, CJ_CAPI_RANK_MAX, "rank", err);
+    case MP_STR:
+        *c = save;
+        m->rank_is_str = true;
+        return mp_read_cstr(c, m->rank, CJ_CAPI_RANK_MAX, true, "capi", "rank", err);
     case MP_UINT: snprintf(m->rank, sizeof m->rank, "%" PRIu64, x.u); return 0;
     case MP_INT: snprintf(m->rank, sizeof m->rank, "%" PRId64, x.i); return 0;
     case MP_BOOL: snprintf(m->rank, sizeof m->rank, "%s", x.b ? "True" : "False"); return 0;
@@ -242,21 +230,15 @@ static int read_enum(struct mp_cur *c, char *name, struct cj_err *err)
     if (rc) return rc;
     if (x.kind == MP_STR) {
         *c = save;
-        return read_cstr(c, name, CJ_CAPI_DATA_TYPE_MAX, "data_type", err);
+        return mp_read_cstr(c, name, CJ_CAPI_DATA_TYPE_MAX, true, "capi", "data_type", err);
     }
     if (x.kind != MP_MAP)
         return cj_fail(err, CJ_E_TYPE, at, "capi: 'data_type' is neither an enum wrapper nor a str (offset %zu)", at);
     bool has_type = false, has_data = false;
     for (uint32_t i = 0; i < x.n; i++) {
         struct mp_val k;
-        size_t kat = c->pos;
-        if ((rc = mp_next(c, &k, err))) return rc;
-        if (k.kind == MP_ARRAY || k.kind == MP_MAP) {
-            c->pos = kat;
-            if ((rc = mp_skip(c, err))) return rc;
-            k.kind = MP_NIL;
-        }
-        if (k.kind == MP_STR && mp_str_eq(k.ptr, k.len, "__fobs_type__")) {
+        if ((rc = mp_read_key(c, &k, err))) return rc;
+        if (mp_key_is(&k, "__fobs_type__")) {
             const uint8_t *p;
             uint32_t len;
             size_t vat = c->pos;
@@ -264,8 +246,9 @@ static int read_enum(struct mp_cur *c, char *name, struct cj_err *err)
                 return cj_fail(err, CJ_E_INVALID, vat, "capi: 'data_type' wrapper is not %s (offset %zu)",
                                CJ_CAPI_ANALYTICS_TYPE, vat);
             has_type = true;
-        } else if (k.kind == MP_STR && mp_str_eq(k.ptr, k.len, "__fobs_data__")) {
-            if ((rc = read_cstr(c, name, CJ_CAPI_DATA_TYPE_MAX, "data_type.__fobs_data__", err))) return rc;
+        } else if (mp_key_is(&k, "__fobs_data__")) {
+            if ((rc = mp_read_cstr(c, name, CJ_CAPI_DATA_TYPE_MAX, true, "capi", "data_type.__fobs_data__", err)))
+                return rc;
             has_data = true;
         } else if ((rc = mp_skip(c, err))) {
             return rc;
@@ -297,9 +280,9 @@ static char *id_field(struct cj_capi_msg *m, uint32_t bit)
 static int read_field(struct mp_cur *c, const struct field_def *f, struct cj_capi_msg *m, struct cj_err *err)
 {
     switch (f->type) {
-    case FT_ID: return read_cstr(c, id_field(m, f->bit), CJ_CAPI_ID_MAX, f->key, err);
-    case FT_TOKEN: return read_cstr(c, id_field(m, f->bit), CJ_CAPI_TOKEN_MAX, f->key, err);
-    case FT_LOGKEY: return read_cstr(c, m->key, CJ_CAPI_LOG_KEY_MAX, f->key, err);
+    case FT_ID: return mp_read_cstr(c, id_field(m, f->bit), CJ_CAPI_ID_MAX, true, "capi", f->key, err);
+    case FT_TOKEN: return mp_read_cstr(c, id_field(m, f->bit), CJ_CAPI_TOKEN_MAX, true, "capi", f->key, err);
+    case FT_LOGKEY: return mp_read_cstr(c, m->key, CJ_CAPI_LOG_KEY_MAX, true, "capi", f->key, err);
     case FT_REASON: return read_reason(c, m->reason, &m->reason_cut, err);
     case FT_RANK: return read_rank(c, m, err);
     case FT_ENUM: return read_enum(c, m->data_type, err);
@@ -382,18 +365,10 @@ static int decode_fields(struct mp_cur *c, struct cj_capi_msg *m, struct cj_err 
     if (mp_read_map(c, &n, err))
         return cj_fail(err, CJ_E_TYPE, at, "capi: %s body is not a map (offset %zu)", kinds[kind].name, at);
     for (uint32_t i = 0; i < n; i++) {
-        size_t kat = c->pos;
         struct mp_val k;
-        int rc = mp_next(c, &k, err);
+        struct mp_cur vc;
+        int rc = mp_read_entry(c, &k, &vc, err);   /* non-str keys are legal msgpack; skipped */
         if (rc) return rc;
-        if (k.kind == MP_ARRAY || k.kind == MP_MAP) {   /* non-str keys are legal msgpack; skip them */
-            c->pos = kat;
-            if ((rc = mp_skip(c, err))) return rc;
-            k.kind = MP_NIL;
-        }
-        size_t vat = c->pos;
-        if ((rc = mp_skip(c, err))) return rc;
-        struct mp_cur vc = {c->base, vat, c->pos};
         if (k.kind != MP_STR) {
             if (kind == CJ_CAPI_LOG) m->n_dropped++;
             continue;
@@ -445,19 +420,12 @@ static int find_reply_kind(const struct mp_cur *c0, enum cj_capi_kind request, e
     struct mp_cur topic = {0};
     bool found = false;
     for (uint32_t i = 0; i < n; i++) {
-        size_t kat = c.pos;
         struct mp_val k;
-        int rc = mp_next(&c, &k, err);
+        struct mp_cur v;
+        int rc = mp_read_entry(&c, &k, &v, err);
         if (rc) return rc;
-        if (k.kind == MP_ARRAY || k.kind == MP_MAP) {
-            c.pos = kat;
-            if ((rc = mp_skip(&c, err))) return rc;
-            k.kind = MP_NIL;
-        }
-        size_t vat = c.pos;
-        if ((rc = mp_skip(&c, err))) return rc;
-        if (k.kind == MP_STR && mp_str_eq(k.ptr, k.len, "reply_topic")) {
-            topic = (struct mp_cur){c.base, vat, c.pos};
+        if (mp_key_is(&k, "reply_topic")) {
+            topic = v;
             found = true;
         }
     }
@@ -515,52 +483,23 @@ bool cj_capi_token_equal(const char *presented, size_t presented_len, const char
 }
 
 /* Python repr() of a str, cut to fit. */
-static void py_repr(char *out, size_t n, const char *s)
-{
-    size_t o = 0;
-    if (n < 8) { if (n) out[0] = 0; return; }
-    out[o++] = '\'';
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char tmp[8];
-        if (*p == '\\' || *p == '\'') snprintf(tmp, sizeof tmp, "\\%c", *p);
-        else if (*p == '\n') snprintf(tmp, sizeof tmp, "\\n");
-        else if (*p == '\t') snprintf(tmp, sizeof tmp, "\\t");
-        else if (*p == '\r') snprintf(tmp, sizeof tmp, "\\r");
-        else if (*p < 0x20 || *p == 0x7f) snprintf(tmp, sizeof tmp, "\\x%02x", *p);
-        else { tmp[0] = (char)*p; tmp[1] = 0; }
-        size_t l = strlen(tmp);
-        if (o + l + 5 > n) { memcpy(out + o, "...", 3); o += 3; break; }
-        memcpy(out + o, tmp, l);
-        o += l;
-    }
-    out[o++] = '\'';
-    out[o] = 0;
-}
-
 static void repr_field(char *out, size_t n, const struct cj_capi_msg *m, uint32_t bit, const char *s)
 {
-    if (m->has & bit) py_repr(out, n, s);
+    if (m->has & bit) cj_repr_str(out, n, s);
     else snprintf(out, n, "%s", (m->bad & bit) ? "<unusable value>" : "None");
 }
 
-static void repr_value(char *out, size_t n, const struct cj_capi_value *v)
+void cj_capi_value_text(const struct cj_capi_value *v, bool repr, char *out, size_t n)
 {
     switch (v->type) {
     case CJ_CAPI_V_INT: snprintf(out, n, "%" PRId64, v->i); break;
     case CJ_CAPI_V_UINT: snprintf(out, n, "%" PRIu64, v->u); break;
     case CJ_CAPI_V_BOOL: snprintf(out, n, "%s", v->b ? "True" : "False"); break;
-    case CJ_CAPI_V_STR: py_repr(out, n, v->s); break;
-    case CJ_CAPI_V_FLOAT:
-        if (isnan(v->f)) snprintf(out, n, "nan");
-        else if (isinf(v->f)) snprintf(out, n, "%sinf", v->f < 0 ? "-" : "");
-        else {
-            for (int p = 1; p <= 17; p++) {   /* shortest text that reads back, as repr() */
-                snprintf(out, n, "%.*g", p, v->f);
-                if (strtod(out, NULL) == v->f) break;
-            }
-            if (!strpbrk(out, ".e") && strlen(out) + 3 <= n) strcat(out, ".0");
-        }
+    case CJ_CAPI_V_STR:
+        if (repr) cj_repr_str(out, n, v->s);
+        else snprintf(out, n, "%s", v->s);
         break;
+    case CJ_CAPI_V_FLOAT: cj_repr_float(out, n, v->f); break;
     default: snprintf(out, n, "None"); break;
     }
 }
@@ -578,53 +517,53 @@ static bool field_is(const struct cj_capi_msg *m, uint32_t bit, const char *have
 }
 
 int cj_capi_check_hello(const struct cj_capi_msg *h, const struct cj_capi_hello_expect *x, char *reason,
-                        size_t reason_sz)
+                        size_t reasonsz)
 {
     char a[300], b[300];
     if (!x->active) {
-        snprintf(reason, reason_sz, "no active trainer launch");
+        snprintf(reason, reasonsz, "no active trainer launch");
         return 1;
     }
     const char *origin = x->origin ? x->origin : "";
     if (!x->trainer_fqcn || strcmp(origin, x->trainer_fqcn) ||
         !field_is(h, CJ_CAPI_F_TRAINER_FQCN, h->trainer_fqcn, x->trainer_fqcn)) {
-        py_repr(a, sizeof a, origin);
+        cj_repr_str(a, sizeof a, origin);
         repr_field(b, sizeof b, h, CJ_CAPI_F_TRAINER_FQCN, h->trainer_fqcn);
-        snprintf(reason, reason_sz, "unexpected trainer identity (origin=%s, claimed=%s)", a, b);
+        snprintf(reason, reasonsz, "unexpected trainer identity (origin=%s, claimed=%s)", a, b);
         return 2;
     }
     if (!(h->has & CJ_CAPI_F_PROOF) || !x->launch_token ||
         !cj_capi_token_equal(h->proof, strlen(h->proof), x->launch_token)) {
-        snprintf(reason, reason_sz, "launch token mismatch");
+        snprintf(reason, reasonsz, "launch token mismatch");
         return 3;
     }
     if (!(h->has & CJ_CAPI_F_PROTOCOL_VERSION) || !version_is_one(&h->protocol_version)) {
-        if (h->has & CJ_CAPI_F_PROTOCOL_VERSION) repr_value(a, sizeof a, &h->protocol_version);
+        if (h->has & CJ_CAPI_F_PROTOCOL_VERSION) cj_capi_value_text(&h->protocol_version, true, a, sizeof a);
         else snprintf(a, sizeof a, "%s", (h->bad & CJ_CAPI_F_PROTOCOL_VERSION) ? "<unusable value>" : "None");
-        snprintf(reason, reason_sz, "unsupported protocol version %s (expect %d)", a, CJ_CAPI_PROTOCOL_VERSION);
+        snprintf(reason, reasonsz, "unsupported protocol version %s (expect %d)", a, CJ_CAPI_PROTOCOL_VERSION);
         return 4;
     }
     if (!field_is(h, CJ_CAPI_F_JOB_ID, h->job_id, x->job_id)) {
         repr_field(a, sizeof a, h, CJ_CAPI_F_JOB_ID, h->job_id);
-        snprintf(reason, reason_sz, "job id mismatch: %s", a);
+        snprintf(reason, reasonsz, "job id mismatch: %s", a);
         return 5;
     }
     if (!field_is(h, CJ_CAPI_F_SITE_NAME, h->site_name, x->site_name)) {
         repr_field(a, sizeof a, h, CJ_CAPI_F_SITE_NAME, h->site_name);
-        snprintf(reason, reason_sz, "site name mismatch: %s", a);
+        snprintf(reason, reasonsz, "site name mismatch: %s", a);
         return 5;
     }
     if (!(h->has & CJ_CAPI_F_RANK) || strcmp(h->rank, "0")) {
         if (!(h->has & CJ_CAPI_F_RANK)) snprintf(a, sizeof a, "%s", (h->bad & CJ_CAPI_F_RANK) ? "<unusable value>" : "None");
-        else if (h->rank_is_str) py_repr(a, sizeof a, h->rank);
+        else if (h->rank_is_str) cj_repr_str(a, sizeof a, h->rank);
         else snprintf(a, sizeof a, "%s", h->rank);
-        snprintf(reason, reason_sz, "only rank 0 may connect (got rank %s)", a);
+        snprintf(reason, reasonsz, "only rank 0 may connect (got rank %s)", a);
         return 6;
     }
     return 0;
 }
 
-int cj_capi_check_hello_accepted(const struct cj_capi_msg *m, bool secure_mode, char *why, size_t why_sz)
+int cj_capi_check_hello_accepted(const struct cj_capi_msg *m, bool secure_mode, char *why, size_t whysz)
 {
     const char *bad = NULL;
     if (m->kind != CJ_CAPI_HELLO_ACCEPTED) bad = "not a hello_accepted reply";
@@ -641,7 +580,7 @@ int cj_capi_check_hello_accepted(const struct cj_capi_msg *m, bool secure_mode, 
                              !strcmp(m->auth_token_signature, "NA")))
         bad = "secure mode without a delegated auth_token_signature";
     if (!bad) return 0;
-    snprintf(why, why_sz, "%s", bad);
+    snprintf(why, whysz, "%s", bad);
     return -1;
 }
 

@@ -107,6 +107,10 @@ struct cj_capi_value {
     char s[CJ_CAPI_LOG_STR_MAX + 1];     /* V_STR */
 };
 
+/* The text of v as Python's repr() (repr) or str() prints it; the two differ
+ * only for a str, quoted and escaped by repr(). */
+void cj_capi_value_text(const struct cj_capi_value *v, bool repr, char *out, size_t n);
+
 struct cj_capi_extra {
     char name[CJ_CAPI_LOG_KEY_MAX + 1];
     struct cj_capi_value v;
@@ -219,14 +223,14 @@ struct cj_capi_hello_expect {
  * '…'", "site name mismatch: '…'", "only rank 0 may connect (got rank 1)").
  * The reason never contains the token. */
 int cj_capi_check_hello(const struct cj_capi_msg *hello, const struct cj_capi_hello_expect *x, char *reason,
-                        size_t reason_sz);
+                        size_t reasonsz);
 
 /* The stock trainer's checks of hello_accepted: session_id non-empty;
  * heartbeat_interval finite > 0; heartbeat_timeout finite >= 0; interval <
  * timeout when timeout > 0; secure_mode present and == secure_mode; in secure
  * mode auth_token and auth_token_signature non-empty and not "NA".  0 or -1
  * with why filled. */
-int cj_capi_check_hello_accepted(const struct cj_capi_msg *m, bool secure_mode, char *why, size_t why_sz);
+int cj_capi_check_hello_accepted(const struct cj_capi_msg *m, bool secure_mode, char *why, size_t whysz);
 
 /* Constant-time equality of a presented token with the expected one (time
  * depends only on the expected length).  An empty expected token never matches. */

@@ -28,28 +28,12 @@ static void set_why(char *why, size_t whysz, const char *fmt, ...)
 
 /* ---- reading replies ------------------------------------------------------------------ */
 
-static void free_chunk(const void *data, size_t len, void *arg)
-{
-    (void)len;
-    (void)arg;
-    free((void *)data);
-}
-
 /* Moves a finished msgpack_sbuffer into out without copying. */
 static int move_out(struct evbuffer *out, msgpack_sbuffer *sb, char *why, size_t whysz)
 {
-    size_t n = sb->size;
-    char *data = msgpack_sbuffer_release(sb);
-    if (!n) {
-        free(data);
-        return 0;
-    }
-    if (evbuffer_add_reference(out, data, n, free_chunk, NULL)) {
-        free(data);
-        set_why(why, whysz, "out of memory");
-        return -1;
-    }
-    return 0;
+    if (mp_sbuffer_move(out, sb) == 0) return 0;
+    set_why(why, whysz, "out of memory");
+    return -1;
 }
 
 /* The __headers__ map of a LOBS payload's Shareable body: *hdrs NULL when absent. */

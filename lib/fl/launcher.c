@@ -19,6 +19,7 @@
 
 #include "fl/bootstrap.h"
 #include "fl/creds.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 extern char **environ;
@@ -79,23 +80,9 @@ struct cj_launcher {
     struct outp *outs;
 };
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static struct timeval tv_of(double s)
-{
-    if (!(s > 0)) s = 0;
-    struct timeval tv = {(time_t)s, (suseconds_t)((s - (double)(time_t)s) * 1e6)};
-    return tv;
-}
-
 static void arm(struct event *ev, double secs)
 {
-    struct timeval tv = tv_of(secs);
+    struct timeval tv = cj_tv(secs);
     evtimer_add(ev, &tv);
 }
 
@@ -410,7 +397,7 @@ static int spawn(struct slot *sl)
     close(pe[1]);
     free_env(env);
     sl->pid = pid;
-    sl->started = mono();
+    sl->started = cj_now();
     sl->stopping = sl->now = sl->barrier_logged = false;
     sl->stage = STOP_NONE;
     if (outp_new(l, sl, po[0], 1)) cj_log_warning("worker %s: its stdout is not captured", sl->leaf);
@@ -474,7 +461,7 @@ static void child_exited(struct slot *sl, int st)
     sl->pid = 0;
     evtimer_del(sl->stop_timer);
     status_text(st, how, sizeof how);
-    double lived = mono() - sl->started;
+    double lived = cj_now() - sl->started;
     bool relaunch = sl->relaunch && !l->stopping_all && !l->hold;
     bool stopping = (sl->stopping || l->stopping_all) && !relaunch;
     sl->relaunch = false;

@@ -22,8 +22,10 @@
 #include "fl/capi.h"
 #include "payload/lobs.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/mp.h"
+#include "util/repr.h"
 #include "util/stats.h"
 
 #include "payload/fobs.h"
@@ -33,13 +35,6 @@
 #define SHUTDOWN_TIMEOUT_DEFAULT 5.0
 
 /* ---- small helpers -------------------------------------------------------------------- */
-
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void wipe(void *p, size_t n)
 {
@@ -53,41 +48,7 @@ static void repr(char *out, size_t n, const char *s, bool present)
         copy_str(out, n, "None");
         return;
     }
-    size_t o = 0;
-    if (n < 8) {
-        if (n) out[0] = 0;
-        return;
-    }
-    out[o++] = '\'';
-    for (const unsigned char *p = (const unsigned char *)s; *p && o + 6 < n; p++) {
-        if (*p == '\\' || *p == '\'') out[o++] = '\\';
-        if (*p < 0x20 || *p == 0x7f) o += (size_t)snprintf(out + o, n - o, "\\x%02x", *p);
-        else out[o++] = (char)*p;
-    }
-    out[o++] = '\'';
-    out[o] = 0;
-}
-
-static void free_ref(const void *data, size_t len, void *arg)
-{
-    (void)len;
-    (void)arg;
-    free((void *)data);
-}
-
-/* The sbuffer's bytes as an evbuffer, without a copy (sb is left empty). */
-static struct evbuffer *sb_take(msgpack_sbuffer *sb)
-{
-    struct evbuffer *eb = evbuffer_new();
-    size_t n = sb->size;
-    char *data = msgpack_sbuffer_release(sb);
-    if (!eb || (n && evbuffer_add_reference(eb, data, n, free_ref, NULL) != 0)) {
-        free(data);
-        if (eb) evbuffer_free(eb);
-        return NULL;
-    }
-    if (!n) free(data);
-    return eb;
+    cj_repr_str(out, n, s);
 }
 
 const uint8_t *cj_fl_sess_blob_bytes(struct cj_stream_blob *b, size_t *n)
@@ -182,7 +143,7 @@ static const char *shown_state(const struct worker *w)
 
 static void touch(struct worker *w)
 {
-    w->last_seen = mono();
+    w->last_seen = cj_now();
 }
 
 static struct cj_task *task_of(const struct cj_fl_sessions *s, const struct worker *w)
@@ -253,7 +214,7 @@ static struct worker *add_record(struct cj_fl_sessions *s, const char *fqcn, con
     w->state = W_EXPECTED;
     w->link_up = true;
     w->last_seen = -1;
-    w->idle_since = w->expected_at = mono();
+    w->idle_since = w->expected_at = cj_now();
     struct worker **pp = &s->workers;   /* kept in the order they became known */
     while (*pp) pp = &(*pp)->next;
     *pp = w;
@@ -274,7 +235,7 @@ static void reply_sb(struct cj_fl_sessions *s, struct cj_stream_blob *b, msgpack
     }
     struct worker *w = find_worker(s, b->origin);
     if (w) w->bytes += sb->size;
-    struct evbuffer *eb = sb_take(sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(sb);
     if (!eb || cj_stream_reply(s->ep, &b->req, rc, &FOBS_MSG, eb, NULL, NULL) != 0)
         cj_log_warning("client_api: cannot answer %s from %s", b->req.topic, b->origin);
 }
@@ -310,7 +271,7 @@ static int send_oneway(struct cj_fl_sessions *s, struct worker *w, const char *t
 {
     struct cj_stream_msg m = {.encoding = "fobs", .optional = true};
     w->bytes += sb->size;
-    struct evbuffer *eb = sb_take(sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(sb);
     if (!eb) return -1;
     return cj_stream_send(s->ep, w->fqcn, CH, topic, &m, NULL, eb, NULL, NULL, NULL);
 }
@@ -361,7 +322,7 @@ static void fail_task(struct cj_fl_sessions *s, struct worker *w, struct cj_task
     if (w) {
         w->task_id[0] = 0;
         w->result_accepted = w->source_live = false;
-        w->idle_since = mono();
+        w->idle_since = cj_now();
     }
     if (!t) return;
     cj_log_error("task %s (server task %s, '%s') failed on worker %s: %s; refs: %s", t->id, t->server_id, t->name,
@@ -378,7 +339,7 @@ static void lose_task(struct cj_fl_sessions *s, struct worker *w, struct cj_task
     if (t && s->sub.requeue) {
         w->task_id[0] = 0;
         w->result_accepted = w->source_live = false;
-        w->idle_since = mono();
+        w->idle_since = cj_now();
         if (s->sub.requeue(s->sub.ctx, t, why) == 0) {
             cj_log_warning("task %s (server task %s, '%s') taken back from worker %s (%s): it will be delivered "
                            "again",
@@ -470,7 +431,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct cj_fl_sessions *s = arg;
-    double now = mono();
+    double now = cj_now();
     char why[160];
     for (struct worker *w = s->workers; w; w = w->next) {
         if (s->launch_timeout > 0 && !w->any_fqcn && (w->state == W_EXPECTED || w->state == W_HELLO) &&
@@ -494,15 +455,15 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 /* Binds a post-HELLO message to its worker's session (NVFlare's
  * _validate_session_msg): the record of cn__origin, ready, same session_id. */
 struct worker *cj_fl_sess_session_of(struct cj_fl_sessions *s, const char *origin, const struct cj_capi_msg *m,
-                                     char *reason, size_t sz)
+                                     char *reason, size_t reasonsz)
 {
     struct worker *w = find_worker(s, origin);
     if (!w || w->state != W_READY) {
-        copy_str(reason, sz, "no active trainer session");
+        copy_str(reason, reasonsz, "no active trainer session");
         return NULL;
     }
     if (!(m->has & CJ_CAPI_F_SESSION_ID) || strcmp(m->session_id, w->session_id)) {
-        copy_str(reason, sz, "stale or unknown session id");
+        copy_str(reason, reasonsz, "stale or unknown session id");
         return NULL;
     }
     touch(w);
@@ -661,7 +622,7 @@ static int on_session_ready(void *arg, struct cj_stream_blob *b)
     bool became_ready = w->state == W_HELLO;
     if (became_ready) {
         w->state = W_READY;
-        w->idle_since = mono();
+        w->idle_since = cj_now();
         cj_log_info("client_api: worker %s ready (session_id=%s)", w->fqcn, w->session_id);
     }
     msgpack_sbuffer sb;
@@ -797,7 +758,7 @@ static int op_deliver(void *ctx, struct cj_task *t, const uint8_t *payload, size
         return -1;
     }
     size_t size = sb.size;
-    struct evbuffer *eb = sb_take(&sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(&sb);
     double timeout = s->task_timeout > 0 ? s->task_timeout : CJ_FL_TASK_WAIT_FOREVER;
     if (!eb || cj_stream_request(s->ep, w->fqcn, CH, CJ_CAPI_T_TASK_READY, &FOBS_MSG, eb, timeout, on_task_reply, w,
                                  &w->task_req, NULL) != 0) {
@@ -876,7 +837,7 @@ static void on_submit_done(void *ctx, struct cj_task *t, bool ok, const char *wh
         send_abort(s, w, "the relay could not submit the result");
         w->task_id[0] = 0;
         w->source_live = w->result_accepted = false;
-        w->idle_since = mono();
+        w->idle_since = cj_now();
         check_drained(s);
     }
 }
@@ -992,7 +953,7 @@ static int on_settled(void *arg, struct cj_stream_blob *b)
                 w->submit_answered ? "" : " (the server has not answered the submission yet)");
     w->task_id[0] = 0;
     w->source_live = w->result_accepted = false;
-    w->idle_since = mono();
+    w->idle_since = cj_now();
     msgpack_sbuffer sb;
     struct cj_err e = {0};
     msgpack_sbuffer_init(&sb);
@@ -1232,7 +1193,7 @@ int cj_fl_sessions_shutdown(struct cj_fl_sessions *s, const char *fqcn, const ch
         return -1;
     }
     w->bytes += sb.size;
-    struct evbuffer *eb = sb_take(&sb);
+    struct evbuffer *eb = mp_sbuffer_to_evbuffer(&sb);
     if (!eb || cj_stream_request(s->ep, w->fqcn, CH, CJ_CAPI_T_SHUTDOWN, &FOBS_MSG, eb, s->shutdown_timeout,
                                  on_shutdown_reply, w, &w->shut_req, NULL) != 0)
         return -1;
@@ -1275,7 +1236,7 @@ void cj_fl_sessions_close(struct cj_fl_sessions *s)
 size_t cj_fl_sessions_workers(const struct cj_fl_sessions *s, cj_fl_worker_fn fn, void *arg)
 {
     size_t k = 0;
-    double now = mono();
+    double now = cj_now();
     for (const struct worker *w = s->workers; w; w = w->next, k++) {
         struct cj_fl_worker_info wi = {
             .fqcn = w->fqcn,

@@ -104,7 +104,7 @@ const uint8_t *cj_fl_sess_blob_bytes(struct cj_stream_blob *b, size_t *n);
 int cj_fl_sess_open_main(const uint8_t *p, size_t n, struct mp_cur *c);
 bool cj_fl_sess_body_str(const uint8_t *p, size_t n, const char *key, char *buf, size_t sz);
 struct worker *cj_fl_sess_session_of(struct cj_fl_sessions *s, const char *origin, const struct cj_capi_msg *m,
-                                     char *reason, size_t sz);
+                                     char *reason, size_t reasonsz);
 
 /* workerlog.c */
 int cj_fl_workerlog_on_log(void *arg, struct cj_stream_blob *b);   /* the client_api LOG handler */

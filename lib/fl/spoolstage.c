@@ -21,6 +21,7 @@
 #include "payload/fobs.h"
 #include "payload/refmap.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/mp.h"
 
@@ -603,7 +604,7 @@ static void on_up_done(void *ctx, struct cj_task *t, bool ok, const char *why)
     if (ok) {
         tk->submit_ok = true;
         tk->state = S_SUBMITTED;
-        tk->submitted_at = cj_task_now();
+        tk->submitted_at = cj_now();
         wake(st);   /* dropped once the served result refs finished */
     } else {
         retire(tk);
@@ -730,7 +731,7 @@ void cj_spool_stage_submit_ops(struct cj_spool_stage *st, struct cj_fl_submit_op
 size_t cj_spool_stage_busy(const struct cj_spool_stage *st)
 {
     size_t k = 0;
-    double now = cj_task_now();
+    double now = cj_now();
     for (const struct stask *tk = st->tasks; tk; tk = tk->next) {
         if (tk->dead || tk->state == S_DELIVERED) continue;   /* a worker holds it: the sessions count it */
         if (tk->state == S_SUBMITTED && now - tk->submitted_at > SERVED_GRACE_SECS) continue;

@@ -18,6 +18,7 @@
 #include "fl/capi.h"
 #include "fl/spoolstage.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 /* download_service__source_failure (download.md §2, §7; R13): per target up to
@@ -69,7 +70,7 @@ static void sf_send(struct sf_notice *n);
  * attempts and the total time last. */
 static void sf_outcome(struct sf_notice *n, const char *rc, const char *error)
 {
-    double left = n->deadline - cj_task_now();
+    double left = n->deadline - cj_now();
     double backoff = fmin(0.25 * pow(2.0, (double)(n->attempts - 1)), 1.0);
     if (!strcmp(rc, "ok")) {
         n->sf->sent++;
@@ -101,7 +102,7 @@ static void sf_send(struct sf_notice *n)
     struct cj_fl_srcfail *sf = n->sf;
     struct cj_stream_msg m = {.encoding = "fobs"};
     struct evbuffer *eb = evbuffer_new();
-    double timeout = fmin(SF_ATTEMPT_SECS, n->deadline - cj_task_now());
+    double timeout = fmin(SF_ATTEMPT_SECS, n->deadline - cj_now());
     n->attempts++;
     if (!eb || evbuffer_add(eb, n->body, n->body_len)) {
         if (eb) evbuffer_free(eb);
@@ -166,7 +167,7 @@ void cj_fl_srcfail_send(struct cj_fl_srcfail *sf, const char *source, const stru
     size_t n_recv = sf_targets(sf, t, targets, SF_MAX_TARGETS);
     size_t n_targets = n_recv ? n_recv : 1;
     static const struct timeval zero = {0, 0};
-    double deadline = cj_task_now() + SF_TOTAL_SECS;
+    double deadline = cj_now() + SF_TOTAL_SECS;
     for (size_t i = 0; i < n_targets; i++) {
         struct sf_notice *n = calloc(1, sizeof *n);
         if (!n || !(n->body = malloc(sb.size)) || !(n->timer = evtimer_new(sf->base, sf_timer_cb, n))) {

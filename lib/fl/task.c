@@ -15,6 +15,7 @@
 #include "payload/fobs.h"
 #include "payload/lobs.h"
 #include "payload/splice.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 /* The refs of a task and of its result: one allocation of one size, freed when
@@ -59,23 +60,6 @@ static void set_why(char *why, size_t whysz, const char *fmt, ...)
 
 /* ---- small utilities ------------------------------------------------------------ */
 
-double cj_task_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-
-int cj_task_uuid4(char out[37])
-{
-    uint8_t b[16];
-    if (cj_random_bytes(b, sizeof b)) return -1;
-    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);   /* version 4 */
-    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);   /* RFC 4122 variant */
-    cj_fobs_uuid_str(b, out);
-    return 0;
-}
 
 static int local_id(char out[CJ_TASK_ID_LEN + 1]) { return cj_random_hex(out, CJ_TASK_ID_LEN); }
 
@@ -275,7 +259,7 @@ struct cj_task *cj_task_add(struct cj_task_table *tt, const uint8_t *payload, si
     snprintf(t->server_id, sizeof t->server_id, "%s", info.task_id);
     snprintf(t->name, sizeof t->name, "%s", info.task_name);
     t->state = CJ_TASK_RECEIVED;
-    t->created = t->changed = cj_task_now();
+    t->created = t->changed = cj_now();
     *tt->tail = t;
     tt->tail = &t->next;
     tt->n++;
@@ -331,7 +315,7 @@ void cj_task_set_state(struct cj_task *t, enum cj_task_state s)
     cj_log_info("task %s (server task %s, '%s'): %s -> %s", t->id, t->server_id, t->name,
                 cj_task_state_name(t->state), cj_task_state_name(s));
     t->state = s;
-    t->changed = cj_task_now();
+    t->changed = cj_now();
     if (was_finished && !finished(t)) {
         if (!t->body) cj_log_warning("task %s: back in flight after its tombstone was compacted (no refs)", t->id);
         t->finished_seq = 0;
@@ -359,7 +343,7 @@ void cj_task_fail(struct cj_task *t, const char *fmt, ...)
     bool was_finished = finished(t);
     memcpy(t->why, why, sizeof why);
     t->state = CJ_TASK_FAILED;
-    t->changed = cj_task_now();
+    t->changed = cj_now();
     if (!was_finished) became_finished(t);
 }
 

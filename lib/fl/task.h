@@ -68,7 +68,7 @@ struct cj_task {
     size_t n_result_refs;
     enum cj_task_state state;
     char why[256];                     /* failure reason */
-    double created, changed;           /* CLOCK_MONOTONIC seconds */
+    double created, changed;           /* cj_now() seconds (monotonic) */
     struct cj_task *next;
     /* private to task.c */
     struct cj_task_table *tt;
@@ -116,7 +116,6 @@ size_t cj_task_count(const struct cj_task_table *tt, bool in_flight_only);
 
 const char *cj_task_state_name(enum cj_task_state s);
 const char *cj_ref_state_name(int s);
-double cj_task_now(void);
 
 /* Records the DOT 3/6 refs of a result_ready payload in t->result_refs (items
  * counted from the result Shareable's ref wrappers).  -1 on a compacted tombstone. */
@@ -124,8 +123,5 @@ int cj_task_set_result_refs(struct cj_task *t, const uint8_t *result, size_t len
 
 /* "3:server.job-7f3a/<ref_id>(2 items), ..." or "none", for log lines.  Returns out. */
 const char *cj_task_refs_text(const struct cj_ref *refs, size_t n, char *out, size_t outsz);
-
-/* A fresh uuid4, lower-case 8-4-4-4-12 (out: 37 bytes).  -1 without randomness. */
-int cj_task_uuid4(char out[37]);
 
 #endif

@@ -22,8 +22,10 @@
 
 #include "fl/flmsg.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/stats.h"
+#include "util/uuid.h"
 
 #define TOPIC_SYNC "__sync_runner__"
 #define TOPIC_TASK_CHECK "__task_check__"
@@ -144,8 +146,7 @@ static void set_last_error(struct cj_fl_up *up, const char *fmt, ...)
 
 static void arm(struct event *ev, double secs)
 {
-    if (secs < 0) secs = 0;
-    struct timeval tv = { (time_t)secs, (suseconds_t)((secs - (double)(time_t)secs) * 1e6) };
+    struct timeval tv = cj_tv(secs);
     evtimer_add(ev, &tv);
 }
 
@@ -257,7 +258,7 @@ static bool can_poll(const struct cj_fl_up *up)
 
 static void schedule_poll(struct cj_fl_up *up, double delay)
 {
-    up->next_poll_at = cj_task_now() + (delay > 0 ? delay : 0);
+    up->next_poll_at = cj_now() + (delay > 0 ? delay : 0);
     if (can_poll(up)) arm(up->poll_ev, delay);
 }
 
@@ -396,7 +397,7 @@ static void sync_send(struct cj_fl_up *up);
 static void synced(struct cj_fl_up *up)
 {
     cj_log_info("upstream %s: synced with the server job after %llu tries (%.1f s)", up->server,
-                (unsigned long long)up->sync_tries, cj_task_now() - up->sync_started);
+                (unsigned long long)up->sync_tries, cj_now() - up->sync_started);
     streak_reset(&up->sync_streak);
     up->last_error[0] = '\0';
     set_state(up, CJ_FL_UP_RUNNING);
@@ -409,7 +410,7 @@ static void synced(struct cj_fl_up *up)
 
 static void sync_retry(struct cj_fl_up *up, const char *why)
 {
-    double waited = cj_task_now() - up->sync_started;
+    double waited = cj_now() - up->sync_started;
     set_last_error(up, "__sync_runner__: %s", why);
     if (waited + up->cfg.sync_interval >= up->cfg.sync_give_up) {
         char msg[sizeof up->server + 32];
@@ -467,7 +468,7 @@ int cj_fl_up_start(struct cj_fl_up *up)
     if (up->state == CJ_FL_UP_SYNCING || up->state == CJ_FL_UP_RUNNING) return 0;
     if (up->state != CJ_FL_UP_IDLE) return -1;
     set_state(up, CJ_FL_UP_SYNCING);
-    up->sync_started = cj_task_now();
+    up->sync_started = cj_now();
     sync_send(up);
     return 0;
 }
@@ -484,7 +485,7 @@ void cj_fl_up_pause(struct cj_fl_up *up)
 static void repoll(struct cj_fl_up *up)
 {
     if (!can_poll(up) || up->poll_inflight) return;
-    arm(up->poll_ev, up->next_poll_at - cj_task_now());
+    arm(up->poll_ev, up->next_poll_at - cj_now());
 }
 
 void cj_fl_up_resume(struct cj_fl_up *up)
@@ -551,7 +552,7 @@ static int sub_build(struct up_sub *s, char *why, size_t whysz)
     struct cj_fl_up *up = s->up;
     if (s->payload) evbuffer_free(s->payload);
     s->payload = evbuffer_new();
-    if (!s->payload || cj_task_uuid4(s->msg_root_id)) {
+    if (!s->payload || cj_uuid4_str(s->msg_root_id)) {
         snprintf(why, whysz, "out of memory or randomness");
         return -1;
     }

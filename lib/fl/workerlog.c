@@ -4,8 +4,6 @@
  * for `show metrics`. */
 #include "fl/session_int.h"
 
-#include <inttypes.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,29 +28,6 @@ void cj_fl_workerlog_retire(struct cj_fl_sessions *s, struct worker *w)
     r->metrics = w->metrics;     /* ownership moves */
     r->n = w->n_metrics;
     w->metrics = NULL;
-}
-
-/* Text of a scalar as Python prints it (str values bare). */
-static void value_text(const struct cj_capi_value *v, char *out, size_t n)
-{
-    switch (v->type) {
-    case CJ_CAPI_V_INT: snprintf(out, n, "%" PRId64, v->i); break;
-    case CJ_CAPI_V_UINT: snprintf(out, n, "%" PRIu64, v->u); break;
-    case CJ_CAPI_V_BOOL: snprintf(out, n, "%s", v->b ? "True" : "False"); break;
-    case CJ_CAPI_V_STR: snprintf(out, n, "%.*s", (int)(n - 1), v->s); break;
-    case CJ_CAPI_V_FLOAT:
-        if (isnan(v->f)) snprintf(out, n, "nan");
-        else if (isinf(v->f)) snprintf(out, n, "%sinf", v->f < 0 ? "-" : "");
-        else {
-            for (int prec = 1; prec <= 17; prec++) {   /* shortest text that reads back, as repr() */
-                snprintf(out, n, "%.*g", prec, v->f);
-                if (strtod(out, NULL) == v->f) break;
-            }
-            if (!strpbrk(out, ".e") && strlen(out) + 3 <= n) strcat(out, ".0");
-        }
-        break;
-    default: snprintf(out, n, "None"); break;
-    }
 }
 
 /* A new metric slot, the array grown by doubling up to CJ_FL_MAX_METRICS; NULL when full
@@ -138,7 +113,7 @@ static int log_map_value(struct worker *w, const uint8_t *p, size_t n, const cha
         }
         char name[CJ_FL_METRIC_NAME_MAX + 1], val[CJ_FL_METRIC_VALUE_MAX + 1];
         snprintf(name, sizeof name, "%s.%.*s", key, (int)k.len, (const char *)k.ptr);
-        value_text(&cv, val, sizeof val);
+        cj_capi_value_text(&cv, false, val, sizeof val);
         set_metric(w, name, val);
         kept++;
     }
@@ -168,7 +143,7 @@ int cj_fl_workerlog_on_log(void *arg, struct cj_stream_blob *b)
     w->bytes += n;
     if (dec == 0) {
         char val[CJ_FL_METRIC_VALUE_MAX + 1];
-        value_text(&m->value, val, sizeof val);
+        cj_capi_value_text(&m->value, false, val, sizeof val);
         set_metric(w, m->key, val);
     } else if (!cj_fl_sess_body_str(p, n, "key", key, sizeof key) || log_map_value(w, p, n, key) < 0) {
         s->st.logs_dropped++;

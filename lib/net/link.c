@@ -18,6 +18,7 @@
 #include "net/carrier.h"
 #include "net/conn.h"
 #include "net/tls.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "wire/fqcn.h"
 #include "wire/frame.h"
@@ -89,22 +90,6 @@ static void process_input(struct cj_link *l);
 static void refill_wire(struct cj_link *l);
 
 /* ---- small helpers ------------------------------------------------------------ */
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static struct timeval tv_of(double s)
-{
-    struct timeval tv;
-    if (s < 0) s = 0;
-    tv.tv_sec = (time_t)s;
-    tv.tv_usec = (suseconds_t)((s - (double)tv.tv_sec) * 1e6);
-    return tv;
-}
 
 const char *cj_link_state_name(enum cj_link_state s)
 {
@@ -182,7 +167,7 @@ static void apply_reading(struct cj_link *l)
     if (!l->conn || l->state == CJ_LINK_CLOSED) return;
     if (cj_link_reading(l)) {
         cj_conn_set_reading(l->conn, true);
-        l->last_rx = mono_now();           /* our pause is not the peer's silence */
+        l->last_rx = cj_now();           /* our pause is not the peer's silence */
         event_active(l->kick_ev, 0, 0);
     } else {
         cj_conn_set_reading(l->conn, false);
@@ -501,7 +486,7 @@ static void hb_cb(evutil_socket_t fd, short what, void *arg)
     struct cj_link *l = arg;
     if (l->state != CJ_LINK_UP) return;
     enter(l);
-    double now = mono_now();
+    double now = cj_now();
     if (!cj_link_reading(l)) l->last_rx = now;     /* we are not reading: no verdict */
     double idle = now - l->last_rx;
     if (idle >= 0.2 && l->conn) cj_conn_idle(l->conn);   /* read memory back while quiet */
@@ -526,7 +511,7 @@ static void start_heartbeat(struct cj_link *l)
     if (per < 0.01) per = 0.01;
     l->hb_timer = event_new(l->base, -1, EV_PERSIST, hb_cb, l);
     if (!l->hb_timer) return;
-    struct timeval tv = tv_of(per);
+    struct timeval tv = cj_tv(per);
     event_add(l->hb_timer, &tv);
 }
 
@@ -536,7 +521,7 @@ static void become_up(struct cj_link *l)
 {
     char detail[CJ_FQCN_MAX + 64];
     free_event(&l->hs_timer);
-    l->up_at = mono_now();
+    l->up_at = cj_now();
     l->last_rx = l->up_at;
     l->last_ping = l->up_at;
     snprintf(detail, sizeof detail, "peer %s", l->peer);
@@ -561,15 +546,15 @@ static void transport_ready(struct cj_link *l)
 }
 
 /* A HELLO/READY name must be a valid FQCN and not ours (sfm.md §3). */
-static int check_peer_name(struct cj_link *l, const char *name, char *why, size_t n)
+static int check_peer_name(struct cj_link *l, const char *name, char *why, size_t whysz)
 {
     struct cj_err err;
     if (cj_fqcn_check(name, strlen(name), &err) < 0) {
-        snprintf(why, n, "endpoint_name '%.*s' is not a valid FQCN: %s", 80, name, err.msg);
+        snprintf(why, whysz, "endpoint_name '%.*s' is not a valid FQCN: %s", 80, name, err.msg);
         return -1;
     }
     if (!strcmp(name, l->me)) {
-        snprintf(why, n, "endpoint_name '%s' is our own name", name);
+        snprintf(why, whysz, "endpoint_name '%s' is our own name", name);
         return -1;
     }
     return 0;
@@ -778,7 +763,7 @@ static void write_cb(struct cj_conn *c, void *arg)
 static void input_added(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
     (void)buf;
-    if (info->n_added) ((struct cj_link *)arg)->last_rx = mono_now();
+    if (info->n_added) ((struct cj_link *)arg)->last_rx = cj_now();
 }
 
 /* OpenSSL's view of a failure: the error queue (captured by the conn when it
@@ -878,7 +863,7 @@ static struct cj_link *link_new(struct event_base *base, bool active, SSL_CTX *t
     l->small = evbuffer_new();
     l->reaper = event_new(base, -1, 0, reaper_cb, l);
     l->hs_timer = event_new(base, -1, 0, hs_timeout_cb, l);
-    struct timeval tv = tv_of(l->hs_timeout);
+    struct timeval tv = cj_tv(l->hs_timeout);
     if (!l->bulk || !l->small || !l->reaper || !l->hs_timer || event_add(l->hs_timer, &tv) < 0) {
         free_event(&l->hs_timer);
         really_free(l);
@@ -970,7 +955,7 @@ static int attach_conn(struct cj_link *l, evutil_socket_t fd)
     cj_conn_set_write_low(l->conn, CJ_LINK_WIRE_LOW);
     cj_conn_set_reading(l->conn, cj_link_reading(l));
     evbuffer_add_cb(cj_conn_input(l->conn), input_added, l);
-    l->last_rx = mono_now();
+    l->last_rx = cj_now();
     if (l->tls) {
         set_state(l, CJ_LINK_TLS, l->active ? "TLS client handshake" : "TLS server handshake");
         return 0;
@@ -1104,8 +1089,8 @@ const char *cj_link_addr(const struct cj_link *l) { return l->addr_text; }
 enum cj_link_state cj_link_get_state(const struct cj_link *l) { return l->state; }
 bool cj_link_is_active(const struct cj_link *l) { return l->active; }
 bool cj_link_is_tls(const struct cj_link *l) { return l->tls != NULL; }
-double cj_link_rx_idle(const struct cj_link *l) { return mono_now() - l->last_rx; }
-double cj_link_up_time(const struct cj_link *l) { return l->state == CJ_LINK_UP ? mono_now() - l->up_at : 0; }
+double cj_link_rx_idle(const struct cj_link *l) { return cj_now() - l->last_rx; }
+double cj_link_up_time(const struct cj_link *l) { return l->state == CJ_LINK_UP ? cj_now() - l->up_at : 0; }
 const struct cj_link_counters *cj_link_counters(const struct cj_link *l) { return &l->c; }
 void *cj_link_ctx(const struct cj_link *l) { return l->ctx; }
 void cj_link_set_data(struct cj_link *l, void *data) { l->data = data; }

@@ -100,7 +100,7 @@ struct cj_link_ops {
     void (*on_down)(struct cj_link *l, const char *why, void *ctx);
     /* Passive side: accept peer_fqcn (already a valid FQCN, not our own name)?
      * 0 = accept; < 0 = refuse, with the reason written to why.  NULL = accept. */
-    int (*on_hello)(struct cj_link *l, const char *peer_fqcn, char *why, size_t n, void *ctx);
+    int (*on_hello)(struct cj_link *l, const char *peer_fqcn, char *why, size_t whysz, void *ctx);
     /* Optional: cj_link_queued fell below link_buffer / 2 after being over it. */
     void (*on_drain)(struct cj_link *l, void *ctx);
 };

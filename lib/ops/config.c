@@ -175,7 +175,7 @@ static int section_index(const char *name)
 /* ---- types: parse and render ------------------------------------------------------------ */
 
 typedef int (*parse_fn)(const struct cj_cfg_key *k, const char *s, void *field,
-                        const char *base, char *why, size_t wl);
+                        const char *base, char *why, size_t whysz);
 typedef void (*render_fn)(const struct cj_cfg_key *k, const void *field, char *buf, size_t len);
 
 struct type_ops {
@@ -186,12 +186,12 @@ struct type_ops {
     void (*fmt)(double v, char *buf, size_t len);     /* a number as the file spells it */
 };
 
-static int fail(char *why, size_t wl, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *why, size_t wl, const char *fmt, ...)
+static int fail(char *why, size_t whysz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *why, size_t whysz, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, wl, fmt, ap);
+    vsnprintf(why, whysz, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -204,11 +204,11 @@ static bool fqcn_part_ok(const char *s)
 }
 
 static int parse_str(const struct cj_cfg_key *k, const char *s, void *field,
-                     const char *base, char *why, size_t wl)
+                     const char *base, char *why, size_t whysz)
 {
-    if (strlen(s) >= k->size) return fail(why, wl, "too long (at most %zu bytes)", k->size - 1);
+    if (strlen(s) >= k->size) return fail(why, whysz, "too long (at most %zu bytes)", k->size - 1);
     if ((k->flags & CJ_CFG_FQCN_PART) && !fqcn_part_ok(s))
-        return fail(why, wl, "not a valid FQCN part: use only letters, digits, '_', '~' and '-'");
+        return fail(why, whysz, "not a valid FQCN part: use only letters, digits, '_', '~' and '-'");
     memcpy(field, s, strlen(s) + 1);
     return 0;
 }
@@ -219,14 +219,14 @@ static void render_str(const struct cj_cfg_key *k, const void *field, char *buf,
 }
 
 static int parse_enum(const struct cj_cfg_key *k, const char *s, void *field,
-                      const char *base, char *why, size_t wl)
+                      const char *base, char *why, size_t whysz)
 {
     char list[128] = "";
     for (int i = 0; k->allowed[i]; i++) {
         if (!strcasecmp(s, k->allowed[i])) { *(int *)field = i; return 0; }
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? " | " : "", k->allowed[i]);
     }
-    return fail(why, wl, "expected %s", list);
+    return fail(why, whysz, "expected %s", list);
 }
 
 static void render_enum(const struct cj_cfg_key *k, const void *field, char *buf, size_t len)
@@ -235,10 +235,10 @@ static void render_enum(const struct cj_cfg_key *k, const void *field, char *buf
 }
 
 static int parse_bool(const struct cj_cfg_key *k, const char *s, void *field,
-                      const char *base, char *why, size_t wl)
+                      const char *base, char *why, size_t whysz)
 {
     const char *w;
-    if (cj_parse_bool(s, field, &w) < 0) return fail(why, wl, "%s", w);
+    if (cj_parse_bool(s, field, &w) < 0) return fail(why, whysz, "%s", w);
     return 0;
 }
 
@@ -248,12 +248,12 @@ static void render_bool(const struct cj_cfg_key *k, const void *field, char *buf
 }
 
 static int parse_int(const struct cj_cfg_key *k, const char *s, void *field,
-                     const char *base, char *why, size_t wl)
+                     const char *base, char *why, size_t whysz)
 {
     long long v;
     const char *w;
-    if (cj_parse_int(s, &v, &w) < 0) return fail(why, wl, "%s", w);
-    if (v < INT_MIN || v > INT_MAX) return fail(why, wl, "too large");
+    if (cj_parse_int(s, &v, &w) < 0) return fail(why, whysz, "%s", w);
+    if (v < INT_MIN || v > INT_MAX) return fail(why, whysz, "too large");
     *(int *)field = (int)v;
     return 0;
 }
@@ -262,10 +262,10 @@ static double num_int(const void *field) { return *(const int *)field; }
 static void fmt_int(double v, char *buf, size_t len) { snprintf(buf, len, "%.0f", v); }
 
 static int parse_duration(const struct cj_cfg_key *k, const char *s, void *field,
-                          const char *base, char *why, size_t wl)
+                          const char *base, char *why, size_t whysz)
 {
     const char *w;
-    if (cj_parse_duration(s, field, &w) < 0) return fail(why, wl, "%s", w);
+    if (cj_parse_duration(s, field, &w) < 0) return fail(why, whysz, "%s", w);
     return 0;
 }
 
@@ -273,10 +273,10 @@ static double num_double(const void *field) { return *(const double *)field; }
 static void fmt_duration(double v, char *buf, size_t len) { snprintf(buf, len, "%.15g", v); }
 
 static int parse_size(const struct cj_cfg_key *k, const char *s, void *field,
-                      const char *base, char *why, size_t wl)
+                      const char *base, char *why, size_t whysz)
 {
     const char *w;
-    if (cj_parse_size(s, field, &w) < 0) return fail(why, wl, "%s", w);
+    if (cj_parse_size(s, field, &w) < 0) return fail(why, whysz, "%s", w);
     return 0;
 }
 
@@ -296,10 +296,10 @@ static void fmt_size64(int64_t v, char *buf, size_t len)
 static void fmt_size(double v, char *buf, size_t len) { fmt_size64((int64_t)v, buf, len); }
 
 static int parse_mode(const struct cj_cfg_key *k, const char *s, void *field,
-                      const char *base, char *why, size_t wl)
+                      const char *base, char *why, size_t whysz)
 {
     const char *w;
-    if (cj_parse_mode(s, field, &w) < 0) return fail(why, wl, "%s", w);
+    if (cj_parse_mode(s, field, &w) < 0) return fail(why, whysz, "%s", w);
     return 0;
 }
 
@@ -316,23 +316,23 @@ static int resolve_path(char *dst, size_t cap, const char *src, const char *base
 }
 
 static int parse_path(const struct cj_cfg_key *k, const char *s, void *field,
-                      const char *base, char *why, size_t wl)
+                      const char *base, char *why, size_t whysz)
 {
     char tmp[CJ_CFG_PATH_MAX];
     if (resolve_path(tmp, sizeof tmp, s, base) < 0 || strlen(tmp) >= k->size)
-        return fail(why, wl, "path too long (at most %zu bytes)", k->size - 1);
+        return fail(why, whysz, "path too long (at most %zu bytes)", k->size - 1);
     if ((k->flags & CJ_CFG_SOCKET) && strlen(tmp) > CJ_SUN_PATH_MAX)
-        return fail(why, wl, "socket path longer than %d bytes (%zu once resolved)", CJ_SUN_PATH_MAX,
+        return fail(why, whysz, "socket path longer than %d bytes (%zu once resolved)", CJ_SUN_PATH_MAX,
                     strlen(tmp));
     memcpy(field, tmp, strlen(tmp) + 1);
     return 0;
 }
 
 static int parse_url(const struct cj_cfg_key *k, const char *s, void *field,
-                     const char *base, char *why, size_t wl)
+                     const char *base, char *why, size_t whysz)
 {
     const char *w;
-    if (cj_parse_endpoint(s, CJ_EP_NET, field, &w) < 0) return fail(why, wl, "%s", w);
+    if (cj_parse_endpoint(s, CJ_EP_NET, field, &w) < 0) return fail(why, whysz, "%s", w);
     return 0;
 }
 
@@ -343,18 +343,18 @@ static void render_url(const struct cj_cfg_key *k, const void *field, char *buf,
 
 /* One listen entry: an endpoint, unix paths resolved, tcp only on loopback. */
 static int parse_listen_entry(const char *item, struct cj_endpoint *e, const char *base,
-                              char *why, size_t wl)
+                              char *why, size_t whysz)
 {
     const char *w;
     char tmp[CJ_CFG_PATH_MAX];
     if (cj_parse_endpoint(item, CJ_EP_UNIX | CJ_EP_TCP, e, &w) < 0)
-        return fail(why, wl, "'%s': %s", item, w);
+        return fail(why, whysz, "'%s': %s", item, w);
     if (e->kind == CJ_EP_TCP && !cj_endpoint_is_loopback(e))
-        return fail(why, wl, "'%s' is not a loopback address: workers may only connect over "
+        return fail(why, whysz, "'%s' is not a loopback address: workers may only connect over "
                     "127.0.0.0/8, [::1] or localhost", item);
     if (e->kind != CJ_EP_UNIX) return 0;
     if (resolve_path(tmp, sizeof tmp, e->addr, base) < 0 || strlen(tmp) > CJ_SUN_PATH_MAX)
-        return fail(why, wl, "'%s': socket path longer than %d bytes once resolved", item, CJ_SUN_PATH_MAX);
+        return fail(why, whysz, "'%s': socket path longer than %d bytes once resolved", item, CJ_SUN_PATH_MAX);
     strcpy(e->addr, tmp);
     return 0;
 }
@@ -365,7 +365,7 @@ static bool same_endpoint(const struct cj_endpoint *a, const struct cj_endpoint 
 }
 
 static int parse_listen(const struct cj_cfg_key *k, const char *s, void *field,
-                        const char *base, char *why, size_t wl)
+                        const char *base, char *why, size_t whysz)
 {
     struct cj_listen_list l = {0};
     char item[CJ_CFG_PATH_MAX];
@@ -374,14 +374,14 @@ static int parse_listen(const struct cj_cfg_key *k, const char *s, void *field,
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
         while (n && isspace((unsigned char)*p)) p++, n--;
         while (n && isspace((unsigned char)p[n - 1])) n--;
-        if (n == 0) return fail(why, wl, "empty entry in the list");
-        if (n >= sizeof item) return fail(why, wl, "entry too long");
-        if (l.n == CJ_LISTEN_MAX) return fail(why, wl, "at most %d entries", CJ_LISTEN_MAX);
+        if (n == 0) return fail(why, whysz, "empty entry in the list");
+        if (n >= sizeof item) return fail(why, whysz, "entry too long");
+        if (l.n == CJ_LISTEN_MAX) return fail(why, whysz, "at most %d entries", CJ_LISTEN_MAX);
         memcpy(item, p, n);
         item[n] = '\0';
-        if (parse_listen_entry(item, &l.ep[l.n], base, why, wl) < 0) return -1;
+        if (parse_listen_entry(item, &l.ep[l.n], base, why, whysz) < 0) return -1;
         for (int i = 0; i < l.n; i++)
-            if (same_endpoint(&l.ep[i], &l.ep[l.n])) return fail(why, wl, "'%s' is listed twice", item);
+            if (same_endpoint(&l.ep[i], &l.ep[l.n])) return fail(why, whysz, "'%s' is listed twice", item);
         l.n++;
         if (!comma) break;
         p = comma + 1;
@@ -440,7 +440,7 @@ static void render(const struct cj_config *cfg, const struct cj_cfg_key *k, char
 }
 
 /* Range of a numeric key; true when inside (or the key has none). */
-static bool in_range(const struct cj_cfg_key *k, const void *field, char *why, size_t wl)
+static bool in_range(const struct cj_cfg_key *k, const void *field, char *why, size_t whysz)
 {
     const struct type_ops *t = &types[k->type];
     if (!t->number || (k->min == 0 && k->max == 0)) return true;
@@ -449,7 +449,7 @@ static bool in_range(const struct cj_cfg_key *k, const void *field, char *why, s
     char lo[32], hi[32];
     t->fmt(k->min, lo, sizeof lo);
     t->fmt(k->max, hi, sizeof hi);
-    fail(why, wl, "out of range (allowed %s .. %s)", lo, hi);
+    fail(why, whysz, "out of range (allowed %s .. %s)", lo, hi);
     return false;
 }
 
@@ -462,13 +462,13 @@ union scratch {
 
 /* Parses text into the key's field of cfg; on failure the field is unchanged. */
 static int set_field(struct cj_config *cfg, const struct cj_cfg_key *k, const char *text,
-                     const char *base, char *why, size_t wl)
+                     const char *base, char *why, size_t whysz)
 {
     union scratch tmp;
-    if (!cj_text_ok(text)) return fail(why, wl, "contains control characters or invalid UTF-8");
+    if (!cj_text_ok(text)) return fail(why, whysz, "contains control characters or invalid UTF-8");
     memcpy(tmp.bytes, cfield_of(cfg, k), k->size);
-    if (types[k->type].parse(k, text, tmp.bytes, base, why, wl) < 0) return -1;
-    if (!in_range(k, tmp.bytes, why, wl)) return -1;
+    if (types[k->type].parse(k, text, tmp.bytes, base, why, whysz) < 0) return -1;
+    if (!in_range(k, tmp.bytes, why, whysz)) return -1;
     memcpy(field_of(cfg, k), tmp.bytes, k->size);
     return 0;
 }

@@ -22,6 +22,7 @@
 #include "ops/out.h"
 #include "ops/status.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/stats.h"
 #include "util/version.h"
@@ -44,7 +45,7 @@ struct cj_daemon {
     enum run_state state;
     bool paused;
     int exit_code;
-    struct timespec started;      /* CLOCK_MONOTONIC */
+    double started;               /* cj_now() at start */
     char fqcn[2 * CJ_CFG_NAME_MAX + 2];
     char upstream_url[CJ_CFG_PATH_MAX];
     uint64_t synced_drops, synced_refused;   /* the router's counts at the last sync_stats */
@@ -54,9 +55,7 @@ struct cj_daemon {
 
 static double uptime_secs(const struct cj_daemon *d)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - d->started.tv_sec) + (now.tv_nsec - d->started.tv_nsec) / 1e9;
+    return cj_now() - d->started;
 }
 
 /* Resident set size from /proc (an in-memory file: reading it does not block). */
@@ -493,7 +492,7 @@ struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config 
     snprintf(d->config_path, sizeof d->config_path, "%s", config_path);
     d->cfg = *cfg;
     snprintf(d->fqcn, sizeof d->fqcn, "%s.%s", cfg->relay.site, cfg->relay.job_id);
-    clock_gettime(CLOCK_MONOTONIC, &d->started);
+    d->started = cj_now();
     apply_log_settings(&d->cfg);
     signal(SIGPIPE, SIG_IGN);
     cj_notify_init();

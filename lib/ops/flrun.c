@@ -20,6 +20,7 @@
 #include "fl/task.h"
 #include "fl/upstream.h"
 #include "net/link.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/stats.h"
 
@@ -468,7 +469,7 @@ void cj_flrun_show_tasks(struct cj_flrun *f, struct cj_out *o)
 {
     static const struct cj_col cols[] = {{"task_id", 34}, {"server_task_id", 38}, {"name", 12}, {"worker", 40},
                                          {"state", 11}, {"age", 0}};
-    double now = cj_task_now();
+    double now = cj_now();
     cj_out_table_begin(o, "tasks", cols, 6);
     for (struct cj_task *t = cj_task_first(f->tasks); t; t = t->next) {
         cj_out_row_begin(o);
@@ -538,7 +539,7 @@ void cj_flrun_show_refs(struct cj_flrun *f, struct cj_out *o)
     }
     static const struct cj_col cols[] = {{"source", 40}, {"ref_id", 38}, {"dot", 4}, {"items", 6}, {"kind", 7},
                                          {"task_id", 34}, {"state", 10}, {"age", 0}};
-    double now = cj_task_now();
+    double now = cj_now();
     cj_out_table_begin(o, "refs", cols, 8);
     for (struct cj_task *t = cj_task_first(f->tasks); t; t = t->next) {
         ref_rows(o, t, t->refs, t->n_refs, "task", now);

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/clock.h"
+
 static struct sockaddr_un notify_addr;
 static socklen_t notify_len;
 static int notify_fd = -1;
@@ -58,11 +60,8 @@ int cj_notify_watchdog(void) { return cj_notify("WATCHDOG=1"); }
 int cj_notify_reloading(void)
 {
     /* systemd ≥ 253 wants MONOTONIC_USEC with RELOADING=1 (Type=notify-reload). */
-    struct timespec ts;
     char buf[96];
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    snprintf(buf, sizeof buf, "RELOADING=1\nMONOTONIC_USEC=%llu",
-             (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    snprintf(buf, sizeof buf, "RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)cj_now_us());
     return cj_notify(buf);
 }
 

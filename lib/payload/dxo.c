@@ -3,10 +3,10 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "payload/lobs.h"
 #include "util/mp.h"
+#include "util/uuid.h"
 
 #define DXO_JSON_MAX (2 * (CJ_FOBS_FQCN_MAX + CJ_FOBS_REF_ID_MAX) + 64)
 #define DXO_MAX_ITEM 0x7fffffffLL     /* largest n of "T<n>" accepted */
@@ -127,19 +127,6 @@ static int ref_json(const char *source, const char *ref_id, char *out, size_t ca
     return 0;
 }
 
-static int new_uuid4(uint8_t id[16])
-{
-    size_t got = 0;
-    while (got < 16) {
-        ssize_t n = getrandom(id + got, 16 - got, 0);
-        if (n <= 0) return -1;
-        got += (size_t)n;
-    }
-    id[6] = (uint8_t)((id[6] & 0x0f) | 0x40);
-    id[8] = (uint8_t)((id[8] & 0x3f) | 0x80);
-    return 0;
-}
-
 static int check_out(const struct cj_dxo_out *d, struct cj_err *err)
 {
     if (d->dot != CJ_DXO_DOT_NUMPY && d->dot != CJ_DXO_DOT_TORCH)
@@ -171,7 +158,7 @@ int cj_dxo_write(msgpack_sbuffer *out, const struct cj_dxo_out *d, struct cj_err
         if (ref_json(d->source, d->ref_id, json, sizeof json, &jlen) < 0)
             return cj_fail(err, CJ_E_INVALID, 0, "dxo: fqcn or ref_id too long or not printable ASCII");
         if (d->datum_id) memcpy(id, d->datum_id, 16);
-        else if (new_uuid4(id) < 0) return cj_fail(err, CJ_E_NOMEM, 0, "dxo: getrandom failed");
+        else if (cj_uuid4(id) < 0) return cj_fail(err, CJ_E_NOMEM, 0, "dxo: getrandom failed");
     }
     size_t start = out->size, hoff;
     if ((rc = cj_lobs_begin_main(out, &hoff, err))) return rc;
@@ -190,23 +177,6 @@ int cj_dxo_write(msgpack_sbuffer *out, const struct cj_dxo_out *d, struct cj_err
 /* ---- reading -------------------------------------------------------------------- */
 
 /* Reads a str map key at c; a non-str key is skipped whole (kind != MP_STR). */
-static int read_key(struct mp_cur *c, struct mp_val *k, struct cj_err *err)
-{
-    struct mp_cur save = *c;
-    int rc = mp_next(c, k, err);
-    if (rc) return rc;
-    if (k->kind == MP_ARRAY || k->kind == MP_MAP) {
-        *c = save;
-        return mp_skip(c, err);
-    }
-    return 0;
-}
-
-static bool key_is(const struct mp_val *k, const char *s)
-{
-    return k->kind == MP_STR && mp_str_eq(k->ptr, k->len, s);
-}
-
 /* A value's raw span at c (c advanced past it); offsets absolute in c->base. */
 static int value_span(struct mp_cur *c, struct cj_range *sp, struct cj_err *err)
 {
@@ -252,10 +222,10 @@ static int dxo_parts(const uint8_t *p, struct cj_range dxo, struct dxo_parts *pt
     for (uint32_t i = 0; !rc && i < n; i++) {
         struct mp_val k;
         struct cj_range v;
-        if ((rc = read_key(&c, &k, err)) || (rc = value_span(&c, &v, err))) break;
-        if (key_is(&k, "kind")) pt->kind = v;
-        else if (key_is(&k, "data")) pt->data = v;
-        else if (key_is(&k, "meta")) pt->meta = v;
+        if ((rc = mp_read_key(&c, &k, err)) || (rc = value_span(&c, &v, err))) break;
+        if (mp_key_is(&k, "kind")) pt->kind = v;
+        else if (mp_key_is(&k, "data")) pt->data = v;
+        else if (mp_key_is(&k, "meta")) pt->meta = v;
     }
     if (!rc && !pt->data.len) rc = cj_fail(err, CJ_E_MISSING, dxo.off, "dxo: the DXO map has no \"data\"");
     return rc;
@@ -310,21 +280,21 @@ static int read_tensor_data(struct mp_cur *c, struct cj_dxo_tensor *t, struct cj
     size_t at = c->pos;
     for (uint32_t i = 0; !rc && i < n; i++) {
         struct mp_val k, v;
-        if ((rc = read_key(c, &k, err))) break;
+        if ((rc = mp_read_key(c, &k, err))) break;
         size_t vat = c->pos;
-        if (key_is(&k, "type") || key_is(&k, "data") || key_is(&k, "lazy_dot")) {
+        if (mp_key_is(&k, "type") || mp_key_is(&k, "data") || mp_key_is(&k, "lazy_dot")) {
             if ((rc = mp_next(c, &v, err))) break;
             if (v.kind == MP_ARRAY || v.kind == MP_MAP) {
                 c->pos = vat;
                 return cj_fail(err, CJ_E_TYPE, vat, "dxo: tensor field at offset %zu is a container", vat);
             }
-            if (key_is(&k, "type")) {
+            if (mp_key_is(&k, "type")) {
                 if (v.kind != MP_STR) return cj_fail(err, CJ_E_TYPE, vat, "dxo: tensor type is not a str");
                 has_type = true;
                 t->is_ref = mp_str_eq(v.ptr, v.len, "ref");
                 if (!t->is_ref && !mp_str_eq(v.ptr, v.len, "native"))
                     return cj_fail(err, CJ_E_TYPE, vat, "dxo: tensor type at offset %zu is neither ref nor native", vat);
-            } else if (key_is(&k, "data")) {
+            } else if (mp_key_is(&k, "data")) {
                 if (v.kind != MP_STR && v.kind != MP_BIN)
                     return cj_fail(err, CJ_E_TYPE, vat, "dxo: tensor data at offset %zu is neither str nor bin", vat);
                 has_data = true;
@@ -358,9 +328,9 @@ static int read_tensor(struct mp_cur *c, struct cj_dxo_tensor *t, struct cj_err 
     for (uint32_t i = 0; !rc && i < n; i++) {
         struct mp_val k;
         struct cj_range v;
-        if ((rc = read_key(c, &k, err)) || (rc = value_span(c, &v, err))) break;
-        if (key_is(&k, CJ_FOBS_DATA_KEY)) data = v;
-        if (!key_is(&k, CJ_FOBS_TYPE_KEY)) continue;
+        if ((rc = mp_read_key(c, &k, err)) || (rc = value_span(c, &v, err))) break;
+        if (mp_key_is(&k, CJ_FOBS_DATA_KEY)) data = v;
+        if (!mp_key_is(&k, CJ_FOBS_TYPE_KEY)) continue;
         struct mp_cur vc;
         const uint8_t *s;
         uint32_t sl;

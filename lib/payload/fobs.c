@@ -5,28 +5,12 @@
 
 #include "payload/lobs.h"
 #include "util/mp.h"
+#include "util/text.h"
 
 /* ---- small helpers ---------------------------------------------------------- */
 
 /* Reads one map key: a str key gives *k (kind MP_STR); any other key (even a
  * container) is skipped whole and reported with kind != MP_STR. */
-static int read_key(struct mp_cur *c, struct mp_val *k, struct cj_err *err)
-{
-    struct mp_cur save = *c;
-    int rc = mp_next(c, k, err);
-    if (rc) return rc;
-    if (k->kind == MP_ARRAY || k->kind == MP_MAP) {
-        *c = save;
-        if ((rc = mp_skip(c, err))) return rc;
-    }
-    return 0;
-}
-
-static bool key_is(const struct mp_val *k, const char *s)
-{
-    return k->kind == MP_STR && mp_str_eq(k->ptr, k->len, s);
-}
-
 /* Reads a map header at c; fails with CJ_E_TYPE naming `what`. */
 static int read_map(struct mp_cur *c, uint32_t *n, const char *what, struct cj_err *err)
 {
@@ -58,10 +42,10 @@ static int find_headers(struct mp_cur *c, struct cj_fobs_shareable *sh, struct c
     for (uint32_t i = 0; i < n; i++) {
         struct mp_val k;
         size_t kat = c->pos;
-        if ((rc = read_key(c, &k, err))) return rc;
+        if ((rc = mp_read_key(c, &k, err))) return rc;
         size_t vat = c->pos;
         if ((rc = mp_skip(c, err))) return rc;
-        if (!key_is(&k, CJ_FOBS_HEADERS_KEY)) continue;
+        if (!mp_key_is(&k, CJ_FOBS_HEADERS_KEY)) continue;
         if (sh->headers.len)
             return cj_fail(err, CJ_E_INVALID, kat, "fobs: duplicate __headers__ key at offset %zu", kat);
         struct mp_cur hc = {c->base, vat, c->pos};
@@ -86,9 +70,9 @@ int cj_fobs_find_shareable(const uint8_t *buf, size_t len, struct cj_fobs_sharea
     for (uint32_t i = 0; i < n; i++) {
         struct mp_val k, v;
         size_t kat = c.pos;
-        if ((rc = read_key(&c, &k, err))) return rc;
+        if ((rc = mp_read_key(&c, &k, err))) return rc;
         size_t vat = c.pos;
-        if (key_is(&k, CJ_FOBS_TYPE_KEY)) {
+        if (mp_key_is(&k, CJ_FOBS_TYPE_KEY)) {
             if (have_type) return cj_fail(err, CJ_E_INVALID, kat, "fobs: duplicate __fobs_type__ at offset %zu", kat);
             have_type = true;
             if ((rc = mp_next(&c, &v, err))) return rc;
@@ -96,7 +80,7 @@ int cj_fobs_find_shareable(const uint8_t *buf, size_t len, struct cj_fobs_sharea
                 return cj_fail(err, CJ_E_TYPE, vat, "fobs: __fobs_type__ at offset %zu is not %s", vat,
                                CJ_FOBS_SHAREABLE);
             c.pos = vat;
-        } else if (key_is(&k, CJ_FOBS_DATA_KEY)) {
+        } else if (mp_key_is(&k, CJ_FOBS_DATA_KEY)) {
             if (have_data) return cj_fail(err, CJ_E_INVALID, kat, "fobs: duplicate __fobs_data__ at offset %zu", kat);
             have_data = true;
             data_at = vat;
@@ -122,10 +106,10 @@ int cj_fobs_map_get(const uint8_t *map, size_t len, const char *key, struct cj_r
     if (rc) return rc;
     for (uint32_t i = 0; i < n; i++) {
         struct mp_val k;
-        if ((rc = read_key(&c, &k, err))) return rc;
+        if ((rc = mp_read_key(&c, &k, err))) return rc;
         size_t vat = c.pos;
         if ((rc = mp_skip(&c, err))) return rc;
-        if (key_is(&k, key)) {
+        if (mp_key_is(&k, key)) {
             val->off = vat;
             val->len = c.pos - vat;
             found = 1;
@@ -171,7 +155,7 @@ int cj_fobs_read_headers(const uint8_t *hdrs, size_t len, struct cj_fobs_headers
     if (rc) return rc;
     for (uint32_t i = 0; i < n; i++) {
         struct mp_val k;
-        if ((rc = read_key(&c, &k, err))) return rc;
+        if ((rc = mp_read_key(&c, &k, err))) return rc;
         size_t vat = c.pos;
         if ((rc = mp_skip(&c, err))) return rc;
         if (k.kind != MP_STR) continue;
@@ -209,26 +193,6 @@ static void jws(struct jr *j)
 
 static int jpeek(const struct jr *j) { return j->pos < j->len ? j->p[j->pos] : -1; }
 
-/* Length of the valid UTF-8 sequence at p (n bytes available), 0 if invalid. */
-static size_t utf8_seq(const uint8_t *p, size_t n)
-{
-    uint8_t b = p[0];
-    size_t len;
-    uint32_t min, cp;
-    if (b < 0x80) return 1;
-    if (b >= 0xc2 && b <= 0xdf) { len = 2; min = 0x80; cp = b & 0x1f; }
-    else if (b >= 0xe0 && b <= 0xef) { len = 3; min = 0x800; cp = b & 0x0f; }
-    else if (b >= 0xf0 && b <= 0xf4) { len = 4; min = 0x10000; cp = b & 0x07; }
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
 static int hex4(const uint8_t *p, uint32_t *out)
 {
     uint32_t v = 0;
@@ -263,19 +227,9 @@ static void jput(struct jout *o, const uint8_t *p, size_t n)
 static void jput_cp(struct jout *o, uint32_t cp)
 {
     uint8_t u[4];
-    size_t n;
     if (!o) return;
     if (cp == 0) o->nul = true;
-    if (cp < 0x80) { u[0] = (uint8_t)cp; n = 1; }
-    else if (cp < 0x800) { u[0] = (uint8_t)(0xc0 | cp >> 6); u[1] = (uint8_t)(0x80 | (cp & 0x3f)); n = 2; }
-    else if (cp < 0x10000) {
-        u[0] = (uint8_t)(0xe0 | cp >> 12); u[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
-        u[2] = (uint8_t)(0x80 | (cp & 0x3f)); n = 3;
-    } else {
-        u[0] = (uint8_t)(0xf0 | cp >> 18); u[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3f));
-        u[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3f)); u[3] = (uint8_t)(0x80 | (cp & 0x3f)); n = 4;
-    }
-    jput(o, u, n);
+    jput(o, u, cj_utf8_put(cp, u));
 }
 
 /* One \uXXXX escape (j->pos at the 'u'), combining a surrogate pair. */
@@ -308,7 +262,7 @@ static int jstring(struct jr *j, struct jout *o)
         if (ch == '"') { j->pos++; return 0; }
         if (ch < 0x20) return jfail(j, CJ_E_INVALID, "control character in string");
         if (ch != '\\') {
-            size_t n = utf8_seq(j->p + j->pos, j->len - j->pos);
+            size_t n = cj_utf8_seq(j->p + j->pos, j->len - j->pos);
             if (!n) return jfail(j, CJ_E_INVALID, "invalid UTF-8 in string");
             jput(o, j->p + j->pos, n);
             j->pos += n;
@@ -627,7 +581,7 @@ int cj_fobs_walk(const uint8_t *body, size_t len, cj_fobs_wrapper_cb cb, void *u
         struct mp_val v;
         if ((rc = mp_next(&c, &v, err))) return rc;
         f->left--;
-        if (is_key) f->role = key_is(&v, CJ_FOBS_TYPE_KEY) ? ROLE_TYPE : key_is(&v, CJ_FOBS_DATA_KEY) ? ROLE_DATA : ROLE_NONE;
+        if (is_key) f->role = mp_key_is(&v, CJ_FOBS_TYPE_KEY) ? ROLE_TYPE : mp_key_is(&v, CJ_FOBS_DATA_KEY) ? ROLE_DATA : ROLE_NONE;
         else if (f->is_map) note_value(f, &v, at, c.pos);
         if (v.kind != MP_MAP && v.kind != MP_ARRAY) {
             if (!is_key) f->role = ROLE_NONE;
@@ -729,7 +683,7 @@ static int write_headers(const uint8_t *body, const struct cj_fobs_shareable *sh
         if ((rc = mp_read_map(&c, &cnt, err))) return rc;
         size_t first = c.pos;
         for (uint32_t i = 0; i < cnt; i++) {
-            if ((rc = read_key(&c, &k, err)) || (rc = mp_skip(&c, err))) return rc;
+            if ((rc = mp_read_key(&c, &k, err)) || (rc = mp_skip(&c, err))) return rc;
             int ix = set_index(&k, kv, n);
             if (ix >= 0) present[ix] = true;
         }
@@ -743,7 +697,7 @@ static int write_headers(const uint8_t *body, const struct cj_fobs_shareable *sh
     if (msgpack_pack_map(&pk, (size_t)total)) return cj_fail(err, CJ_E_NOMEM, 0, "fobs: out of memory");
     for (uint32_t i = 0; i < cnt; i++) {   /* second pass: copy or replace in place */
         size_t kat = c.pos;
-        if ((rc = read_key(&c, &k, err))) return rc;
+        if ((rc = mp_read_key(&c, &k, err))) return rc;
         size_t vat = c.pos;
         if ((rc = mp_skip(&c, err))) return rc;
         int ix = set_index(&k, kv, n);
@@ -824,37 +778,5 @@ int cj_fobs_write_shareable_begin(msgpack_packer *pk, uint32_t n_entries)
 int cj_fobs_write_shareable_end(msgpack_packer *pk)
 {
     if (cj_fobs_write_str(pk, CJ_FOBS_DC_KEY) || cj_fobs_write_str(pk, CJ_FOBS_SHAREABLE_DC)) return -1;
-    return 0;
-}
-
-/* ---- uuid text ---------------------------------------------------------------- */
-
-void cj_fobs_uuid_str(const uint8_t id[16], char out[37])
-{
-    static const char hx[] = "0123456789abcdef";
-    size_t o = 0;
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) out[o++] = '-';
-        out[o++] = hx[id[i] >> 4];
-        out[o++] = hx[id[i] & 15];
-    }
-    out[o] = 0;
-}
-
-int cj_fobs_uuid_parse(const uint8_t *s, size_t len, uint8_t id[16])
-{
-    if (len != 36) return -CJ_E_INVALID;
-    size_t o = 0;
-    for (size_t i = 0; i < 36;) {
-        if (i == 8 || i == 13 || i == 18 || i == 23) {
-            if (s[i++] != '-') return -CJ_E_INVALID;
-            continue;
-        }
-        uint32_t v;
-        uint8_t two[4] = {'0', '0', s[i], s[i + 1]};
-        if (hex4(two, &v)) return -CJ_E_INVALID;
-        id[o++] = (uint8_t)v;
-        i += 2;
-    }
     return 0;
 }

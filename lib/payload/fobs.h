@@ -199,11 +199,4 @@ int cj_fobs_write_flcontext(msgpack_packer *pk, const char *site, const char *jo
 int cj_fobs_write_shareable_begin(msgpack_packer *pk, uint32_t n_entries);
 int cj_fobs_write_shareable_end(msgpack_packer *pk);
 
-/* ---- uuid text ---------------------------------------------------------------- */
-
-/* Lower-case 8-4-4-4-12 text of 16 raw bytes (out: 37 bytes with the NUL). */
-void cj_fobs_uuid_str(const uint8_t id[16], char out[37]);
-/* Parses 8-4-4-4-12 hex text (either case); 0 or -CJ_E_INVALID. */
-int cj_fobs_uuid_parse(const uint8_t *s, size_t len, uint8_t id[16]);
-
 #endif

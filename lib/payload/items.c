@@ -1,11 +1,12 @@
 /* items.c — safetensors and npz download items (see items.h, download.md §4). */
-#include "util/text.h"
 #include "payload/items.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util/json.h"
 
 static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 static uint32_t le32(const uint8_t *p)
@@ -88,287 +89,51 @@ static int shape_size(struct item_tensor *t, uint64_t *bytes, size_t at, struct 
 }
 
 
-static size_t utf8_put(uint32_t cp, uint8_t *o)
-{
-    if (cp < 0x80) { o[0] = (uint8_t)cp; return 1; }
-    if (cp < 0x800) { o[0] = (uint8_t)(0xc0 | cp >> 6); o[1] = (uint8_t)(0x80 | (cp & 0x3f)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (uint8_t)(0xe0 | cp >> 12); o[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
-        o[2] = (uint8_t)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xf0 | cp >> 18); o[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3f));
-    o[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3f)); o[3] = (uint8_t)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-/* ---- a small bounded JSON reader (safetensors header) ------------------------ */
-
-struct js {
-    const uint8_t *p;
-    size_t pos, end;
-    struct cj_err *err;
-};
-
-static int js_bad(struct js *j, const char *what)
-{
-    return cj_fail(j->err, CJ_E_INVALID, j->pos, "safetensors: invalid JSON header: %s at offset %zu", what, j->pos);
-}
-
-static void js_ws(struct js *j)
-{
-    while (j->pos < j->end && (j->p[j->pos] == ' ' || j->p[j->pos] == '\t' || j->p[j->pos] == '\n' ||
-                               j->p[j->pos] == '\r'))
-        j->pos++;
-}
-
-/* Skips whitespace; the next byte, or -1 at the end of the header. */
-static int js_peek(struct js *j)
-{
-    js_ws(j);
-    return j->pos < j->end ? j->p[j->pos] : -1;
-}
-
-static int js_expect(struct js *j, char ch)
-{
-    char what[24];
-    if (js_peek(j) != ch) {
-        snprintf(what, sizeof what, "expected '%c'", ch);
-        return js_bad(j, what);
-    }
-    j->pos++;
-    return 0;
-}
-
-static int js_hex4(struct js *j, uint32_t *v)
-{
-    if (j->end - j->pos < 4) return js_bad(j, "short \\u escape");
-    *v = 0;
-    for (int i = 0; i < 4; i++) {
-        int c = j->p[j->pos++], d;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-        else return js_bad(j, "bad hex digit in \\u escape");
-        *v = *v << 4 | (uint32_t)d;
-    }
-    return 0;
-}
-
-/* Reads a string (at the cursor, after whitespace), decoding escapes into out
- * (NUL-ended) unless out is NULL.  Strings must be valid UTF-8. */
-static int js_string(struct js *j, char *out, size_t cap)
-{
-    size_t o = 0;
-    if (js_peek(j) != '"') return js_bad(j, "expected a string");
-    size_t start = j->pos++;
-    for (;;) {
-        if (j->pos >= j->end) return js_bad(j, "unterminated string");
-        uint8_t c = j->p[j->pos], tmp[4];
-        size_t k;
-        if (c == '"') { j->pos++; break; }
-        if (c < 0x20) return js_bad(j, "control character in string");
-        if (c == '\\') {
-            if (++j->pos >= j->end) return js_bad(j, "unterminated escape");
-            uint32_t cp;
-            switch (j->p[j->pos++]) {
-            case '"': cp = '"'; break;
-            case '\\': cp = '\\'; break;
-            case '/': cp = '/'; break;
-            case 'b': cp = 8; break;
-            case 'f': cp = 12; break;
-            case 'n': cp = 10; break;
-            case 'r': cp = 13; break;
-            case 't': cp = 9; break;
-            case 'u': {
-                int rc = js_hex4(j, &cp);
-                if (rc) return rc;
-                if (cp >= 0xdc00 && cp <= 0xdfff) return js_bad(j, "lone low surrogate");
-                if (cp >= 0xd800 && cp <= 0xdbff) {
-                    uint32_t lo;
-                    if (j->end - j->pos < 2 || j->p[j->pos] != '\\' || j->p[j->pos + 1] != 'u')
-                        return js_bad(j, "lone high surrogate");
-                    j->pos += 2;
-                    if ((rc = js_hex4(j, &lo))) return rc;
-                    if (lo < 0xdc00 || lo > 0xdfff) return js_bad(j, "bad low surrogate");
-                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                }
-                break;
-            }
-            default: j->pos--; return js_bad(j, "unknown escape");
-            }
-            if (out && cp == 0) return js_bad(j, "NUL in a name");
-            k = utf8_put(cp, tmp);
-        } else {
-            uint32_t cp;
-            k = cj_utf8_decode(j->p + j->pos, j->end - j->pos, &cp);
-            if (k == 0) return js_bad(j, "invalid UTF-8 in string");
-            memcpy(tmp, j->p + j->pos, k);
-            j->pos += k;
-        }
-        if (out) {
-            if (k >= cap - o)
-                return cj_fail(j->err, CJ_E_LIMIT, start, "safetensors: string at offset %zu longer than %zu bytes",
-                               start, cap - 1);
-            memcpy(out + o, tmp, k);
-            o += k;
-        }
-    }
-    if (out) out[o] = 0;
-    return 0;
-}
-
-/* A non-negative integer without fraction or exponent (shape, offsets). */
-static int js_uint(struct js *j, uint64_t *v)
-{
-    int c = js_peek(j);
-    if (c == '-') return js_bad(j, "negative number");
-    if (c < '0' || c > '9') return js_bad(j, "expected an integer");
-    size_t start = j->pos;
-    *v = 0;
-    while (j->pos < j->end && j->p[j->pos] >= '0' && j->p[j->pos] <= '9') {
-        if (*v > (uint64_t)(INT64_MAX - 9) / 10)
-            return cj_fail(j->err, CJ_E_LIMIT, start, "safetensors: integer at offset %zu too large", start);
-        *v = *v * 10 + (uint64_t)(j->p[j->pos++] - '0');
-    }
-    if (j->pos - start > 1 && j->p[start] == '0') { j->pos = start; return js_bad(j, "leading zero"); }
-    if (j->pos < j->end && (j->p[j->pos] == '.' || j->p[j->pos] == 'e' || j->p[j->pos] == 'E'))
-        return js_bad(j, "not an integer");
-    return 0;
-}
-
-static int js_literal(struct js *j, const char *word)
-{
-    size_t n = strlen(word);
-    if (j->end - j->pos < n || memcmp(j->p + j->pos, word, n) != 0) return js_bad(j, "unexpected character");
-    j->pos += n;
-    return 0;
-}
-
-/* Any JSON number, by the grammar. */
-static int js_number(struct js *j)
-{
-    const uint8_t *p = j->p;
-    size_t e = j->end;
-#define DIGITS() do { size_t s0 = j->pos; while (j->pos < e && p[j->pos] >= '0' && p[j->pos] <= '9') j->pos++; \
-                      if (j->pos == s0) return js_bad(j, "digit expected"); } while (0)
-    if (p[j->pos] == '-') j->pos++;
-    if (j->pos < e && p[j->pos] == '0') j->pos++;
-    else DIGITS();
-    if (j->pos < e && p[j->pos] == '.') { j->pos++; DIGITS(); }
-    if (j->pos < e && (p[j->pos] == 'e' || p[j->pos] == 'E')) {
-        j->pos++;
-        if (j->pos < e && (p[j->pos] == '+' || p[j->pos] == '-')) j->pos++;
-        DIGITS();
-    }
-#undef DIGITS
-    return 0;
-}
-
-static int js_scalar(struct js *j)
-{
-    switch (js_peek(j)) {
-    case '"': return js_string(j, NULL, 0);
-    case 't': return js_literal(j, "true");
-    case 'f': return js_literal(j, "false");
-    case 'n': return js_literal(j, "null");
-    case -1: return js_bad(j, "value expected");
-    default:
-        if (j->p[j->pos] == '-' || (j->p[j->pos] >= '0' && j->p[j->pos] <= '9')) return js_number(j);
-        return js_bad(j, "unexpected character");
-    }
-}
-
-/* A key and its ':' inside an object being skipped. */
-static int js_key(struct js *j)
-{
-    int rc = js_string(j, NULL, 0);
-    return rc ? rc : js_expect(j, ':');
-}
-
-/* Skips one JSON value of any shape, iteratively, nesting capped. */
-static int js_skip(struct js *j)
-{
-    char stack[ITEMS_JSON_MAX_DEPTH];
-    int d = 0, rc;
-    for (;;) {   /* a value is expected here */
-        int c = js_peek(j);
-        if (c == '{' || c == '[') {
-            if (d == ITEMS_JSON_MAX_DEPTH)
-                return cj_fail(j->err, CJ_E_LIMIT, j->pos, "safetensors: JSON nested deeper than %d at offset %zu",
-                               ITEMS_JSON_MAX_DEPTH, j->pos);
-            stack[d++] = (char)c;
-            j->pos++;
-            if (js_peek(j) != (c == '{' ? '}' : ']')) {
-                if (c == '{' && (rc = js_key(j))) return rc;
-                continue;
-            }
-            j->pos++;
-            d--;
-        } else if ((rc = js_scalar(j))) {
-            return rc;
-        }
-        /* a value ended: close finished containers, or move to the next value */
-        for (;;) {
-            if (d == 0) return 0;
-            c = js_peek(j);
-            if (c == ',') {
-                j->pos++;
-                if (stack[d - 1] == '{' && (rc = js_key(j))) return rc;
-                break;
-            }
-            if (c != (stack[d - 1] == '{' ? '}' : ']')) return js_bad(j, "expected ',' or a closing bracket");
-            j->pos++;
-            d--;
-        }
-    }
-}
-
 /* ---- safetensors ----------------------------------------------------------------- */
 
 /* {"dtype": str, "shape": [uint...], "data_offsets": [uint, uint]}, other keys skipped. */
-static int st_tensor_info(struct js *j, struct item_tensor *t, uint64_t off[2])
+static int st_tensor_info(struct cj_json *j, struct item_tensor *t, uint64_t off[2])
 {
     bool have_dtype = false, have_shape = false, have_off = false;
     size_t at = j->pos;
-    int rc = js_expect(j, '{');
+    int rc = cj_json_expect(j, '{');
     if (rc) return rc;
-    if (js_peek(j) == '}') j->pos++;
+    if (cj_json_peek(j) == '}') j->pos++;
     else for (;;) {
         char key[ITEMS_NAME_MAX];
-        if ((rc = js_string(j, key, sizeof key)) || (rc = js_expect(j, ':'))) return rc;
+        if ((rc = cj_json_string(j, key, sizeof key)) || (rc = cj_json_expect(j, ':'))) return rc;
         if (strcmp(key, "dtype") == 0) {
-            if (have_dtype) return js_bad(j, "duplicate dtype");
-            if ((rc = js_string(j, t->dtype, sizeof t->dtype))) return rc;
+            if (have_dtype) return cj_json_bad(j, "duplicate dtype");
+            if ((rc = cj_json_string(j, t->dtype, sizeof t->dtype))) return rc;
             have_dtype = true;
         } else if (strcmp(key, "shape") == 0) {
-            if (have_shape) return js_bad(j, "duplicate shape");
-            if ((rc = js_expect(j, '['))) return rc;
-            if (js_peek(j) == ']') j->pos++;
+            if (have_shape) return cj_json_bad(j, "duplicate shape");
+            if ((rc = cj_json_expect(j, '['))) return rc;
+            if (cj_json_peek(j) == ']') j->pos++;
             else for (;;) {
                 if (t->ndim == ITEMS_MAX_DIMS)
                     return cj_fail(j->err, CJ_E_LIMIT, j->pos, "safetensors: tensor '%s' has more than %d dims",
                                    t->name, ITEMS_MAX_DIMS);
-                if ((rc = js_uint(j, &t->shape[t->ndim++]))) return rc;
-                int c = js_peek(j);
+                if ((rc = cj_json_uint(j, &t->shape[t->ndim++]))) return rc;
+                int c = cj_json_peek(j);
                 j->pos++;
                 if (c == ']') break;
-                if (c != ',') { j->pos--; return js_bad(j, "expected ',' or ']' in shape"); }
+                if (c != ',') { j->pos--; return cj_json_bad(j, "expected ',' or ']' in shape"); }
             }
             have_shape = true;
         } else if (strcmp(key, "data_offsets") == 0) {
-            if (have_off) return js_bad(j, "duplicate data_offsets");
-            if ((rc = js_expect(j, '[')) || (rc = js_uint(j, &off[0])) || (rc = js_expect(j, ',')) ||
-                (rc = js_uint(j, &off[1])) || (rc = js_expect(j, ']')))
+            if (have_off) return cj_json_bad(j, "duplicate data_offsets");
+            if ((rc = cj_json_expect(j, '[')) || (rc = cj_json_uint(j, &off[0])) || (rc = cj_json_expect(j, ',')) ||
+                (rc = cj_json_uint(j, &off[1])) || (rc = cj_json_expect(j, ']')))
                 return rc;
             have_off = true;
-        } else if ((rc = js_skip(j))) {
+        } else if ((rc = cj_json_skip(j, ITEMS_JSON_MAX_DEPTH))) {
             return rc;
         }
-        int c = js_peek(j);
+        int c = cj_json_peek(j);
         j->pos++;
         if (c == '}') break;
-        if (c != ',') { j->pos--; return js_bad(j, "expected ',' or '}'"); }
+        if (c != ',') { j->pos--; return cj_json_bad(j, "expected ',' or '}'"); }
     }
     if (!have_dtype || !have_shape || !have_off)
         return cj_fail(j->err, CJ_E_MISSING, at, "safetensors: tensor '%s' lacks %s", t->name,
@@ -433,19 +198,19 @@ int items_st_parse(const uint8_t *p, size_t n, struct item_tensor *out, size_t c
         return cj_fail(err, CJ_E_TRUNCATED, 0, "safetensors: header size %llu exceeds payload length %zu",
                        (unsigned long long)hn, n);
     size_t hend = 8 + (size_t)hn, dlen = n - hend;
-    struct js j = {.p = p, .pos = 8, .end = hend, .err = err};
+    struct cj_json j = {.p = p, .pos = 8, .end = hend, .who = "safetensors", .err = err};
     int rc;
-    if (js_peek(&j) != '{')
+    if (cj_json_peek(&j) != '{')
         return cj_fail(err, CJ_E_INVALID, j.pos, "safetensors: header must be a JSON object (offset %zu)", j.pos);
     j.pos++;
-    if (js_peek(&j) == '}') j.pos++;
+    if (cj_json_peek(&j) == '}') j.pos++;
     else for (;;) {
         char name[ITEMS_NAME_MAX];
         size_t at = j.pos;
-        if ((rc = js_string(&j, name, sizeof name)) || (rc = js_expect(&j, ':'))) return rc;
+        if ((rc = cj_json_string(&j, name, sizeof name)) || (rc = cj_json_expect(&j, ':'))) return rc;
         if (strcmp(name, "__metadata__") == 0) {
-            if (js_peek(&j) != '{') return js_bad(&j, "__metadata__ must be an object");
-            if ((rc = js_skip(&j))) return rc;
+            if (cj_json_peek(&j) != '{') return cj_json_bad(&j, "__metadata__ must be an object");
+            if ((rc = cj_json_skip(&j, ITEMS_JSON_MAX_DEPTH))) return rc;
         } else {
             if (!name[0]) return cj_fail(err, CJ_E_INVALID, at, "safetensors: tensor at offset %zu has an empty name", at);
             if (*count == cap)
@@ -460,12 +225,12 @@ int items_st_parse(const uint8_t *p, size_t n, struct item_tensor *out, size_t c
                 return rc;
             (*count)++;
         }
-        int c = js_peek(&j);
+        int c = cj_json_peek(&j);
         j.pos++;
         if (c == '}') break;
-        if (c != ',') { j.pos--; return js_bad(&j, "expected ',' or '}'"); }
+        if (c != ',') { j.pos--; return cj_json_bad(&j, "expected ',' or '}'"); }
     }
-    if (js_peek(&j) != -1) return js_bad(&j, "trailing bytes after the header object");
+    if (cj_json_peek(&j) != -1) return cj_json_bad(&j, "trailing bytes after the header object");
     return st_check_tiling(out, *count, hend, dlen, err);
 }
 
@@ -642,11 +407,20 @@ static int zip_find_end(const uint8_t *p, size_t n, size_t *at, struct cj_err *e
     return cj_fail(err, CJ_E_TRUNCATED, n, "npz: no end-of-central-directory record");
 }
 
-/* Sizes from the zip64 extra field (tag 1) where the 32-bit ones are 0xFFFFFFFF. */
-static int zip64_sizes(const uint8_t *p, size_t x, size_t xlen, uint64_t *usize, uint64_t *csize,
-                       struct cj_err *err)
+void items_zip_local_read(const uint8_t *h, struct items_zip_local *z)
 {
-    bool want_u = *usize == 0xffffffffu, want_c = *csize == 0xffffffffu;
+    z->flags = le16(h + 6);
+    z->method = le16(h + 8);
+    z->crc32 = le32(h + 14);
+    z->csize = le32(h + 18);
+    z->usize = le32(h + 22);
+    z->name_len = le16(h + 26);
+    z->extra_len = le16(h + 28);
+}
+
+int items_zip64_sizes(const uint8_t *p, size_t x, size_t xlen, struct items_zip_local *z, struct cj_err *err)
+{
+    bool want_u = z->usize == 0xffffffffu, want_c = z->csize == 0xffffffffu;
     size_t end = x + xlen;
     while (end - x >= 4) {
         uint16_t tag = le16(p + x), sz = le16(p + x + 2);
@@ -654,23 +428,23 @@ static int zip64_sizes(const uint8_t *p, size_t x, size_t xlen, uint64_t *usize,
         if (sz > end - x) return cj_fail(err, CJ_E_INVALID, x - 4, "npz: extra field overruns the extra area");
         if (tag == 1) {
             size_t q = x, qe = x + sz;
-            if (want_u && qe - q >= 8) { *usize = le64(p + q); q += 8; want_u = false; }
-            if (want_c && qe - q >= 8) { *csize = le64(p + q); want_c = false; }
+            if (want_u && qe - q >= 8) { z->usize = le64(p + q); q += 8; want_u = false; }
+            if (want_c && qe - q >= 8) { z->csize = le64(p + q); want_c = false; }
         }
         x += sz;
     }
     if (want_u || want_c) return cj_fail(err, CJ_E_INVALID, x, "npz: 32-bit size saturated but no zip64 size");
     return 0;
 }
-
 /* Reads one local file header and its data into t; *next = after the data. */
 static int zip_member(const uint8_t *p, size_t n, size_t off, unsigned flags, struct item_tensor *t, size_t *next,
                       struct cj_err *err)
 {
     if (n - off < 30) return cj_fail(err, CJ_E_TRUNCATED, off, "npz: local header at offset %zu truncated", off);
     const uint8_t *h = p + off;
-    uint16_t gpflags = le16(h + 6), method = le16(h + 8), name_len = le16(h + 26), extra_len = le16(h + 28);
-    uint64_t csize = le32(h + 18), usize = le32(h + 22);
+    struct items_zip_local z;
+    items_zip_local_read(h, &z);
+    uint16_t gpflags = z.flags, method = z.method, name_len = z.name_len, extra_len = z.extra_len;
     if (gpflags & 0x0009)
         return cj_fail(err, CJ_E_INVALID, off, "npz: member at offset %zu is %s", off,
                        gpflags & 1 ? "encrypted" : "sized by a data descriptor (unsupported)");
@@ -684,8 +458,9 @@ static int zip_member(const uint8_t *p, size_t n, size_t off, unsigned flags, st
                        ITEMS_NAME_MAX - 1);
     if (name_len == 0 || memchr(h + 30, 0, name_len))
         return cj_fail(err, CJ_E_INVALID, off, "npz: member at offset %zu has an empty name or one with NUL", off);
-    int rc = zip64_sizes(p, off + 30 + name_len, extra_len, &usize, &csize, err);
+    int rc = items_zip64_sizes(p, off + 30 + name_len, extra_len, &z, err);
     if (rc) return rc;
+    uint64_t csize = z.csize, usize = z.usize;
     size_t data = off + 30 + name_len + extra_len;
     if (csize != usize)
         return cj_fail(err, CJ_E_INVALID, off, "npz: stored member at offset %zu has csize %llu != usize %llu", off,
@@ -697,7 +472,7 @@ static int zip_member(const uint8_t *p, size_t n, size_t off, unsigned flags, st
     memcpy(t->name, h + 30, name_len);
     t->member_off = data;
     t->member_len = (size_t)csize;
-    t->crc32 = le32(h + 14);
+    t->crc32 = z.crc32;
     if ((flags & ITEMS_NPZ_CHECK_CRC) && items_crc32(0, p + data, t->member_len) != t->crc32)
         return cj_fail(err, CJ_E_INVALID, off, "npz: member '%s' fails its CRC-32", t->name);
     *next = data + t->member_len;

@@ -59,6 +59,19 @@ int items_st_parse(const uint8_t *p, size_t n, struct item_tensor *out, size_t c
 int items_npz_parse(const uint8_t *p, size_t n, unsigned flags, struct item_tensor *out, size_t cap,
                     size_t *count, struct cj_err *err);
 
+/* The fixed 30 bytes of a ZIP local file header (signature at h[0..3] not checked). */
+struct items_zip_local {
+    uint16_t flags, method, name_len, extra_len;
+    uint32_t crc32;
+    uint64_t csize, usize;    /* 32-bit sizes; 0xFFFFFFFF: look in the zip64 extra */
+};
+void items_zip_local_read(const uint8_t *h, struct items_zip_local *z);
+
+/* Replaces the saturated (0xFFFFFFFF) sizes of z with those of the zip64 extra
+ * field (tag 1) found in the xlen extra bytes at p + x.  0, or -CJ_E_INVALID
+ * when a field overruns the extra area or a saturated size has no zip64 value. */
+int items_zip64_sizes(const uint8_t *p, size_t x, size_t xlen, struct items_zip_local *z, struct cj_err *err);
+
 /* The tensor named name, or NULL. */
 const struct item_tensor *items_find(const struct item_tensor *t, size_t count, const char *name);
 

@@ -10,6 +10,7 @@
 
 #include "payload/fobs.h"
 #include "payload/lobs.h"
+#include "util/mp.h"
 
 /* A value we write into JSON: non-empty printable ASCII within limit.  '"' and
  * '\\' are escaped on output; nothing else needs to be. */
@@ -113,13 +114,6 @@ int cj_refmap_rewrite(const uint8_t *payload, size_t len, const struct cj_refmap
     return 0;
 }
 
-static void free_ref(const void *data, size_t len, void *arg)
-{
-    (void)len;
-    (void)arg;
-    free((void *)data);
-}
-
 int cj_refmap_rewrite_evbuffer(const uint8_t *payload, size_t len, const struct cj_refmap_entry *map, size_t n,
                                struct evbuffer *out, size_t *n_done, struct cj_err *err)
 {
@@ -130,16 +124,9 @@ int cj_refmap_rewrite_evbuffer(const uint8_t *payload, size_t len, const struct 
         msgpack_sbuffer_destroy(&sb);
         return rc;
     }
-    size_t size = sb.size;
-    char *data = msgpack_sbuffer_release(&sb);
-    if (!size) {
-        free(data);
-        return 0;
-    }
-    if (!out || evbuffer_add_reference(out, data, size, free_ref, NULL) != 0) {
-        free(data);
-        if (n_done) *n_done = 0;
-        return cj_fail(err, CJ_E_NOMEM, 0, "refmap: out of memory");
-    }
-    return 0;
+    bool moved = !sb.size || (out && mp_sbuffer_move(out, &sb) == 0);
+    msgpack_sbuffer_destroy(&sb);   /* empty once moved */
+    if (moved) return 0;
+    if (n_done) *n_done = 0;
+    return cj_fail(err, CJ_E_NOMEM, 0, "refmap: out of memory");
 }

@@ -10,6 +10,7 @@
 #include <sys/queue.h>
 
 #include "stream/stream.h"
+#include "util/clock.h"
 
 #define SM_DEFAULT_CHUNK (1u << 20)
 #define SM_DEFAULT_WINDOW ((uint64_t)64 << 20)
@@ -74,7 +75,6 @@ struct cj_stream_ep {
 /* ---- stream.c helpers ----------------------------------------------------------- */
 
 double sm_now(void);
-void sm_tv(double seconds, struct timeval *tv);
 bool sm_to_server(const char *destination);
 bool sm_name_ok(const char *s);
 int sm_hlist_set_raw(struct sm_hlist *l, const struct cj_stream_hv *hv, size_t n);

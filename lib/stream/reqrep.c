@@ -19,10 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "util/text.h"
 #include "stream/internal.h"
 #include "util/log.h"
 #include "util/stats.h"
+#include "util/uuid.h"
 
 enum { RQ_SENDING, RQ_WAITING, RQ_RECEIVING };
 static const char *const STAGE_NAMES[] = { "sending the request", "waiting for the reply",
@@ -45,27 +45,11 @@ struct sm_req {
     struct cj_stream_sink sink;
 };
 
-/* ---- uuid4 ------------------------------------------------------------------------------- */
-
-
-static int uuid4(char out[CJ_STREAM_RI_LEN + 1])
-{
-    uint8_t b[16];
-    if (cj_random_bytes(b, sizeof b)) return -1;
-    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);   /* version 4 */
-    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);   /* RFC 4122 variant */
-    snprintf(out, CJ_STREAM_RI_LEN + 1,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3], b[4],
-             b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-    return 0;
-}
-
 /* ---- life cycle -------------------------------------------------------------------------- */
 
 static void req_arm(struct sm_req *r)
 {
-    struct timeval tv;
-    sm_tv(r->timeout, &tv);
+    struct timeval tv = cj_tv(r->timeout);
     evtimer_add(r->timer, &tv);
 }
 
@@ -131,7 +115,7 @@ int cj_stream_request_sink(struct cj_stream_ep *ep, const char *destination, con
 {
     struct sm_req *r = NULL;
     if (!fn || !(timeout > 0) || ep->closing || !sm_name_ok(destination) || (sink && !sink->data)) goto fail;
-    if (!(r = calloc(1, sizeof *r)) || uuid4(r->ri) || !(r->timer = evtimer_new(ep->base, req_timer_cb, r)))
+    if (!(r = calloc(1, sizeof *r)) || cj_uuid4_str(r->ri) || !(r->timer = evtimer_new(ep->base, req_timer_cb, r)))
         goto fail;
     r->ep = ep;
     r->handle = ep->req_next++;

@@ -147,8 +147,7 @@ void rx_free_all(struct cj_stream_ep *ep)
 
 static void rx_arm(struct rx_stream *s, double seconds)
 {
-    struct timeval tv;
-    sm_tv(seconds, &tv);
+    struct timeval tv = cj_tv(seconds);
     evtimer_add(s->timer, &tv);
 }
 

@@ -33,14 +33,6 @@ double sm_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void sm_tv(double seconds, struct timeval *tv)
-{
-    if (!(seconds > 0)) seconds = 0;
-    if (seconds > 1e9) seconds = 1e9;
-    tv->tv_sec = (time_t)seconds;
-    tv->tv_usec = (suseconds_t)((seconds - (double)tv->tv_sec) * 1e6);
-}
-
 bool sm_to_server(const char *d)
 {
     return strcmp(d, "server") == 0 || strncmp(d, "server.", 7) == 0;

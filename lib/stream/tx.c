@@ -308,8 +308,7 @@ static void tx_pump(struct tx_stream *t)
         while (t->state == TX_SENDING && !t->final_sent) {
             if (t->sent - t->acked_os > t->ep->lim.window) {
                 if (!t->blocked || !evtimer_pending(t->ev, NULL)) {
-                    struct timeval tv;
-                    sm_tv(t->ep->lim.tx_no_progress, &tv);
+                    struct timeval tv = cj_tv(t->ep->lim.tx_no_progress);
                     evtimer_add(t->ev, &tv);
                 }
                 t->blocked = true;
@@ -321,8 +320,7 @@ static void tx_pump(struct tx_stream *t)
                 uint64_t len = left < t->ep->lim.chunk_size ? left : t->ep->lim.chunk_size;
                 if (evbuffer_get_length(t->blob) < len) {
                     if (!t->starved || !evtimer_pending(t->feed_ev, NULL)) {
-                        struct timeval tv;
-                        sm_tv(t->ep->lim.tx_no_progress, &tv);
+                        struct timeval tv = cj_tv(t->ep->lim.tx_no_progress);
                         evtimer_add(t->feed_ev, &tv);
                     }
                     t->starved = true;

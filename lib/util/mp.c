@@ -7,6 +7,8 @@
 #include <event2/buffer.h>
 #include <msgpack.h>
 
+#include "util/text.h"
+
 static uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 static uint32_t be32(const uint8_t *p)
 {
@@ -256,24 +258,58 @@ bool mp_str_eq(const uint8_t *p, uint32_t len, const char *s)
     return n == len && memcmp(p, s, n) == 0;
 }
 
+int mp_read_key(struct mp_cur *c, struct mp_val *k, struct cj_err *err)
+{
+    struct mp_cur save = *c;
+    int rc = mp_next(c, k, err);
+    if (rc || (k->kind != MP_ARRAY && k->kind != MP_MAP)) return rc;
+    *c = save;
+    return mp_skip(c, err);
+}
+
+bool mp_key_is(const struct mp_val *k, const char *s)
+{
+    return k->kind == MP_STR && mp_str_eq(k->ptr, k->len, s);
+}
+
+int mp_read_entry(struct mp_cur *c, struct mp_val *k, struct mp_cur *val, struct cj_err *err)
+{
+    int rc = mp_read_key(c, k, err);
+    if (rc) return rc;
+    size_t vat = c->pos;
+    if ((rc = mp_skip(c, err))) return rc;
+    *val = (struct mp_cur){c->base, vat, c->pos};
+    return 0;
+}
+
+int mp_read_cstr(struct mp_cur *c, char *buf, size_t max, bool allow_empty, const char *who, const char *what,
+                 struct cj_err *err)
+{
+    size_t at = c->pos;
+    const uint8_t *p;
+    uint32_t len;
+    if (mp_read_str(c, &p, &len, err))
+        return cj_fail(err, CJ_E_TYPE, at, "%s: '%s' is not a str (offset %zu)", who, what, at);
+    if (!len && !allow_empty) return cj_fail(err, CJ_E_INVALID, at, "%s: '%s' is empty (offset %zu)", who, what, at);
+    if (len > max)
+        return cj_fail(err, CJ_E_LIMIT, at, "%s: '%s' is %u bytes, limit %zu (offset %zu)", who, what, len, max, at);
+    if (cj_utf8_prefix(p, len, SIZE_MAX) == SIZE_MAX)
+        return cj_fail(err, CJ_E_INVALID, at, "%s: '%s' is not valid UTF-8 or holds NUL (offset %zu)", who, what, at);
+    memcpy(buf, p, len);
+    buf[len] = 0;
+    return 0;
+}
+
 int mp_map_find(struct mp_cur *c, uint32_t n, const char *key, struct mp_cur *val, struct cj_err *err)
 {
     int found = 0;
     for (uint32_t i = 0; i < n; i++) {
-        struct mp_cur kc = *c;
         struct mp_val k;
-        int rc = mp_next(c, &k, err);
+        struct mp_cur v;
+        int rc = mp_read_entry(c, &k, &v, err);
         if (rc) return rc;
-        if (k.kind == MP_ARRAY || k.kind == MP_MAP) {  /* non-str keys are legal; skip them */
-            *c = kc;
-            if ((rc = mp_skip(c, err))) return rc;
-        }
-        size_t vstart = c->pos;
-        if ((rc = mp_skip(c, err))) return rc;
-        if (!found && k.kind == MP_STR && mp_str_eq(k.ptr, k.len, key)) {
-            val->base = c->base;
-            val->pos = vstart;
-            val->end = c->pos;
+        if (!found && mp_key_is(&k, key)) {
+            *val = v;
             found = 1;
         }
     }
@@ -304,16 +340,23 @@ static void free_packed(const void *data, size_t len, void *arg)
     free((void *)data);
 }
 
-struct evbuffer *mp_sbuffer_to_evbuffer(struct msgpack_sbuffer *sb)
+int mp_sbuffer_move(struct evbuffer *out, struct msgpack_sbuffer *sb)
 {
     size_t len = sb->size;
     char *data = msgpack_sbuffer_release(sb);   /* sb is empty from here */
-    struct evbuffer *b = evbuffer_new();
-    if (b && (!len || evbuffer_add_reference(b, data, len, free_packed, NULL) == 0)) {
-        if (!len) free(data);
-        return b;
-    }
-    if (b) evbuffer_free(b);
+    if (len && evbuffer_add_reference(out, data, len, free_packed, NULL) == 0) return 0;
     free(data);
+    return len ? -1 : 0;
+}
+
+struct evbuffer *mp_sbuffer_to_evbuffer(struct msgpack_sbuffer *sb)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (!b) {
+        free(msgpack_sbuffer_release(sb));
+        return NULL;
+    }
+    if (mp_sbuffer_move(b, sb) == 0) return b;
+    evbuffer_free(b);
     return NULL;
 }

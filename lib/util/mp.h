@@ -71,6 +71,24 @@ int mp_read_bool(struct mp_cur *c, bool *out, struct cj_err *err);
 /* True when the str [p, p+len) equals the C string s. */
 bool mp_str_eq(const uint8_t *p, uint32_t len, const char *s);
 
+/* Reads a map key's head into k.  A container key (legal msgpack, never a name)
+ * is skipped whole, so the cursor is at the value either way; k->kind then says
+ * MP_ARRAY or MP_MAP and k is no str. */
+int mp_read_key(struct mp_cur *c, struct mp_val *k, struct cj_err *err);
+
+/* True when k is a str equal to s. */
+bool mp_key_is(const struct mp_val *k, const char *s);
+
+/* Reads one map entry: its key as mp_read_key does, and *val a cursor over
+ * exactly the value's bytes (c left after the value). */
+int mp_read_entry(struct mp_cur *c, struct mp_val *k, struct mp_cur *val, struct cj_err *err);
+
+/* Copies a str into buf (max bytes and a NUL): valid UTF-8 without NUL, not
+ * empty unless allow_empty.  Errors read "<who>: '<what>' is not a str (offset N)"
+ * and the like (CJ_E_TYPE, CJ_E_INVALID, CJ_E_LIMIT), at the str's offset. */
+int mp_read_cstr(struct mp_cur *c, char *buf, size_t max, bool allow_empty, const char *who, const char *what,
+                 struct cj_err *err);
+
 /* Looks up key (a str) in the map whose header was just read (n pairs follow
  * at c).  On success *val is a cursor over exactly the value's bytes and c is
  * left after the whole map.  Returns 1 found, 0 not found, <0 on error. */
@@ -90,5 +108,9 @@ struct msgpack_sbuffer;
  * evbuffer frees the bytes when it is done with them); sb is left empty either
  * way, so destroying it afterwards is harmless.  NULL when out of memory. */
 struct evbuffer *mp_sbuffer_to_evbuffer(struct msgpack_sbuffer *sb);
+
+/* The same into an existing evbuffer (appended); sb is left empty either way.
+ * 0, or -1 when out of memory. */
+int mp_sbuffer_move(struct evbuffer *out, struct msgpack_sbuffer *sb);
 
 #endif

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/uuid.h"
+
 enum { LOBS_MAIN = 100, LOBS_TEXT = 101, LOBS_BLOB = 102, LOBS_FILE = 103 };
 
 #define SCALAR_MAX (MPDUMP_SHORTEN * 4 + 64)   /* a shortened repr, in bytes */
@@ -285,18 +287,6 @@ static uint64_t be64(const uint8_t *p)
     return v;
 }
 
-static void format_uuid(const uint8_t *id, char *out)
-{
-    static const char hex[] = "0123456789abcdef";
-    int k = 0;
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) out[k++] = '-';
-        out[k++] = hex[id[i] >> 4];
-        out[k++] = hex[id[i] & 15];
-    }
-    out[k] = 0;
-}
-
 static void dump_datum(FILE *out, int marker, const uint8_t *v, size_t len)
 {
     if (marker == LOBS_TEXT) {
@@ -344,7 +334,7 @@ int mpdump_lobs(FILE *out, const uint8_t *p, size_t n, struct cj_err *err)
                            (unsigned long long)size);
         size_t body = off + 10, blen = (size_t)size;
         char id[40] = "None";
-        if (k > 0) { format_uuid(p + body, id); body += 16; blen -= 16; }
+        if (k > 0) { cj_uuid_str(p + body, id); body += 16; blen -= 16; }
         fprintf(out, "section %d: marker=%d dot=%d size_field=%llu datum_id=%s body_len=%zu\n", k, marker, dot,
                 (unsigned long long)size, id, blen);
         if (k == 0) {

@@ -31,6 +31,30 @@ size_t cj_utf8_decode(const uint8_t *p, size_t n, uint32_t *cp_out)
     return len;
 }
 
+size_t cj_utf8_put(uint32_t cp, uint8_t *o)
+{
+    if (cp < 0x80) {
+        o[0] = (uint8_t)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (uint8_t)(0xc0 | cp >> 6);
+        o[1] = (uint8_t)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (uint8_t)(0xe0 | cp >> 12);
+        o[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+        o[2] = (uint8_t)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (uint8_t)(0xf0 | cp >> 18);
+    o[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3f));
+    o[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+    o[3] = (uint8_t)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
 size_t cj_utf8_prefix(const uint8_t *p, size_t n, size_t max_chars)
 {
     size_t i = 0, chars = 0, cut = n;

@@ -14,6 +14,10 @@ size_t cj_utf8_seq(const uint8_t *p, size_t n);
 /* The same, also giving the code point in *cp. */
 size_t cj_utf8_decode(const uint8_t *p, size_t n, uint32_t *cp);
 
+/* Writes code point cp (at most U+10FFFF, no surrogate) as 1-4 bytes of UTF-8
+ * at o; returns how many. */
+size_t cj_utf8_put(uint32_t cp, uint8_t *o);
+
 /* For valid UTF-8 without NUL: the byte length of the first max_chars characters
  * (n when shorter); SIZE_MAX when the text is invalid. */
 size_t cj_utf8_prefix(const uint8_t *p, size_t n, size_t max_chars);

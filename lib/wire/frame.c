@@ -257,15 +257,6 @@ static int known_key(const struct mp_val *k)
 }
 
 /* Reads one key (any msgpack value; containers are skipped whole). */
-static int read_key(struct mp_cur *c, struct mp_val *k, struct cj_err *err)
-{
-    struct mp_cur save = *c;
-    int rc = mp_next(c, k, err);
-    if (rc || (k->kind != MP_ARRAY && k->kind != MP_MAP)) return rc;
-    *c = save;
-    return mp_skip(c, err);
-}
-
 static int read_value(struct mp_cur *c, int key, struct cj_frame_hello *out, struct cj_err *err)
 {
     switch (key) {
@@ -283,7 +274,7 @@ static int read_pairs(struct mp_cur *c, uint32_t n, struct cj_frame_hello *out, 
     for (uint32_t i = 0; i < n; i++) {
         size_t at = c->pos;
         struct mp_val k;
-        int rc = read_key(c, &k, err);
+        int rc = mp_read_key(c, &k, err);
         if (rc) return in_key(err, rc, "key");
         int key = known_key(&k);
         /* Python keeps the last duplicate, a first-match reader the first:

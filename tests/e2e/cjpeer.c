@@ -56,6 +56,7 @@
 #include "wire/fqcn.h"
 #include "wire/header.h"
 #include "util/mp.h"
+#include "util/uuid.h"
 
 #define ACK_DEFAULT ((uint64_t)4 << 20)
 #define SPOOF_QUIET 2.0   /* seconds without an answer to the spoofed ping */
@@ -128,17 +129,6 @@ static void finish(struct peer *p, bool ok, const char *fmt, ...)
     event_base_loopbreak(p->base);
 }
 
-static int uuid4(char out[CJ_STREAM_RI_LEN + 1])
-{
-    uint8_t b[16];
-    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) return -1;
-    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);
-    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
-    snprintf(out, CJ_STREAM_RI_LEN + 1, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-    return 0;
-}
-
 static const char *relay_name(const struct peer *p)
 {
     return p->link ? cj_link_peer(p->link) : "";
@@ -177,7 +167,7 @@ static int send_ping(struct peer *p, const char *origin)
     char text[2 * CJ_FQCN_MAX + 16];
     snprintf(text, sizeof text, "ping from %s", origin);
     struct evbuffer *pl = evbuffer_new();
-    if (!pl || uuid4(p->ping_id) < 0) {
+    if (!pl || cj_uuid4_str(p->ping_id) < 0) {
         if (pl) evbuffer_free(pl);
         return -1;
     }
@@ -385,7 +375,7 @@ static void blob_chunk(struct peer *p, const struct cj_hdr *h, struct evbuffer *
 static int start_blob(struct peer *p)
 {
     char text[32];
-    if (!(p->pattern = malloc(SIM_PATTERN_LEN)) || uuid4(p->blob_ri) < 0) return -1;
+    if (!(p->pattern = malloc(SIM_PATTERN_LEN)) || cj_uuid4_str(p->blob_ri) < 0) return -1;
     sim_pattern_fill(p->pattern);
     snprintf(text, sizeof text, "%" PRIu64, p->n);
     struct evbuffer *req = evbuffer_new();

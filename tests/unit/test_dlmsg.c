@@ -6,6 +6,7 @@
 #include "mpbody.h"
 #include "dl/dlmsg.h"
 #include "payload/lobs.h"
+#include "util/uuid.h"
 
 #define REF "11111111-2222-4333-8444-0000000000c9"
 #define NONCE "3b8ce1e44ae34bf392fa0b28539835f7"
@@ -741,7 +742,7 @@ static void test_encoder_refusals(void **state)
     assert_true(cj_dl_nonce_valid(n1, strlen(n1)));
     assert_string_not_equal(n1, n2);
     uint8_t id[16];
-    assert_int_equal(cj_dl_new_uuid4(id), 0);
+    assert_int_equal(cj_uuid4(id), 0);
     assert_int_equal(id[6] >> 4, 4);
     assert_int_equal(id[8] >> 6, 2);
     uint8_t h[26];

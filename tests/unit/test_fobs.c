@@ -4,6 +4,7 @@
 #include "payload/fobs.h"
 #include "payload/lobs.h"
 #include "util/mp.h"
+#include "util/uuid.h"
 
 #define V00 "00_min_dict_one_array_via_downloader.bin"
 #define V01 "01_builtin_wrappers.bin"
@@ -102,7 +103,7 @@ static void test_v00(void **state)
     assert_string_equal(r[0].fqcn, "server.job-7f3a");
     assert_string_equal(r[0].ref_id, "11111111-2222-4333-8444-000000000001");
     char id[37];
-    cj_fobs_uuid_str(r[0].datum_id, id);
+    cj_uuid_str(r[0].datum_id, id);
     assert_string_equal(id, "11111111-2222-4333-8444-000000000002");
 
     struct seen s = {0};
@@ -219,7 +220,7 @@ static void test_v02(void **state)
     assert_string_equal(r[0].fqcn, "server.job-7f3a");
     assert_string_equal(r[0].ref_id, "11111111-2222-4333-8444-0000000000c9");
     char id[37];
-    cj_fobs_uuid_str(r[0].datum_id, id);
+    cj_uuid_str(r[0].datum_id, id);
     assert_string_equal(id, "11111111-2222-4333-8444-0000000000ca");
     free(v.buf);
 }
@@ -258,7 +259,7 @@ static void test_v04_lazy(void **state)
     assert_string_equal(a.ref_id, b.ref_id);
     assert_memory_not_equal(a.datum_id, b.datum_id, 16);   /* new datum id, same JSON */
     char id[37];
-    cj_fobs_uuid_str(b.datum_id, id);
+    cj_uuid_str(b.datum_id, id);
     assert_string_equal(id, "11111111-2222-4333-8444-000000000192");
 
     size_t mlen;
@@ -306,7 +307,7 @@ static void test_v08_datumref(void **state)
     assert_int_equal(s.w[0].kind, CJ_FOBS_WRAP_DATUMREF);
     assert_false(s.w[0].is_ref);
     uint8_t id[16];
-    assert_int_equal(cj_fobs_uuid_parse(s.w[0].item, s.w[0].item_len, id), 0);
+    assert_int_equal(cj_uuid_parse(s.w[0].item, s.w[0].item_len, id), 0);
     struct cj_lobs_section d;
     size_t nd;
     assert_int_equal(cj_lobs_validate(v.buf, v.len, NULL, &d, 1, &nd, &e), 0);
@@ -343,12 +344,12 @@ static void test_v09_v10_result(void **state)
     assert_string_equal(a.fqcn, "site-1.job-7f3a.client_api_trainer_0");
     assert_string_equal(a.ref_id, "11111111-2222-4333-8444-000000000385");
     char id[37];
-    cj_fobs_uuid_str(a.datum_id, id);
+    cj_uuid_str(a.datum_id, id);
     assert_string_equal(id, "11111111-2222-4333-8444-000000000386");
     list_refs(&v10, &b, 1, &n);
     assert_string_equal(a.fqcn, b.fqcn);
     assert_string_equal(a.ref_id, b.ref_id);
-    cj_fobs_uuid_str(b.datum_id, id);
+    cj_uuid_str(b.datum_id, id);
     assert_string_equal(id, "11111111-2222-4333-8444-0000000003ea");
 
     assert_int_equal(cj_fobs_find_shareable(v10.body, v10.body_len, &sh, &e), 0);
@@ -852,26 +853,6 @@ static void test_writers_v14(void **state)
     free(v14.buf);
 }
 
-static void test_uuid(void **state)
-{
-    (void)state;
-    uint8_t id[16], back[16];
-    for (int i = 0; i < 16; i++) id[i] = (uint8_t)(i * 17 + 3);
-    char s[37];
-    cj_fobs_uuid_str(id, s);
-    assert_int_equal(strlen(s), 36);
-    assert_int_equal(cj_fobs_uuid_parse((uint8_t *)s, 36, back), 0);
-    assert_memory_equal(id, back, 16);
-    assert_int_equal(cj_fobs_uuid_parse((const uint8_t *)"11111111-2222-4333-8444-00000000D00D", 36, back), 0);
-    assert_int_equal(back[15], 0x0d);
-    assert_int_equal(cj_fobs_uuid_parse((const uint8_t *)"11111111x2222-4333-8444-00000000d00d", 36, back),
-                     -CJ_E_INVALID);
-    assert_int_equal(cj_fobs_uuid_parse((const uint8_t *)"11111111-2222-4333-8444-00000000d00g", 36, back),
-                     -CJ_E_INVALID);
-    assert_int_equal(cj_fobs_uuid_parse((const uint8_t *)"11111111-2222-4333-8444-00000000d00", 35, back),
-                     -CJ_E_INVALID);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -894,7 +875,6 @@ int main(void)
         cmocka_unit_test(test_set_headers_missing_and_size_classes),
         cmocka_unit_test(test_set_headers_rejects),
         cmocka_unit_test(test_writers_v14),
-        cmocka_unit_test(test_uuid),
     };
     return cmocka_run_group_tests_name("fobs", tests, NULL, NULL);
 }

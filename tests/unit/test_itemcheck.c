@@ -10,14 +10,14 @@
 
 /* The check of item T<index> (dot) when only its first `have` bytes came. */
 static int check_prefix(int dot, const uint8_t *item, size_t size, size_t have, uint32_t index, bool final, char *why,
-                        size_t wn)
+                        size_t whysz)
 {
     size_t room = size < CJ_ITEM_HDR_MAX ? size : CJ_ITEM_HDR_MAX;
     uint8_t *buf = malloc(room);
     memset(buf, 0xEE, room);
     memcpy(buf, item, have < room ? have : room);
     why[0] = '\0';
-    int rc = cj_item_check_header(dot, buf, have < room ? have : room, size, index, final, why, wn);
+    int rc = cj_item_check_header(dot, buf, have < room ? have : room, size, index, final, why, whysz);
     free(buf);
     return rc;
 }

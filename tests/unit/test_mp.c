@@ -134,6 +134,71 @@ static void test_typed_and_find(void **state)
     free(b);
 }
 
+/* Keys: a container key is skipped whole (the cursor lands on its value); entries give the value's span. */
+static void test_keys_and_entries(void **state)
+{
+    (void)state;
+    size_t n;
+    /* {[1]: 7, {}: 8, "k": [1, 2]} */
+    uint8_t *b = tu_hex("83 91 01 07 80 08 a1 6b 92 01 02", &n);
+    struct mp_cur c, v;
+    struct mp_val k;
+    uint32_t pairs;
+    struct cj_err e = {0};
+    mp_cur_init(&c, b, n);
+    assert_int_equal(mp_read_map(&c, &pairs, &e), 0);
+    assert_int_equal(mp_read_key(&c, &k, &e), 0);
+    assert_int_equal(k.kind, MP_ARRAY);
+    assert_false(mp_key_is(&k, "k"));
+    assert_int_equal(c.pos, 3);                    /* at the value 7 */
+    assert_int_equal(mp_skip(&c, &e), 0);
+    assert_int_equal(mp_read_entry(&c, &k, &v, &e), 0);
+    assert_int_equal(k.kind, MP_MAP);
+    assert_int_equal(v.pos, 5);
+    assert_int_equal(v.end, 6);
+    assert_int_equal(mp_read_entry(&c, &k, &v, &e), 0);
+    assert_true(mp_key_is(&k, "k"));
+    assert_int_equal(v.pos, 8);
+    assert_int_equal(v.end, n);
+    assert_int_equal(c.pos, n);
+    /* a truncated key or value fails */
+    mp_cur_init(&c, b, 3);
+    assert_int_equal(mp_read_map(&c, &pairs, &e), 0);
+    assert_int_equal(mp_read_entry(&c, &k, &v, &e), -CJ_E_TRUNCATED);
+    free(b);
+}
+
+/* Strings copied to C text: each refusal names who, what and the offset. */
+static void test_read_cstr(void **state)
+{
+    (void)state;
+    size_t n;
+    char buf[4];
+    struct mp_cur c;
+    struct cj_err e = {0};
+    /* "abc", "", "abcde", "a\0", "\xc3\x28", 5 */
+    uint8_t *b = tu_hex("a3 61 62 63 a0 a5 61 62 63 64 65 a2 61 00 a2 c3 28 05", &n);
+    mp_cur_init(&c, b, n);
+    assert_int_equal(mp_read_cstr(&c, buf, 3, false, "dl", "x", &e), 0);
+    assert_string_equal(buf, "abc");
+    assert_int_equal(mp_read_cstr(&c, buf, 3, false, "dl", "x", &e), -CJ_E_INVALID);
+    assert_string_equal(e.msg, "dl: 'x' is empty (offset 4)");
+    c.pos = 4;
+    assert_int_equal(mp_read_cstr(&c, buf, 3, true, "dl", "x", &e), 0);
+    assert_string_equal(buf, "");
+    assert_int_equal(mp_read_cstr(&c, buf, 3, true, "capi", "y", &e), -CJ_E_LIMIT);
+    assert_string_equal(e.msg, "capi: 'y' is 5 bytes, limit 3 (offset 5)");
+    c.pos = 11;
+    assert_int_equal(mp_read_cstr(&c, buf, 3, true, "capi", "y", &e), -CJ_E_INVALID);
+    assert_string_equal(e.msg, "capi: 'y' is not valid UTF-8 or holds NUL (offset 11)");
+    c.pos = 14;
+    assert_int_equal(mp_read_cstr(&c, buf, 3, true, "capi", "y", &e), -CJ_E_INVALID);
+    c.pos = 17;
+    assert_int_equal(mp_read_cstr(&c, buf, 3, true, "capi", "y", &e), -CJ_E_TYPE);
+    assert_string_equal(e.msg, "capi: 'y' is not a str (offset 17)");
+    free(b);
+}
+
 /* Packed bytes move into an evbuffer unchanged; the sbuffer is left empty (destroying it is harmless). */
 static void test_sbuffer_to_evbuffer(void **state)
 {
@@ -159,6 +224,14 @@ static void test_sbuffer_to_evbuffer(void **state)
     b = mp_sbuffer_to_evbuffer(&sb);
     assert_non_null(b);
     assert_int_equal(evbuffer_get_length(b), 0);
+
+    evbuffer_add(b, "x", 1);     /* moved after what the evbuffer holds */
+    msgpack_sbuffer_write(&sb, "yz", 2);
+    assert_int_equal(mp_sbuffer_move(b, &sb), 0);
+    assert_int_equal(sb.size, 0);
+    assert_int_equal(mp_sbuffer_move(b, &sb), 0);   /* nothing left: nothing added */
+    assert_int_equal(evbuffer_get_length(b), 3);
+    assert_memory_equal(evbuffer_pullup(b, -1), "xyz", 3);
     evbuffer_free(b);
     msgpack_sbuffer_destroy(&sb);
 }
@@ -170,6 +243,8 @@ int main(void)
         cmocka_unit_test(test_skip_hostile),
         cmocka_unit_test(test_truncation_every_offset),
         cmocka_unit_test(test_typed_and_find),
+        cmocka_unit_test(test_keys_and_entries),
+        cmocka_unit_test(test_read_cstr),
         cmocka_unit_test(test_sbuffer_to_evbuffer),
     };
     return cmocka_run_group_tests_name("mp", tests, NULL, NULL);

@@ -8,6 +8,7 @@
 #include "fl/upstream.h"
 #include "fl/flmsg.h"
 #include "stream/stream.h"
+#include "util/clock.h"
 #include "util/stats.h"
 #include "wire/header.h"
 
@@ -233,7 +234,7 @@ static int on_get_task(void *arg, struct cj_stream_blob *b)
     struct srv *s = arg;
     int i = s->gt_n++;
     assert_true(i < MAXREC);
-    s->gt_time[i] = cj_task_now();
+    s->gt_time[i] = cj_now();
     s->gt_req[i] = copy_ev(b->data, &s->gt_len[i]);
     s->gt_hdr_ok[i] = hdr_is(b->hdr, "project_name", PROJECT) && has_auth(b->hdr) && b->hdr->optional &&
                       b->hdr->sm_op && strcmp(b->encoding, "fobs") == 0;

@@ -1,0 +1,47 @@
+/* json.h — a small bounded JSON cursor (RFC 8259) for the JSON that arrives
+ * inside binary formats: the safetensors item header, read by the worker and
+ * the simulator (payload/items.c) and checked by the spool (dl/itemcheck.c).
+ *
+ * Like util/mp.h it reads in place, never allocates and never recurses:
+ * strings are decoded only into a caller's bounded buffer, any value can be
+ * skipped with its nesting capped.  Errors go to err with the offset of the
+ * fault (absolute in p); j->who names the format in their text:
+ * "<who>: invalid JSON header: <what> at offset N" (CJ_E_INVALID), or
+ * "<who>: string at offset N longer than M bytes", "<who>: integer at offset N
+ * too large", "<who>: JSON nested deeper than D at offset N" (CJ_E_LIMIT). */
+#ifndef CJ_UTIL_JSON_H
+#define CJ_UTIL_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+struct cj_json {
+    const uint8_t *p;
+    size_t pos, end;       /* next byte; one past the last byte of the JSON text */
+    const char *who;       /* the format, for error texts ("safetensors") */
+    struct cj_err *err;
+};
+
+/* A CJ_E_INVALID failure at the cursor: "<who>: invalid JSON header: <what> at offset N". */
+int cj_json_bad(struct cj_json *j, const char *what);
+
+/* Skips whitespace; the next byte, or -1 at the end of the text. */
+int cj_json_peek(struct cj_json *j);
+
+/* Skips whitespace and consumes ch, or fails "expected 'ch'". */
+int cj_json_expect(struct cj_json *j, char ch);
+
+/* Reads a string (after whitespace), which must be valid UTF-8 with paired
+ * surrogates; decodes its escapes into out (cap bytes with the NUL; a NUL in
+ * it is refused) unless out is NULL. */
+int cj_json_string(struct cj_json *j, char *out, size_t cap);
+
+/* A non-negative integer without sign, fraction or exponent, below INT64_MAX. */
+int cj_json_uint(struct cj_json *j, uint64_t *v);
+
+/* Skips one value of any shape, containers nested at most max_depth deep. */
+int cj_json_skip(struct cj_json *j, int max_depth);
+
+#endif
