@@ -156,7 +156,7 @@ fuzz: deps
 	$(MAKE) -j$(JOBS) fuzz-build
 	@sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BIN)
 
-# ---- soak (issue 8: 2,000 rounds, a worker killed every 100; long) -----------
+# ---- soak (2,000 rounds, a worker killed every 100; long) ---------------------
 soak: deps
 	$(MAKE) -j$(JOBS) all $(E2E_BIN)
 	@if [ -f tests/soak.sh ]; then sh tests/soak.sh; \

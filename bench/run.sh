@@ -1,5 +1,5 @@
 #!/bin/sh
-# make bench (issue 7): numbers a site operator can compare; nothing here fails on a timing.
+# make bench: numbers a site operator can compare; nothing here fails on a timing.
 # Each job is the real thing in a temporary directory:
 #   cjrelay-sim (FL server) <- cjrelayd (site-1.J1) <- cjrelay-worker, over a Unix socket
 #

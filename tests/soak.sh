@@ -1,5 +1,5 @@
 #!/bin/sh
-# soak.sh — the long run of issue 8 item 7 (make soak; not part of make check).
+# soak.sh — the long run (make soak; not part of make check): many rounds, a worker killed every SOAK_KILL_EVERY.
 #
 #   cjrelay-sim (SOAK_ROUNDS rounds, a small model) <- cjrelayd <- 4 cjrelay-worker
 #
@@ -14,7 +14,7 @@
 # of that boundary (all workers up, between the same kind of rounds): round SOAK_BASE and
 # the last multiple of SOAK_KILL_EVERY before N, so the two samples see the same state.
 # Each sample is the largest of SOAK_SAMPLES readings 50 ms apart.
-# The baseline is round SOAK_KILL_EVERY (100), as issue 8 states the bound.  The relay's
+# The baseline is round SOAK_KILL_EVERY (100), where the bound is taken.  The relay's
 # bounded tables are sized to be full by then (512 stream states on its own endpoint,
 # about 7 a round; 64 finished tasks), so growth after it is drift.  SOAK_BASE=1000
 # measures from mid-run instead (steady state), for comparison.

@@ -1,4 +1,4 @@
-/* fl.c — cjrelay-sim's FL server (issue 5): aux topics, get_task, submit_update,
+/* fl.c — cjrelay-sim's FL server: aux topics, get_task, submit_update,
  * the task refs it serves and the result refs it downloads and verifies (see
  * sim.h for the list, DESIGN-fl.md "Simulator" and "Conventions").
  *

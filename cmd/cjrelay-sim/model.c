@@ -243,30 +243,20 @@ uint8_t *sim_native_build(int dot, uint64_t nelem, const float period[SIM_PERIOD
 
 /* ---- verification ---------------------------------------------------------------------- */
 
-static int bad(char *why, size_t whysz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(char *why, size_t whysz, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whysz, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* The tensor's shape, dtype and data against the expectation. */
 static int check_tensor(const struct item_tensor *t, const uint8_t *p, const char *dtype, uint64_t nelem,
                         const float period[SIM_PERIOD], char *why, size_t whysz)
 {
     if (strcmp(t->dtype, dtype))
-        return bad(why, whysz, "tensor '%s' has dtype %s, want %s", t->name, t->dtype, dtype);
+        return cj_why(why, whysz, "tensor '%s' has dtype %s, want %s", t->name, t->dtype, dtype);
     if (t->ndim != 1 || t->shape[0] != nelem || t->data_len != nelem * 4)
-        return bad(why, whysz, "tensor '%s' has %d dims and %" PRIu64 " elements, want 1-D %" PRIu64, t->name, t->ndim,
+        return cj_why(why, whysz, "tensor '%s' has %d dims and %" PRIu64 " elements, want 1-D %" PRIu64, t->name, t->ndim,
                    t->nelem, nelem);
     uint64_t at = check(p + t->data_off, nelem, period);
     if (at) {
         float got, want = period[(at - 1) % SIM_PERIOD];
         memcpy(&got, p + t->data_off + (at - 1) * 4, 4);
-        return bad(why, whysz, "tensor '%s' element %" PRIu64 " is %.9g, want %.9g", t->name, at - 1, (double)got,
+        return cj_why(why, whysz, "tensor '%s' element %" PRIu64 " is %.9g, want %.9g", t->name, at - 1, (double)got,
                    (double)want);
     }
     return 0;
@@ -294,17 +284,17 @@ int sim_item_verify(int dot, const uint8_t *p, size_t n, const char *key, uint64
     size_t count = 0;
     struct cj_err e = {0};
     if (dot == SIM_DOT_TORCH) {
-        if (items_st_parse(p, n, t, 4, &count, &e)) return bad(why, whysz, "item %s: bad safetensors: %s", key, e.msg);
+        if (items_st_parse(p, n, t, 4, &count, &e)) return cj_why(why, whysz, "item %s: bad safetensors: %s", key, e.msg);
         const struct item_tensor *f = pick(t, count, key);
-        if (!f) return bad(why, whysz, "item %s: no tensor %s among %zu", key, key, count);
+        if (!f) return cj_why(why, whysz, "item %s: no tensor %s among %zu", key, key, count);
         return check_tensor(f, p, "F32", nelem, period, why, whysz);
     }
-    if (items_npz_parse(p, n, 0, t, 4, &count, &e)) return bad(why, whysz, "item %s: bad npz: %s", key, e.msg);
+    if (items_npz_parse(p, n, 0, t, 4, &count, &e)) return cj_why(why, whysz, "item %s: bad npz: %s", key, e.msg);
     const struct item_tensor *f = pick(t, count, key);
-    if (!f || !f->is_npy) return bad(why, whysz, "item %s: no member %s.npy among %zu", key, key, count);
-    if (f->fortran_order) return bad(why, whysz, "item %s: fortran_order", key);
+    if (!f || !f->is_npy) return cj_why(why, whysz, "item %s: no member %s.npy among %zu", key, key, count);
+    if (f->fortran_order) return cj_why(why, whysz, "item %s: fortran_order", key);
     if (sim_crc32(0, p + f->member_off, f->member_len) != f->crc32)
-        return bad(why, whysz, "item %s: member %s.npy fails its CRC-32", key, f->name);
+        return cj_why(why, whysz, "item %s: member %s.npy fails its CRC-32", key, f->name);
     return check_tensor(f, p, "<f4", nelem, period, why, whysz);
 }
 
@@ -314,14 +304,14 @@ int sim_native_verify(int dot, const uint8_t *p, size_t n, uint64_t nelem, const
     if (dot == SIM_DOT_TORCH) return sim_item_verify(dot, p, n, "t", nelem, period, why, whysz);
     /* an .npy file: magic, v1/v2 header naming <f4 and (n,), then exactly n floats */
     if (n < 12 || memcmp(p, "\x93NUMPY", 6) || (p[6] != 1 && p[6] != 2))
-        return bad(why, whysz, "inline numpy tensor is not an .npy file");
+        return cj_why(why, whysz, "inline numpy tensor is not an .npy file");
     size_t hl = p[6] == 1 ? 10 + (size_t)(p[8] | p[9] << 8) : 12 + (size_t)(p[8] | p[9] << 8 | p[10] << 16 | (uint32_t)p[11] << 24);
-    if (hl > n || n - hl != nelem * 4) return bad(why, whysz, "inline .npy holds %zu data bytes, want %" PRIu64, n, nelem * 4);
+    if (hl > n || n - hl != nelem * 4) return cj_why(why, whysz, "inline .npy holds %zu data bytes, want %" PRIu64, n, nelem * 4);
     char want[64];
     snprintf(want, sizeof want, "'shape': (%" PRIu64 ",)", nelem);
     if (!memmem(p, hl, "'descr': '<f4'", 14) || !memmem(p, hl, want, strlen(want)) ||
         !memmem(p, hl, "'fortran_order': False", 22))
-        return bad(why, whysz, "inline .npy header is not <f4 %s", want);
+        return cj_why(why, whysz, "inline .npy header is not <f4 %s", want);
     struct item_tensor t = {.ndim = 1, .shape = {nelem}, .nelem = nelem, .data_off = hl, .data_len = n - hl};
     strcpy(t.name, "inline");
     strcpy(t.dtype, "<f4");
@@ -335,7 +325,7 @@ static int selftest_one(int dot, size_t t, uint64_t nelem, char *why, size_t why
     float per[SIM_PERIOD];
     sim_period(3, t, false, per);
     float *data = malloc((size_t)nelem * 4);
-    if (!data) return bad(why, whysz, "out of memory");
+    if (!data) return cj_why(why, whysz, "out of memory");
     fill((uint8_t *)data, nelem, per);
     char key[24];
     key_of(t, key);
@@ -346,11 +336,11 @@ static int selftest_one(int dot, size_t t, uint64_t nelem, char *why, size_t why
     size_t rl = 0, ml = 0;
     struct cj_err e = {0};
     int rc = dot == SIM_DOT_TORCH ? items_st_write(&in, 1, &ref, &rl, &e) : items_npz_write(&in, 1, 0, &ref, &rl, &e);
-    if (rc) { rc = bad(why, whysz, "items writer: %s", e.msg); goto out; }
+    if (rc) { rc = cj_why(why, whysz, "items writer: %s", e.msg); goto out; }
     mine = sim_item_build(dot, t, nelem, per, &ml);
-    if (!mine) { rc = bad(why, whysz, "out of memory"); goto out; }
+    if (!mine) { rc = cj_why(why, whysz, "out of memory"); goto out; }
     if (ml != rl || ml != sim_item_size(dot, t, nelem) || memcmp(mine, ref, rl)) {
-        rc = bad(why, whysz, "DOT %d item %s of %" PRIu64 " elements differs from items.c's (%zu vs %zu bytes)", dot, key,
+        rc = cj_why(why, whysz, "DOT %d item %s of %" PRIu64 " elements differs from items.c's (%zu vs %zu bytes)", dot, key,
                  nelem, ml, rl);
         goto out;
     }
@@ -358,17 +348,17 @@ static int selftest_one(int dot, size_t t, uint64_t nelem, char *why, size_t why
     float plus[SIM_PERIOD];
     sim_period(3, t, true, plus);
     if (!sim_item_verify(dot, mine, ml, key, nelem, plus, why, whysz)) {
-        rc = bad(why, whysz, "the verifier accepts values without +1");
+        rc = cj_why(why, whysz, "the verifier accepts values without +1");
         goto out;
     }
     mine[ml - (dot == SIM_DOT_TORCH ? 1 : NPZ_CDH + strlen(key) + 4 + NPZ_EOCD + 1)] ^= 1;   /* last data byte */
     if (!sim_item_verify(dot, mine, ml, key, nelem, per, why, whysz)) {
-        rc = bad(why, whysz, "the verifier accepts a flipped bit (DOT %d, %" PRIu64 " elements)", dot, nelem);
+        rc = cj_why(why, whysz, "the verifier accepts a flipped bit (DOT %d, %" PRIu64 " elements)", dot, nelem);
         goto out;
     }
     free(mine);
     mine = sim_native_build(dot, nelem, per, &ml);
-    if (!mine || sim_native_verify(dot, mine, ml, nelem, per, why, whysz)) { rc = mine ? -1 : bad(why, whysz, "oom"); goto out; }
+    if (!mine || sim_native_verify(dot, mine, ml, nelem, per, why, whysz)) { rc = mine ? -1 : cj_why(why, whysz, "oom"); goto out; }
     rc = 0;
 out:
     free(data);
@@ -388,6 +378,6 @@ int sim_model_selftest(char *why, size_t whysz)
     /* the CRC agrees with items.c's */
     uint8_t buf[1031];
     for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)(i * 131 + 7);
-    if (sim_crc32(0, buf, sizeof buf) != items_crc32(0, buf, sizeof buf)) return bad(why, whysz, "CRC-32 differs");
+    if (sim_crc32(0, buf, sizeof buf) != items_crc32(0, buf, sizeof buf)) return cj_why(why, whysz, "CRC-32 differs");
     return 0;
 }

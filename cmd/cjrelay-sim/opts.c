@@ -68,7 +68,7 @@ static const char USAGE[] =
     "                  round R names the same ref again, the third one is normal (the server needs\n"
     "                  --max-failures 2 or more)\n"
     "\n"
-    "Transport tests (issue 4): direct task/ping, stream test/echo, test/blob \"N\" (N pattern bytes).\n"
+    "Transport tests: direct task/ping, stream test/echo, test/blob \"N\" (N pattern bytes).\n"
     "  --log-headers FILE  append each received request's first header block as one key=value line\n"
     "  --window SIZE   stream window of the simulator's replies (default 64M)\n"
     "  --heartbeat SECS  PING a connected client after this many idle seconds (default 0: never)\n"

@@ -4,7 +4,7 @@
  * HELLO with READY as "server") and the job cell `server.<job>` (cellnet.md
  * §6 "A simulator ..."), which consumes what is addressed to it.
  *
- * Transport tests (issue 4, sim.c):
+ * Transport tests (sim.c):
  *   direct  task/ping            -> reply ok, payload "pong ..." with counters
  *   direct  cellnet.channel/bye  -> reply ok
  *   stream  test/echo  (request) -> return_only reply with the same blob
@@ -12,7 +12,7 @@
  *                                   blob (pattern.h), built from references to
  *                                   one static buffer, so 1 GiB costs nothing
  *
- * FL server (issue 5, fl.c; fl-protocols.md §2-§4, download.md):
+ * FL server (fl.c; fl-protocols.md §2-§4, download.md):
  *   aux_communication/__sync_runner__   -> __rc__ OK
  *   aux_communication/__job_heartbeat__ -> counted (fire-and-forget)
  *   aux_communication/__task_check__    -> OK for a task awaiting its result, else TASK_UNKNOWN

@@ -19,21 +19,12 @@ static uint64_t le64(const uint8_t *p)
     return v;
 }
 
-__attribute__((format(printf, 3, 4))) static int bad(char *why, size_t whysz, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whysz, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* The compressed size of the member whose local header z is at h (zip64 extra honoured). */
 static int zip_csize(const uint8_t *h, struct items_zip_local *z, char *why, size_t whysz)
 {
-    if (z->flags & 8) return bad(why, whysz, "ZIP member uses a data descriptor (sizes unknown)");
+    if (z->flags & 8) return cj_why(why, whysz, "ZIP member uses a data descriptor (sizes unknown)");
     if (items_zip64_sizes(h, 30 + (size_t)z->name_len, z->extra_len, z, NULL))
-        return bad(why, whysz, "ZIP member sizes are 0xFFFFFFFF without a zip64 extra");
+        return cj_why(why, whysz, "ZIP member sizes are 0xFFFFFFFF without a zip64 extra");
     return 0;
 }
 /* npz: a stored ZIP whose (first real) member is T<index>.npy; numpy < 2's
@@ -46,33 +37,33 @@ static int check_npz(const uint8_t *h, size_t have, uint64_t size, uint32_t inde
     for (int member = 0; member < 2; member++) {
         bool last = final || have >= size || have >= CJ_ITEM_HDR_MAX;
         if (pos > have || have - pos < 30)   /* pos can be past have: a first member not all received yet */
-            return last ? bad(why, whysz, "npz item T%" PRIu32 " too short for a ZIP local file header", index) : 0;
+            return last ? cj_why(why, whysz, "npz item T%" PRIu32 " too short for a ZIP local file header", index) : 0;
         const uint8_t *p = h + pos;
         if (memcmp(p, "PK\x03\x04", 4))
-            return bad(why, whysz, "npz item T%" PRIu32 " is not a ZIP (no local file header at offset %zu)", index, pos);
+            return cj_why(why, whysz, "npz item T%" PRIu32 " is not a ZIP (no local file header at offset %zu)", index, pos);
         struct items_zip_local z;
         items_zip_local_read(p, &z);
         if (z.method != 0)
-            return bad(why, whysz, "npz item T%" PRIu32 " member at offset %zu is compressed (method %u); only stored", index,
+            return cj_why(why, whysz, "npz item T%" PRIu32 " member at offset %zu is compressed (method %u); only stored", index,
                        pos, z.method);
         size_t nl = z.name_len, el = z.extra_len;
         if (have - pos < 30 + nl + el)
-            return last ? bad(why, whysz, "npz item T%" PRIu32 " ends inside a ZIP local file header", index) : 0;
+            return last ? cj_why(why, whysz, "npz item T%" PRIu32 " ends inside a ZIP local file header", index) : 0;
         const char *name = (const char *)p + 30;
         if (nl == strlen(want) && !memcmp(name, want, nl)) return 1;
         if (member == 0 && nl == 16 && !memcmp(name, "allow_pickle.npy", 16)) {
             if (zip_csize(p, &z, why, whysz)) return -1;
             uint64_t csize = z.csize;
             if (csize > CJ_ITEM_HDR_MAX || pos + 30 + nl + el + csize >= CJ_ITEM_HDR_MAX)
-                return bad(why, whysz, "npz item T%" PRIu32 ": allow_pickle.npy member too large (%" PRIu64 " bytes)", index,
+                return cj_why(why, whysz, "npz item T%" PRIu32 ": allow_pickle.npy member too large (%" PRIu64 " bytes)", index,
                            csize);
             pos += 30 + nl + el + (size_t)csize;
-            if (pos > size) return bad(why, whysz, "npz item T%" PRIu32 ": first member runs past the item", index);
+            if (pos > size) return cj_why(why, whysz, "npz item T%" PRIu32 ": first member runs past the item", index);
             continue;
         }
-        return bad(why, whysz, "npz item T%" PRIu32 ": member '%.*s' is not %s", index, (int)(nl < 64 ? nl : 64), name, want);
+        return cj_why(why, whysz, "npz item T%" PRIu32 ": member '%.*s' is not %s", index, (int)(nl < 64 ? nl : 64), name, want);
     }
-    return bad(why, whysz, "npz item T%" PRIu32 " has no %s member", index, want);
+    return cj_why(why, whysz, "npz item T%" PRIu32 " has no %s member", index, want);
 }
 
 /* The safetensors header text: valid JSON (*ok), an object (*obj) whose
@@ -118,23 +109,23 @@ out:
 /* safetensors (§4.2): 1 ok, 0 need more bytes, -1 bad. */
 static int check_st(const uint8_t *h, size_t have, uint64_t size, uint32_t index, bool final, char *why, size_t whysz)
 {
-    if (size < 8) return bad(why, whysz, "safetensors item T%" PRIu32 " too short (%" PRIu64 " bytes)", index, size);
-    if (have < 8) return final ? bad(why, whysz, "safetensors item T%" PRIu32 " too short", index) : 0;
+    if (size < 8) return cj_why(why, whysz, "safetensors item T%" PRIu32 " too short (%" PRIu64 " bytes)", index, size);
+    if (have < 8) return final ? cj_why(why, whysz, "safetensors item T%" PRIu32 " too short", index) : 0;
     uint64_t n = le64(h);
-    if (n == 0) return bad(why, whysz, "safetensors item T%" PRIu32 ": empty header", index);
+    if (n == 0) return cj_why(why, whysz, "safetensors item T%" PRIu32 ": empty header", index);
     if (n > size - 8)
-        return bad(why, whysz, "safetensors item T%" PRIu32 ": header size exceeds payload length (%" PRIu64 " > %" PRIu64 ")",
+        return cj_why(why, whysz, "safetensors item T%" PRIu32 ": header size exceeds payload length (%" PRIu64 " > %" PRIu64 ")",
                    index, n, size - 8);
     if (n > CJ_ITEM_HDR_MAX - 8)
-        return bad(why, whysz,
+        return cj_why(why, whysz,
                    "safetensors item T%" PRIu32 ": header of %" PRIu64 " bytes is larger than the %u bytes the spool checks",
                    index, n, CJ_ITEM_HDR_MAX - 8);
-    if (have < 8 + n) return final ? bad(why, whysz, "safetensors item T%" PRIu32 " ends inside its header", index) : 0;
+    if (have < 8 + n) return final ? cj_why(why, whysz, "safetensors item T%" PRIu32 " ends inside its header", index) : 0;
     bool ok, obj, dup;
-    if (st_json(h + 8, (size_t)n, &ok, &obj, &dup)) return bad(why, whysz, "out of memory checking item T%" PRIu32, index);
-    if (!ok) return bad(why, whysz, "safetensors item T%" PRIu32 ": invalid JSON header", index);
-    if (!obj) return bad(why, whysz, "safetensors item T%" PRIu32 ": header must be JSON object", index);
-    if (dup) return bad(why, whysz, "safetensors item T%" PRIu32 ": duplicate key in the header", index);
+    if (st_json(h + 8, (size_t)n, &ok, &obj, &dup)) return cj_why(why, whysz, "out of memory checking item T%" PRIu32, index);
+    if (!ok) return cj_why(why, whysz, "safetensors item T%" PRIu32 ": invalid JSON header", index);
+    if (!obj) return cj_why(why, whysz, "safetensors item T%" PRIu32 ": header must be JSON object", index);
+    if (dup) return cj_why(why, whysz, "safetensors item T%" PRIu32 ": duplicate key in the header", index);
     return 1;
 }
 

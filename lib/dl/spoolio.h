@@ -1,4 +1,4 @@
-/* spoolio.h — the spool's disk I/O, off the event loop (requirements R21).
+/* spoolio.h — the spool's disk I/O, off the event loop.
  *
  * One I/O thread per relay runs every file operation of the spool (mkdir,
  * create, write, read, fsync, rename, unlink, remove a tree) in the order they

@@ -1,4 +1,4 @@
-/* fl.h — the contracts between the relay's FL pieces (lead-defined).
+/* fl.h — the contracts between the relay's FL pieces .
  *
  *   upstream loop (upstream.c)  <-- dispatch ops --  worker sessions (session.c)
  *                               --  submit ops   -->

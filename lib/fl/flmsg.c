@@ -15,24 +15,13 @@
 #include "payload/splice.h"
 #include "util/mp.h"
 
-static void set_why(char *why, size_t whysz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void set_why(char *why, size_t whysz, const char *fmt, ...)
-{
-    if (!why || !whysz) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whysz, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- reading replies ------------------------------------------------------------------ */
 
 /* Moves a finished msgpack_sbuffer into out without copying. */
 static int move_out(struct evbuffer *out, msgpack_sbuffer *sb, char *why, size_t whysz)
 {
     if (mp_sbuffer_move(out, sb) == 0) return 0;
-    set_why(why, whysz, "out of memory");
+    cj_why(why, whysz, "out of memory");
     return -1;
 }
 
@@ -47,19 +36,19 @@ static int open_headers(const uint8_t *payload, size_t len, const uint8_t **hdrs
     *hlen = 0;
     memset(h, 0, sizeof *h);
     if (!payload || !len) {
-        set_why(why, whysz, "empty payload");
+        cj_why(why, whysz, "empty payload");
         return -1;
     }
     if (cj_lobs_validate(payload, len, &main, NULL, 0, NULL, &e) ||
         cj_fobs_find_shareable(main.value, main.value_len, &sh, &e)) {
-        set_why(why, whysz, "not a Shareable payload: %s", e.msg);
+        cj_why(why, whysz, "not a Shareable payload: %s", e.msg);
         return -1;
     }
     if (!sh.headers.len) return 0;
     *hdrs = main.value + sh.headers.off;
     *hlen = sh.headers.len;
     if (cj_fobs_read_headers(*hdrs, *hlen, h, &e)) {
-        set_why(why, whysz, "bad __headers__: %s", e.msg);
+        cj_why(why, whysz, "bad __headers__: %s", e.msg);
         return -1;
     }
     return 0;
@@ -87,7 +76,7 @@ int cj_flmsg_read_reply(const uint8_t *payload, size_t len, struct cj_flmsg_task
     memset(r, 0, sizeof *r);
     r->wait_time = r->min_get_task_timeout = -1;
     if (cj_splice_read_task(payload, len, &info, &e)) {
-        set_why(why, whysz, "bad get_task reply: %s (at byte %zu)", e.msg, e.offset);
+        cj_why(why, whysz, "bad get_task reply: %s (at byte %zu)", e.msg, e.offset);
         return -1;
     }
     snprintf(r->task_name, sizeof r->task_name, "%s", info.task_name);
@@ -111,7 +100,7 @@ int cj_flmsg_read_rc(const uint8_t *payload, size_t len, char *rc, size_t rcsz, 
         return 0;
     }
     if (cj_fobs_span_str(hdrs, h.rc, rc, rcsz, &e)) {
-        set_why(why, whysz, "bad __rc__: %s", e.msg);
+        cj_why(why, whysz, "bad __rc__: %s", e.msg);
         return -1;
     }
     return 0;
@@ -126,7 +115,7 @@ int cj_flmsg_get_task_request(struct evbuffer *out, const char *site, const char
     struct cj_err e = { 0 };
     msgpack_sbuffer_init(&sb);
     int rc = cj_build_get_task_request(&sb, site, job_id, last_task_id, &e);
-    if (rc) set_why(why, whysz, "get_task request: %s", e.msg);
+    if (rc) cj_why(why, whysz, "get_task request: %s", e.msg);
     else rc = move_out(out, &sb, why, whysz);
     msgpack_sbuffer_destroy(&sb);
     return rc ? -1 : 0;
@@ -139,7 +128,7 @@ int cj_flmsg_aux_request(struct evbuffer *out, const char *topic, const char *se
     struct cj_err e = { 0 };
     msgpack_sbuffer_init(&sb);
     int rc = cj_build_aux_request(&sb, topic, server_task_id, site, job_id, &e);
-    if (rc) set_why(why, whysz, "aux request %s: %s", topic ? topic : "(null)", e.msg);
+    if (rc) cj_why(why, whysz, "aux request %s: %s", topic ? topic : "(null)", e.msg);
     else rc = move_out(out, &sb, why, whysz);
     msgpack_sbuffer_destroy(&sb);
     return rc ? -1 : 0;
@@ -155,7 +144,7 @@ int cj_flmsg_aux_reply(struct evbuffer *out, const uint8_t *req, size_t req_len,
     if (req && req_len && open_headers(req, req_len, &hdrs, &hlen, &h, NULL, 0)) hdrs = NULL;
     bool jar = hdrs && h.cookie_jar.len;
     if (!rc || !site || !job_id) {
-        set_why(why, whysz, "aux reply: rc, site and job_id are required");
+        cj_why(why, whysz, "aux reply: rc, site and job_id are required");
         return -1;
     }
     msgpack_sbuffer sb;
@@ -179,7 +168,7 @@ int cj_flmsg_aux_reply(struct evbuffer *out, const uint8_t *req, size_t req_len,
         cj_lobs_end_main(&sb, hdr);
         r = move_out(out, &sb, why, whysz);
     } else {
-        set_why(why, whysz, "aux reply: out of memory");
+        cj_why(why, whysz, "aux reply: out of memory");
     }
     msgpack_sbuffer_destroy(&sb);
     return r ? -1 : 0;
@@ -194,7 +183,7 @@ int cj_flmsg_submit_payload(struct evbuffer *out, const struct cj_task *t, const
     /* NULL name and id: raw copies of the task's own task_name / __task_id__ values */
     int rc = cj_splice_submit_update(result, len, t->headers, t->headers_len, NULL, NULL, msg_root_id, site, job_id,
                                      &sb, &e);
-    if (rc) set_why(why, whysz, "submit_update splice: %s (at byte %zu)", e.msg, e.offset);
+    if (rc) cj_why(why, whysz, "submit_update splice: %s (at byte %zu)", e.msg, e.offset);
     else rc = move_out(out, &sb, why, whysz);
     msgpack_sbuffer_destroy(&sb);
     return rc ? -1 : 0;
@@ -208,7 +197,7 @@ int cj_flmsg_failed_payload(struct evbuffer *out, const struct cj_task *t, const
     msgpack_sbuffer_init(&sb);
     int rc = cj_splice_failed_result(rc_name, t->headers, t->headers_len, NULL, NULL, msg_root_id, site, job_id, &sb,
                                      &e);
-    if (rc) set_why(why, whysz, "failed result: %s", e.msg);
+    if (rc) cj_why(why, whysz, "failed result: %s", e.msg);
     else rc = move_out(out, &sb, why, whysz);
     msgpack_sbuffer_destroy(&sb);
     return rc ? -1 : 0;

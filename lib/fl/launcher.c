@@ -272,7 +272,7 @@ static bool env_dropped(const char *e)
 {
     static const char *const names[] = {
         "CLIENT_API_TYPE", CJ_BOOTSTRAP_ENV,
-        /* the relay's own job credentials: workers get theirs from hello_accepted (R26) */
+        /* the relay's own job credentials: workers get theirs from hello_accepted */
         CJ_CREDS_ENV_TOKEN, CJ_CREDS_ENV_SIGNATURE, CJ_CREDS_ENV_SSID,
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -16,6 +16,7 @@
 #include "payload/lobs.h"
 #include "payload/splice.h"
 #include "util/clock.h"
+#include "util/err.h"
 #include "util/log.h"
 
 /* The refs of a task and of its result: one allocation of one size, freed when
@@ -46,17 +47,6 @@ static const char *const REF_STATE_NAMES[] = {
     [CJ_REF_PENDING] = "pending", [CJ_REF_COMPLETED] = "completed", [CJ_REF_FAILED] = "failed",
     [CJ_REF_TIMED_OUT] = "timed_out",
 };
-
-static void set_why(char *why, size_t whysz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void set_why(char *why, size_t whysz, const char *fmt, ...)
-{
-    if (!why || !whysz) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whysz, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- small utilities ------------------------------------------------------------ */
 
@@ -113,19 +103,19 @@ static int read_refs(const uint8_t *payload, size_t len, struct cj_ref *refs, si
     *n_refs = 0;
     if (cj_lobs_validate(payload, len, &main, NULL, 0, NULL, &e) ||
         cj_fobs_list_refs(payload, len, NULL, 0, &n, &e)) {
-        set_why(why, whysz, "bad ref datum: %s (at byte %zu)", e.msg, e.offset);
+        cj_why(why, whysz, "bad ref datum: %s (at byte %zu)", e.msg, e.offset);
         return -1;
     }
     if (n > CJ_TASK_MAX_REFS) {
-        set_why(why, whysz, "%zu download refs, at most %d can be passed through", n, CJ_TASK_MAX_REFS);
+        cj_why(why, whysz, "%zu download refs, at most %d can be passed through", n, CJ_TASK_MAX_REFS);
         return -1;
     }
     if (n && cj_fobs_list_refs(payload, len, fr, n, &n, &e)) {
-        set_why(why, whysz, "bad ref datum: %s (at byte %zu)", e.msg, e.offset);
+        cj_why(why, whysz, "bad ref datum: %s (at byte %zu)", e.msg, e.offset);
         return -1;
     }
     if (cj_fobs_count_refs(main.value, main.value_len, &counts, &e)) {
-        set_why(why, whysz, "body walk: %s (at byte %zu)", e.msg, e.offset + CJ_LOBS_HDR_LEN);
+        cj_why(why, whysz, "body walk: %s (at byte %zu)", e.msg, e.offset + CJ_LOBS_HDR_LEN);
         return -1;
     }
     size_t per_dot[2] = { 0, 0 };
@@ -134,7 +124,7 @@ static int read_refs(const uint8_t *payload, size_t len, struct cj_ref *refs, si
         struct cj_ref *r = &refs[i];
         memset(r, 0, sizeof *r);
         if (strlen(fr[i].ref_id) >= sizeof r->ref_id) {
-            set_why(why, whysz, "ref_id of %zu bytes (at most %zu)", strlen(fr[i].ref_id), sizeof r->ref_id - 1);
+            cj_why(why, whysz, "ref_id of %zu bytes (at most %zu)", strlen(fr[i].ref_id), sizeof r->ref_id - 1);
             return -1;
         }
         r->dot = fr[i].dot;
@@ -153,7 +143,7 @@ int cj_task_set_result_refs(struct cj_task *t, const uint8_t *result, size_t len
     struct cj_ref refs[CJ_TASK_MAX_REFS];
     size_t n;
     if (!t->result_refs) {
-        set_why(why, whysz, "task %s finished long ago: its record no longer holds refs", t->id);
+        cj_why(why, whysz, "task %s finished long ago: its record no longer holds refs", t->id);
         return -1;
     }
     if (read_refs(result, len, refs, &n, why, whysz)) return -1;
@@ -226,20 +216,20 @@ struct cj_task *cj_task_add(struct cj_task_table *tt, const uint8_t *payload, si
     struct cj_task_info info;
     struct cj_err e = { 0 };
     if (cj_splice_read_task(payload, len, &info, &e)) {
-        set_why(why, whysz, "not a task: %s (at byte %zu)", e.msg, e.offset);
+        cj_why(why, whysz, "not a task: %s (at byte %zu)", e.msg, e.offset);
         return NULL;
     }
     if (special_name(info.task_name)) {
-        set_why(why, whysz, "not a task: special task %s", info.task_name);
+        cj_why(why, whysz, "not a task: special task %s", info.task_name);
         return NULL;
     }
     if (!info.task_id[0]) {
-        set_why(why, whysz, "task '%s' has no __task_id__", info.task_name);
+        cj_why(why, whysz, "task '%s' has no __task_id__", info.task_name);
         return NULL;
     }
     struct cj_task *dup = find_in_flight(tt, info.task_id);
     if (dup) {
-        set_why(why, whysz, "server task %s is already in flight as task %s (%s)", info.task_id, dup->id,
+        cj_why(why, whysz, "server task %s is already in flight as task %s (%s)", info.task_id, dup->id,
                 cj_task_state_name(dup->state));
         return NULL;
     }
@@ -248,7 +238,7 @@ struct cj_task *cj_task_add(struct cj_task_table *tt, const uint8_t *payload, si
         !(t->body = calloc(1, sizeof *t->body)) || local_id(t->id)) {
         if (t) task_compact(t);
         free(t);
-        set_why(why, whysz, "out of memory or randomness");
+        cj_why(why, whysz, "out of memory or randomness");
         return NULL;
     }
     t->tt = tt;
@@ -267,7 +257,7 @@ struct cj_task *cj_task_add(struct cj_task_table *tt, const uint8_t *payload, si
     char refs_why[256];
     if (read_refs(payload, len, t->refs, &t->n_refs, refs_why, sizeof refs_why)) {
         cj_task_fail(t, "cannot be passed through: %s", refs_why);
-        set_why(why, whysz, "%s", t->why);
+        cj_why(why, whysz, "%s", t->why);
         return t;
     }
     char rt[512];

@@ -26,7 +26,7 @@
 #define CJ_TASK_TOMBSTONE_SECS 1800
 #define CJ_TASK_MAX_TOMBSTONES 64   /* finished tasks kept at most (newest by finishing order): a
                                      * few per worker answer late messages; a small table fills
-                                     * early, so RSS is flat after the first rounds (R3) */
+                                     * early, so RSS is flat after the first rounds */
 #define CJ_TASK_FULL_TOMBSTONES 16  /* of those, the newest keep headers and refs */
 #define CJ_TASK_STR_MAX       256
 

@@ -34,7 +34,7 @@ void cj_fl_workerlog_retire(struct cj_fl_sessions *s, struct worker *w)
  * (or out of memory).  Sized by use, not up front: a slot is ~650 bytes and a worker
  * typically logs one or two names, so 64 slots per worker (41 KB) were mostly waste, and
  * the retired ring kept 8 such arrays: the soak's RSS grew ~32 KB per killed worker until
- * the ring was full (issue 8, R3). */
+ * the ring was full. */
 static struct metric *new_metric_slot(struct worker *w)
 {
     if (w->n_metrics == w->cap_metrics) {

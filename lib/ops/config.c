@@ -21,6 +21,7 @@
 
 #include "dl/spoolio.h"
 #include "ops/out.h"
+#include "util/err.h"
 #include "util/log.h"
 
 /* ---- the table ---------------------------------------------------------------------- */
@@ -186,16 +187,6 @@ struct type_ops {
     void (*fmt)(double v, char *buf, size_t len);     /* a number as the file spells it */
 };
 
-static int fail(char *why, size_t whysz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *why, size_t whysz, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whysz, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static bool fqcn_part_ok(const char *s)
 {
     for (; *s; s++)
@@ -206,9 +197,9 @@ static bool fqcn_part_ok(const char *s)
 static int parse_str(const struct cj_cfg_key *k, const char *s, void *field,
                      const char *base, char *why, size_t whysz)
 {
-    if (strlen(s) >= k->size) return fail(why, whysz, "too long (at most %zu bytes)", k->size - 1);
+    if (strlen(s) >= k->size) return cj_why(why, whysz, "too long (at most %zu bytes)", k->size - 1);
     if ((k->flags & CJ_CFG_FQCN_PART) && !fqcn_part_ok(s))
-        return fail(why, whysz, "not a valid FQCN part: use only letters, digits, '_', '~' and '-'");
+        return cj_why(why, whysz, "not a valid FQCN part: use only letters, digits, '_', '~' and '-'");
     memcpy(field, s, strlen(s) + 1);
     return 0;
 }
@@ -226,7 +217,7 @@ static int parse_enum(const struct cj_cfg_key *k, const char *s, void *field,
         if (!strcasecmp(s, k->allowed[i])) { *(int *)field = i; return 0; }
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? " | " : "", k->allowed[i]);
     }
-    return fail(why, whysz, "expected %s", list);
+    return cj_why(why, whysz, "expected %s", list);
 }
 
 static void render_enum(const struct cj_cfg_key *k, const void *field, char *buf, size_t len)
@@ -238,7 +229,7 @@ static int parse_bool(const struct cj_cfg_key *k, const char *s, void *field,
                       const char *base, char *why, size_t whysz)
 {
     const char *w;
-    if (cj_parse_bool(s, field, &w) < 0) return fail(why, whysz, "%s", w);
+    if (cj_parse_bool(s, field, &w) < 0) return cj_why(why, whysz, "%s", w);
     return 0;
 }
 
@@ -252,8 +243,8 @@ static int parse_int(const struct cj_cfg_key *k, const char *s, void *field,
 {
     long long v;
     const char *w;
-    if (cj_parse_int(s, &v, &w) < 0) return fail(why, whysz, "%s", w);
-    if (v < INT_MIN || v > INT_MAX) return fail(why, whysz, "too large");
+    if (cj_parse_int(s, &v, &w) < 0) return cj_why(why, whysz, "%s", w);
+    if (v < INT_MIN || v > INT_MAX) return cj_why(why, whysz, "too large");
     *(int *)field = (int)v;
     return 0;
 }
@@ -265,7 +256,7 @@ static int parse_duration(const struct cj_cfg_key *k, const char *s, void *field
                           const char *base, char *why, size_t whysz)
 {
     const char *w;
-    if (cj_parse_duration(s, field, &w) < 0) return fail(why, whysz, "%s", w);
+    if (cj_parse_duration(s, field, &w) < 0) return cj_why(why, whysz, "%s", w);
     return 0;
 }
 
@@ -276,7 +267,7 @@ static int parse_size(const struct cj_cfg_key *k, const char *s, void *field,
                       const char *base, char *why, size_t whysz)
 {
     const char *w;
-    if (cj_parse_size(s, field, &w) < 0) return fail(why, whysz, "%s", w);
+    if (cj_parse_size(s, field, &w) < 0) return cj_why(why, whysz, "%s", w);
     return 0;
 }
 
@@ -299,7 +290,7 @@ static int parse_mode(const struct cj_cfg_key *k, const char *s, void *field,
                       const char *base, char *why, size_t whysz)
 {
     const char *w;
-    if (cj_parse_mode(s, field, &w) < 0) return fail(why, whysz, "%s", w);
+    if (cj_parse_mode(s, field, &w) < 0) return cj_why(why, whysz, "%s", w);
     return 0;
 }
 
@@ -320,9 +311,9 @@ static int parse_path(const struct cj_cfg_key *k, const char *s, void *field,
 {
     char tmp[CJ_CFG_PATH_MAX];
     if (resolve_path(tmp, sizeof tmp, s, base) < 0 || strlen(tmp) >= k->size)
-        return fail(why, whysz, "path too long (at most %zu bytes)", k->size - 1);
+        return cj_why(why, whysz, "path too long (at most %zu bytes)", k->size - 1);
     if ((k->flags & CJ_CFG_SOCKET) && strlen(tmp) > CJ_SUN_PATH_MAX)
-        return fail(why, whysz, "socket path longer than %d bytes (%zu once resolved)", CJ_SUN_PATH_MAX,
+        return cj_why(why, whysz, "socket path longer than %d bytes (%zu once resolved)", CJ_SUN_PATH_MAX,
                     strlen(tmp));
     memcpy(field, tmp, strlen(tmp) + 1);
     return 0;
@@ -332,7 +323,7 @@ static int parse_url(const struct cj_cfg_key *k, const char *s, void *field,
                      const char *base, char *why, size_t whysz)
 {
     const char *w;
-    if (cj_parse_endpoint(s, CJ_EP_NET, field, &w) < 0) return fail(why, whysz, "%s", w);
+    if (cj_parse_endpoint(s, CJ_EP_NET, field, &w) < 0) return cj_why(why, whysz, "%s", w);
     return 0;
 }
 
@@ -348,13 +339,13 @@ static int parse_listen_entry(const char *item, struct cj_endpoint *e, const cha
     const char *w;
     char tmp[CJ_CFG_PATH_MAX];
     if (cj_parse_endpoint(item, CJ_EP_UNIX | CJ_EP_TCP, e, &w) < 0)
-        return fail(why, whysz, "'%s': %s", item, w);
+        return cj_why(why, whysz, "'%s': %s", item, w);
     if (e->kind == CJ_EP_TCP && !cj_endpoint_is_loopback(e))
-        return fail(why, whysz, "'%s' is not a loopback address: workers may only connect over "
+        return cj_why(why, whysz, "'%s' is not a loopback address: workers may only connect over "
                     "127.0.0.0/8, [::1] or localhost", item);
     if (e->kind != CJ_EP_UNIX) return 0;
     if (resolve_path(tmp, sizeof tmp, e->addr, base) < 0 || strlen(tmp) > CJ_SUN_PATH_MAX)
-        return fail(why, whysz, "'%s': socket path longer than %d bytes once resolved", item, CJ_SUN_PATH_MAX);
+        return cj_why(why, whysz, "'%s': socket path longer than %d bytes once resolved", item, CJ_SUN_PATH_MAX);
     strcpy(e->addr, tmp);
     return 0;
 }
@@ -374,14 +365,14 @@ static int parse_listen(const struct cj_cfg_key *k, const char *s, void *field,
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
         while (n && isspace((unsigned char)*p)) p++, n--;
         while (n && isspace((unsigned char)p[n - 1])) n--;
-        if (n == 0) return fail(why, whysz, "empty entry in the list");
-        if (n >= sizeof item) return fail(why, whysz, "entry too long");
-        if (l.n == CJ_LISTEN_MAX) return fail(why, whysz, "at most %d entries", CJ_LISTEN_MAX);
+        if (n == 0) return cj_why(why, whysz, "empty entry in the list");
+        if (n >= sizeof item) return cj_why(why, whysz, "entry too long");
+        if (l.n == CJ_LISTEN_MAX) return cj_why(why, whysz, "at most %d entries", CJ_LISTEN_MAX);
         memcpy(item, p, n);
         item[n] = '\0';
         if (parse_listen_entry(item, &l.ep[l.n], base, why, whysz) < 0) return -1;
         for (int i = 0; i < l.n; i++)
-            if (same_endpoint(&l.ep[i], &l.ep[l.n])) return fail(why, whysz, "'%s' is listed twice", item);
+            if (same_endpoint(&l.ep[i], &l.ep[l.n])) return cj_why(why, whysz, "'%s' is listed twice", item);
         l.n++;
         if (!comma) break;
         p = comma + 1;
@@ -449,7 +440,7 @@ static bool in_range(const struct cj_cfg_key *k, const void *field, char *why, s
     char lo[32], hi[32];
     t->fmt(k->min, lo, sizeof lo);
     t->fmt(k->max, hi, sizeof hi);
-    fail(why, whysz, "out of range (allowed %s .. %s)", lo, hi);
+    cj_why(why, whysz, "out of range (allowed %s .. %s)", lo, hi);
     return false;
 }
 
@@ -465,7 +456,7 @@ static int set_field(struct cj_config *cfg, const struct cj_cfg_key *k, const ch
                      const char *base, char *why, size_t whysz)
 {
     union scratch tmp;
-    if (!cj_text_ok(text)) return fail(why, whysz, "contains control characters or invalid UTF-8");
+    if (!cj_text_ok(text)) return cj_why(why, whysz, "contains control characters or invalid UTF-8");
     memcpy(tmp.bytes, cfield_of(cfg, k), k->size);
     if (types[k->type].parse(k, text, tmp.bytes, base, why, whysz) < 0) return -1;
     if (!in_range(k, tmp.bytes, why, whysz)) return -1;

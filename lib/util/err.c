@@ -30,3 +30,13 @@ const char *cj_errc_name(int code)
     }
     return "unknown";
 }
+
+int cj_why(char *why, size_t whysz, const char *fmt, ...)
+{
+    if (!why || !whysz) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, whysz, fmt, ap);
+    va_end(ap);
+    return -1;
+}

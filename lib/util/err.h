@@ -30,4 +30,8 @@ int cj_fail(struct cj_err *err, int code, size_t offset, const char *fmt, ...)
 
 const char *cj_errc_name(int code);
 
+/* The runtime code's error text: formats into why (whysz bytes; nothing when
+ * why is NULL or whysz 0) and returns -1, so a function can `return cj_why(...)`. */
+int cj_why(char *why, size_t whysz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

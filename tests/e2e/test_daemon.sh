@@ -1,5 +1,5 @@
 #!/bin/sh
-# The daemon shell (issue 3), with the real cjrelayd and cjrelayctl:
+# The daemon shell, with the real cjrelayd and cjrelayctl:
 # --check-config errors with file:line, reload good and bad, every status command
 # in text and JSON, socket mode, abusive status clients, signals, notify datagrams.
 . "$(dirname "$0")/lib.sh"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Fault injection with the real binaries (issue 8 items 1-3):
+# Fault injection with the real binaries:
 #   cjrelay-sim (FL server) <- cjrelayd (site-1.J1) <- workers (cjrelay-worker, or
 #   tests/e2e/cjpeer playing a hostile Client API worker)
 # (1) the simulator SIGKILLed in the middle of a worker's download and restarted on the

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The whole job end to end (issue 5) with the real binaries:
+# The whole job end to end with the real binaries:
 #   cjrelay-sim (FL server) <- cjrelayd (site-1.J1) <- cjrelay-worker x N (launched by the relay)
 # (a) several rounds verified by the sim, numpy and safetensors items; every task ref is
 #     downloaded by a worker FQCN and none by the relay; __end_run__ ends the relay, exit 0

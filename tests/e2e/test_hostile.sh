@@ -1,5 +1,5 @@
 #!/bin/sh
-# Hostile input on every socket (issue 8 items 4 and 6) with the real binaries:
+# Hostile input on every socket with the real binaries:
 # cjrelayd (site-1.J1) between a fake or real upstream and tests/e2e/cjhostile peers.
 #   (u) upstream: a fake "server" answering the relay's HELLO with garbage, an oversized
 #       frame, a malformed READY, a DATA frame with a malformed header block or one whose

@@ -1,5 +1,5 @@
 #!/bin/sh
-# cjrelay-sim on its own (issue 5), without cjrelayd: the FL server is driven by
+# cjrelay-sim on its own, without cjrelayd: the FL server is driven by
 # `cjrelay-sim --drive`, a stand-in site playing relay and worker in one cell that
 # speaks the same protocol (sync, poll, download, +1.0 result, task check, submit).
 #   (a) --help documents every flag; --self-test (items byte-identical to

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Spool mode end to end (issue 6) with the real binaries:
+# Spool mode end to end with the real binaries:
 #   cjrelay-sim --isolate (FL server) <- cjrelayd mode = spool (site-1.J1) <- cjrelay-worker x N
 # (1) rounds verified; only the relay downloads task refs from the server (no REFUSED line);
 #     the server downloads the results from the relay

@@ -1,5 +1,5 @@
 #!/bin/sh
-# cjrelay-worker (issue 5 item 6) without a relay: the bootstrap file is refused
+# cjrelay-worker without a relay: the bootstrap file is refused
 # with a clear message and exit 2 when absent or invalid; a dead connect_url is
 # retried for the connect window, then exit 3; a vanished relay pid ends the
 # worker (exit 4); SIGTERM ends it (exit 1); the launch token is never printed.

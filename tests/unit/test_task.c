@@ -150,7 +150,7 @@ static void test_duplicate_and_states(void **state)
     cj_task_table_free(tt);
 }
 
-/* Soak bug (R3): 10,000 tasks added and finished leave at most
+/* Found by a soak run: 10,000 tasks added and finished leave at most
  * CJ_TASK_MAX_TOMBSTONES tombstones; the newest CJ_TASK_FULL_TOMBSTONES keep
  * headers and refs, older ones are compacted; recent tombstones still answer
  * lookups (by local and by server id); an in-flight task is never dropped; the
