@@ -1,6 +1,8 @@
-/* router.c — routing table, forwarding, RETURN, local dispatch, anti-spoofing,
- * backpressure and upstream reconnect for the relay cell (see router.h). */
-#include "cell/router.h"
+/* router.c — the relay cell's routing table, forwarding, RETURN and forwarder
+ * notices, local dispatch, anti-spoofing, worker links and life cycle (see
+ * router.h).  Requests in flight upstream: inflight.c; pacing, slack, stalls
+ * and holds: pacing.c; the upstream link and its back-off: reconnect.c. */
+#include "cell/router_int.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,115 +14,11 @@
 #include <event2/dns.h>
 
 #include "net/addr.h"
-#include "util/clock.h"
 #include "util/log.h"
 #include "wire/fqcn.h"
 
 #define DROP_LOG_WINDOW 10.0   /* seconds */
 #define DROP_LOG_BURST 20      /* drop lines per window before suppressing */
-
-/* Pacing (see pace_wanted): the queue a reading worker may have before the
- * upstream waits for it, how long without draining that much before a worker
- * counts as not reading, and how recent a worker's traffic must be for it to
- * count as possibly waiting on the upstream. */
-#define WORKER_PACE ((size_t)2 << 20)
-/* CJRELAY_PACE=0 in the environment turns pacing off (the relay then holds up
- * to one sender window per worker, as before pacing): for comparisons (make
- * bench) and as a way back should pacing misbehave somewhere. */
-#define PACE_ENV "CJRELAY_PACE"
-#define PACE_STALL 5.0         /* seconds */
-#define PACE_ACTIVE 1.0        /* seconds */
-
-enum role { ROLE_UPSTREAM = 1, ROLE_WORKER = 2 };
-
-/* A worker's request in flight through the upstream (see router.h): what its
- * forwarder error notice needs.  Fixed size: sm__ri, cn__destination,
- * cn__origin, sm__ch and sm__tp packed NUL-terminated into text (a request
- * whose strings do not fit is not remembered, and counted). */
-#define INFLIGHT_TEXT 512
-struct inflight {
-    uint64_t seq;              /* 0: free slot; else the order it was remembered in (oldest: smallest) */
-    uint64_t sm_id;
-    bool sm_id_neg, has_ch, has_tp;
-    uint16_t dest, origin, ch, tp;   /* offsets into text; sm__ri is at 0 */
-    char text[INFLIGHT_TEXT];
-};
-
-/* Per-link router data (cj_link_set_data). */
-struct rlink {
-    enum role role;
-    bool up;
-    char fqcn[CJ_FQCN_MAX + 1];
-    size_t stall_queued;       /* queued bytes when the link was last seen over its bound */
-    double stall_since;        /* monotonic time it stopped draining; 0 = not stalled */
-    uint64_t fwd;              /* bytes forwarded into this worker link */
-    uint64_t drain_mark;       /* drained bytes (fwd - queued) when read_at was last set */
-    double read_at;            /* monotonic time it last drained a pace's worth; 0 = never */
-    double fed_at;             /* monotonic time a burst of forwards into it began; 0 = none yet */
-    double active_at;          /* monotonic time of its last forwarded traffic, either way */
-    struct inflight *inflight; /* worker: CJ_ROUTER_INFLIGHT_MAX slots, allocated at its first request */
-    unsigned n_inflight;       /* used slots */
-    unsigned holds;            /* cj_router_hold: consumers behind on what this link brings */
-    double hold_since;         /* monotonic time the link was paused for them; 0 = not paused */
-};
-
-struct handler {
-    char *channel, *topic;     /* NULL channel: default; NULL topic: any */
-    cj_router_handler_fn fn;
-    void *ctx;
-};
-
-struct cj_router {
-    struct event_base *base;
-    char me[CJ_FQCN_MAX + 1];
-    struct cj_link_cfg worker_cfg, upstream_cfg;
-
-    struct cj_link **links;    /* every link, any state */
-    size_t n_links, cap_links;
-
-    struct cj_listener **listeners;
-    size_t n_listeners;
-
-    struct handler *handlers;
-    size_t n_handlers;
-
-    cj_router_stamp_fn stamp;
-    void *stamp_ctx;
-    struct cj_router_events ev;
-    void *ev_ctx;
-
-    /* upstream */
-    char up_url[CJ_ADDR_TEXT_MAX];
-    char up_tls_name[CJ_EP_ADDR_MAX]; /* grpcs: the server certificate's expected name ("" = the url's host) */
-    SSL_CTX *up_tls;
-    struct evdns_base *dns;
-    bool own_dns;
-    double rmin, rmax;
-    int attempt;
-    bool proven;               /* a DATA frame arrived since the link came up */
-    double up_since;           /* monotonic time the current upstream link came up */
-    enum cj_upstream_state up_state;
-    struct cj_link *up_link;   /* the current upstream link, any state */
-    struct event *up_timer;
-    uint64_t rng;
-
-    /* drop log limiter */
-    char last_why[256];        /* reason of the last upstream failure (log once) */
-    double drop_window;
-    unsigned drop_lines;
-    uint64_t drop_suppressed;
-
-    size_t link_buffer, shared_slack;
-    double stall_timeout;
-    struct event *stall_timer;
-    size_t pace;               /* min(link_buffer, WORKER_PACE) with pacing, else link_buffer: the
-                                  worker links' own bound */
-    bool pacing;               /* on unless [limits] pacing = false or PACE_ENV is "0" */
-    struct cj_link *paced_on;  /* the worker the upstream is paused for (pacing), or NULL */
-    uint64_t inflight_seq;     /* last struct inflight.seq given */
-
-    struct cj_router_counters c;
-};
 
 static int originate(struct cj_router *r, struct cj_hb *hb, const struct cj_hdr_msg *m, struct evbuffer *payload,
                      bool bulk, bool stamp, struct cj_err *err);
@@ -128,30 +26,14 @@ static void local_dispatch(struct cj_router *r, struct cj_msg *m);
 
 /* ---- helpers -------------------------------------------------------------------- */
 
-static double rand01(struct cj_router *r)
-{
-    r->rng ^= r->rng << 13;   /* xorshift64: jitter only, not security */
-    r->rng ^= r->rng >> 7;
-    r->rng ^= r->rng << 17;
-    return (double)(r->rng >> 11) / 9007199254740992.0;
-}
-
-static struct rlink *rl(const struct cj_link *l) { return cj_link_data(l); }
-
-static bool is_upstream(const struct cj_link *l) { return l && rl(l) && rl(l)->role == ROLE_UPSTREAM; }
-
-static void rlink_free(struct rlink *d)
+void router_rlink_free(struct rlink *d)
 {
     if (!d) return;
     free(d->inflight);
     free(d);
 }
 
-static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_link *dst, double now);
-static void unpace(struct cj_router *r, const char *why);
-static void upstream_sent(struct cj_router *r, struct cj_link *dst, struct cj_link *src);
-static void drop_log(struct cj_router *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void drop_log(struct cj_router *r, const char *fmt, ...)
+void router_drop_log(struct cj_router *r, const char *fmt, ...)
 {
     double now = cj_now();
     if (now - r->drop_window >= DROP_LOG_WINDOW) {
@@ -172,7 +54,7 @@ static void drop_log(struct cj_router *r, const char *fmt, ...)
     va_end(ap);
 }
 
-static int add_link(struct cj_router *r, struct cj_link *l)
+int router_add_link(struct cj_router *r, struct cj_link *l)
 {
     if (r->n_links == r->cap_links) {
         size_t cap = r->cap_links ? r->cap_links * 2 : 8;
@@ -185,7 +67,7 @@ static int add_link(struct cj_router *r, struct cj_link *l)
     return 0;
 }
 
-static void remove_link(struct cj_router *r, struct cj_link *l)
+void router_remove_link(struct cj_router *r, struct cj_link *l)
 {
     for (size_t i = 0; i < r->n_links; i++)
         if (r->links[i] == l) {
@@ -275,18 +157,9 @@ static void send_return(struct cj_router *r, const struct cj_msg *m, char *note,
     msgpack_sbuffer_destroy(&sb);
 }
 
-/* What a forwarder error notice says about the stream it fails. */
-struct notice {
-    const char *origin;        /* the stream's cn__origin: where the notice goes */
-    const char *dest;          /* the stream's cn__destination (sm__fd) */
-    const char *ch, *tp, *ri;  /* NULL: absent */
-    uint64_t sm_id;
-    bool sm_id_neg;
-};
-
 /* streaming.md §6, forwarder error row: sm__em is "stream forwarding to <D>
  * failed: <failure>"; sm__et StreamTargetUnreachable or StreamError. */
-static int send_notice(struct cj_router *r, const struct notice *n, const char *failure, bool unreachable,
+int router_send_notice(struct cj_router *r, const struct notice *n, const char *failure, bool unreachable,
                        struct cj_err *err)
 {
     struct cj_hb hb;
@@ -320,159 +193,15 @@ static void send_forward_error(struct cj_router *r, const struct cj_msg *m, cons
         .ch = cj_hdr_has(h, CJ_HK_SM_CH) ? h->sm_ch : NULL, .tp = cj_hdr_has(h, CJ_HK_SM_TP) ? h->sm_tp : NULL,
         .ri = cj_hdr_has(h, CJ_HK_SM_RI) ? h->sm_ri : NULL,
     };
-    if (send_notice(r, &nt, rc, !strcmp(rc, "target_unreachable"), &err) < 0)
+    if (router_send_notice(r, &nt, rc, !strcmp(rc, "target_unreachable"), &err) < 0)
         snprintf(note, n, "; no sm__ERROR notice (%s)", err.msg);
     else
         snprintf(note, n, "; sm__ERROR notice sent to %s", h->origin);
 }
 
-/* ---- worker requests in flight through the upstream (see router.h) ------------------------- */
-
 static bool toward_upstream(const struct cj_router *r, const char *dest)
 {
     return strcmp(dest, r->me) != 0 && !cj_fqcn_is_ancestor(r->me, dest);
-}
-
-/* The first chunk of a request stream (streaming.md §7: sm__ri, not a reply);
- * a reliable sender's retransmission of it is told apart in inflight_track. */
-static bool is_request_start(const struct cj_hdr *h)
-{
-    return cj_hdr_has(h, CJ_HK_SM_RI) && cj_hdr_has(h, CJ_HK_SM_ID) && !strcmp(h->channel, "sm__STREAM") &&
-           !strcmp(h->topic, "sm__DATA") && strcmp(h->sm_ch, "return_only") != 0 &&
-           !(cj_hdr_has(h, CJ_HK_SM_DT) && h->sm_dt == CJ_SM_ERROR) && (!cj_hdr_has(h, CJ_HK_SM_SQ) || h->sm_sq == 0);
-}
-
-/* A message toward the requester that settles the request with its sm__ri:
- * the reply's final chunk, or an error notice. */
-static bool ends_request(const struct cj_hdr *h)
-{
-    if (!cj_hdr_has(h, CJ_HK_SM_RI) || strcmp(h->channel, "sm__STREAM") != 0) return false;
-    if ((cj_hdr_has(h, CJ_HK_SM_DT) && h->sm_dt == CJ_SM_ERROR) || !strcmp(h->topic, "sm__ERROR") ||
-        (!strcmp(h->topic, "sm__ACK") && cj_hdr_has(h, CJ_HK_SM_EM)))
-        return true;
-    return !strcmp(h->topic, "sm__DATA") && !strcmp(h->sm_ch, "return_only") && cj_hdr_has(h, CJ_HK_SM_DT) &&
-           h->sm_dt == CJ_SM_FINAL;
-}
-
-static uint16_t pack_text(struct inflight *f, size_t *at, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    uint16_t off = (uint16_t)*at;
-    memcpy(f->text + *at, s, n);
-    *at += n;
-    return off;
-}
-
-/* Remembers the request h (its first chunk, forwarded from worker link l
- * toward the upstream), once per stream; at the bound the oldest is forgotten. */
-static void inflight_track(struct cj_router *r, struct cj_link *l, const struct cj_hdr *h)
-{
-    struct rlink *d = rl(l);
-    if (!d || d->role != ROLE_WORKER) return;
-    bool has_ch = cj_hdr_has(h, CJ_HK_SM_CH), has_tp = cj_hdr_has(h, CJ_HK_SM_TP);
-    size_t need = strlen(h->sm_ri) + strlen(h->destination) + strlen(h->origin) + 3 +
-                  (has_ch ? strlen(h->sm_ch) + 1 : 0) + (has_tp ? strlen(h->sm_tp) + 1 : 0);
-    if (need > INFLIGHT_TEXT) {
-        r->c.inflight_untracked++;
-        cj_log_debug("router %s: request %s of %s not remembered: its names are too long", r->me, h->sm_ri, d->fqcn);
-        return;
-    }
-    if (!d->inflight && !(d->inflight = calloc(CJ_ROUTER_INFLIGHT_MAX, sizeof *d->inflight))) {
-        r->c.inflight_untracked++;
-        return;
-    }
-    struct inflight *slot = NULL, *oldest = NULL;
-    for (unsigned i = 0; i < CJ_ROUTER_INFLIGHT_MAX; i++) {
-        struct inflight *f = &d->inflight[i];
-        if (!f->seq) {
-            if (!slot) slot = f;
-            continue;
-        }
-        if (f->sm_id == h->sm_id && f->sm_id_neg == h->sm_id_neg && !strcmp(f->text, h->sm_ri)) return;   /* again */
-        if (!oldest || f->seq < oldest->seq) oldest = f;
-    }
-    if (!slot) {
-        slot = oldest;
-        d->n_inflight--;
-        r->c.inflight_untracked++;
-        cj_log_debug("router %s: %s has %d requests in flight upstream: forgot the oldest (%s)", r->me, d->fqcn,
-                     CJ_ROUTER_INFLIGHT_MAX, slot->text);
-    }
-    size_t at = 0;
-    pack_text(slot, &at, h->sm_ri);
-    slot->dest = pack_text(slot, &at, h->destination);
-    slot->origin = pack_text(slot, &at, h->origin);
-    slot->has_ch = has_ch;
-    slot->has_tp = has_tp;
-    if (has_ch) slot->ch = pack_text(slot, &at, h->sm_ch);
-    if (has_tp) slot->tp = pack_text(slot, &at, h->sm_tp);
-    slot->sm_id = h->sm_id;
-    slot->sm_id_neg = h->sm_id_neg;
-    slot->seq = ++r->inflight_seq;
-    d->n_inflight++;
-}
-
-static void inflight_forget(struct rlink *d, const char *ri)
-{
-    for (unsigned i = 0; d->n_inflight && i < CJ_ROUTER_INFLIGHT_MAX; i++) {
-        struct inflight *f = &d->inflight[i];
-        if (f->seq && !strcmp(f->text, ri)) {
-            f->seq = 0;
-            d->n_inflight--;
-            return;
-        }
-    }
-}
-
-/* Fails every request remembered for worker link l with a forwarder error
- * notice and forgets them; one log line.  The table is taken off the link
- * first: a send that closes l (out of memory) frees its rlink. */
-static void inflight_fail_link(struct cj_router *r, struct cj_link *l, const char *failure, bool rate_limited)
-{
-    struct rlink *d = rl(l);
-    if (!d || !d->n_inflight) return;
-    struct inflight *t = d->inflight;
-    unsigned n = d->n_inflight, sent = 0;
-    char who[CJ_FQCN_MAX + 1], first_err[256] = "";
-    snprintf(who, sizeof who, "%s", d->fqcn);
-    d->inflight = NULL;
-    d->n_inflight = 0;
-    for (unsigned i = 0; i < CJ_ROUTER_INFLIGHT_MAX; i++) {
-        struct inflight *f = &t[i];
-        if (!f->seq) continue;
-        struct notice nt = {
-            .origin = f->text + f->origin, .dest = f->text + f->dest, .ri = f->text,
-            .ch = f->has_ch ? f->text + f->ch : NULL, .tp = f->has_tp ? f->text + f->tp : NULL,
-            .sm_id = f->sm_id, .sm_id_neg = f->sm_id_neg,
-        };
-        struct cj_err err;
-        if (send_notice(r, &nt, failure, false, &err) == 0) sent++;
-        else if (!first_err[0]) snprintf(first_err, sizeof first_err, "; %u not sent: %s", n - sent, err.msg);
-        f->seq = 0;
-    }
-    r->c.inflight_failed += sent;
-    d = rl(l);
-    if (d && !d->inflight) d->inflight = t;   /* reused, all slots free */
-    else free(t);
-    if (rate_limited)
-        drop_log(r, "router %s: failed %u request%s of %s in flight through the upstream with sm__ERROR notices: %s%s",
-                 r->me, sent, sent == 1 ? "" : "s", who, failure, first_err);
-    else
-        cj_log_warning("router %s: failed %u request%s of %s in flight through the upstream with sm__ERROR notices: "
-                       "%s%s", r->me, sent, sent == 1 ? "" : "s", who, failure, first_err);
-}
-
-/* Every worker's remembered requests.  Links may go away while notices are
- * sent (their slot in r->links is then reused): look again after each. */
-static void inflight_fail_all(struct cj_router *r, const char *failure, bool rate_limited)
-{
-    for (;;) {
-        struct cj_link *l = NULL;
-        for (size_t i = 0; i < r->n_links && !l; i++)
-            if (rl(r->links[i]) && rl(r->links[i])->n_inflight) l = r->links[i];
-        if (!l) return;
-        inflight_fail_link(r, l, failure, rate_limited);
-    }
 }
 
 static bool is_optional_chunk(const struct cj_hdr *h)
@@ -496,11 +225,11 @@ static void unroutable(struct cj_router *r, struct cj_msg *m, uint64_t *counter,
          * flight there will never be answered. */
         struct rlink *d = rl(m->from);
         if (d && d->role == ROLE_WORKER && toward_upstream(r, h->destination) && !cj_router_upstream(r)) {
-            if (is_request_start(h) && !is_optional_chunk(h)) inflight_track(r, m->from, h);
+            if (inflight_is_request_start(h) && !is_optional_chunk(h)) inflight_track(r, m->from, h);
             inflight_fail_all(r, "the upstream is not connected", true);
         }
     }
-    drop_log(r, "router %s: cannot deliver %s origin=%s destination=%s channel=%s topic=%s (from %s): %s%s", r->me,
+    router_drop_log(r, "router %s: cannot deliver %s origin=%s destination=%s channel=%s topic=%s (from %s): %s%s", r->me,
              cj_msg_type_name(h->msg_type), h->origin, h->destination, h->channel, h->topic,
              m->from ? cj_link_name(m->from) : "this cell", why, note);
     cj_msg_free(m);
@@ -552,7 +281,7 @@ static void forward(struct cj_router *r, struct cj_msg *m)
     if (is_upstream(dst)) {
         r->c.up_msgs++;
         r->c.up_bytes += bytes;
-        if (src && is_request_start(&m->hdr)) inflight_track(r, src, &m->hdr);
+        if (src && inflight_is_request_start(&m->hdr)) inflight_track(r, src, &m->hdr);
         upstream_sent(r, dst, src);
     } else {
         r->c.down_msgs++;
@@ -562,194 +291,12 @@ static void forward(struct cj_router *r, struct cj_msg *m)
             if (!d->fwd || now - d->active_at > PACE_STALL) d->fed_at = now;   /* a new burst */
             d->fwd += bytes;
             d->active_at = now;
-            if (d->n_inflight && ends_request(&m->hdr)) inflight_forget(d, m->hdr.sm_ri);
+            if (d->n_inflight && inflight_ends_request(&m->hdr)) inflight_forget(d, m->hdr.sm_ri);
         }
     }
     if (src && rl(src) && !is_upstream(src)) rl(src)->active_at = now;
     cj_msg_free(m);
     if (src && !upstream_slack(r, src, dst, now) && cj_link_throttle(src, dst)) r->c.throttles++;
-}
-
-/* Pacing.  A worker link's own bound (link_buffer of its cj_link) is r->pace,
- * a few MiB.  When the upstream feeds a worker past it:
- *   - if the worker is reading (it drained a pace's worth within PACE_STALL)
- *     and no other worker may be waiting on the upstream (none had traffic
- *     within PACE_ACTIVE while holding less than half a pace), the upstream
- *     pauses until the worker has drained to half a pace: the sender's window
- *     then waits in the server's socket, not in the relay, so the relay's
- *     memory does not grow with the window or the model;
- *   - otherwise the worker's queue may grow (the upstream's slack) so that a
- *     worker that stops reading, or a slow one, does not stall the others.
- * A pace is lifted as soon as anything else needs the upstream: another
- * worker (or this cell) sends upstream, another worker drains, the paced
- * worker goes away or stops reading (check_stalls). */
-static bool worker_reading(struct cj_router *r, struct cj_link *l, double now)
-{
-    struct rlink *d = rl(l);
-    size_t q = cj_link_queued(l);
-    uint64_t drained = d->fwd > q ? d->fwd - q : 0;
-    if (drained >= d->drain_mark + r->pace) {
-        d->drain_mark = drained;
-        d->read_at = now;
-    }
-    /* A worker that has not drained a pace yet gets PACE_STALL from its first
-     * bytes to do so: otherwise a worker slow to start (a loaded machine)
-     * would take up to a whole window into the relay before pacing began. */
-    double since = d->read_at > 0 ? d->read_at : d->fed_at;
-    return since > 0 && now - since < PACE_STALL;
-}
-
-static bool other_worker_waiting(struct cj_router *r, struct cj_link *dst, double now)
-{
-    for (size_t i = 0; i < r->n_links; i++) {
-        struct cj_link *l = r->links[i];
-        struct rlink *d = rl(l);
-        if (l == dst || !d || d->role != ROLE_WORKER || !d->up) continue;
-        if (now - d->active_at < PACE_ACTIVE && cj_link_queued(l) < r->pace / 2) return true;
-    }
-    return false;
-}
-
-static void pace(struct cj_router *r, struct cj_link *up, struct cj_link *dst)
-{
-    if (r->paced_on || !cj_link_reading(up)) return;
-    r->paced_on = dst;
-    r->c.throttles++;
-    cj_log_debug("router %s: upstream paced for %s (%zu bytes queued toward it)", r->me, rl(dst)->fqcn,
-                 cj_link_queued(dst));
-    cj_link_pause_reading(up, CJ_LINK_PAUSE_OWNER);
-}
-
-static void unpace(struct cj_router *r, const char *why)
-{
-    if (!r->paced_on) return;
-    cj_log_debug("router %s: upstream pace for %s lifted: %s (%zu bytes queued toward it)", r->me,
-                 rl(r->paced_on) ? rl(r->paced_on)->fqcn : "?", why, cj_link_queued(r->paced_on));
-    r->paced_on = NULL;
-    if (r->up_link) cj_link_resume_reading(r->up_link, CJ_LINK_PAUSE_OWNER);
-}
-
-/* Something went out on the upstream link dst (src: the link it came from,
- * NULL when this cell originated it): unless it is the paced worker's own
- * traffic (its ACKs), someone may wait for an answer: lift the pace. */
-static void upstream_sent(struct cj_router *r, struct cj_link *dst, struct cj_link *src)
-{
-    if (r->paced_on && is_upstream(dst) && src != r->paced_on) unpace(r, "traffic toward the upstream");
-}
-
-/* A worker link drained below half its bound after being over it. */
-static void worker_drained(struct cj_link *l, void *ctx)
-{
-    struct cj_router *r = ctx;
-    struct rlink *d = rl(l);
-    if (!r->paced_on || !d) return;
-    if (l == r->paced_on || cj_now() - d->active_at < PACE_ACTIVE) unpace(r, l == r->paced_on ? "it drained" : "another worker drained");
-}
-
-/* A worker that stops reading must not stall the shared upstream, and with it
- * every other worker.  Unless pacing applies (above), its queue may grow past
- * its bound, up to link_buffer + shared_slack (one sender window: a sender
- * that respects its window cannot fill it), before the upstream pauses; past
- * link_buffer the worker counts as stalled, and a stalled worker that drains
- * nothing for stall_timeout is closed (check_stalls).  True: no throttle. */
-static bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_link *dst, double now)
-{
-    if (!is_upstream(src) || is_upstream(dst) || !rl(dst) || !cj_link_over(dst)) return false;
-    size_t q = cj_link_queued(dst);
-    if (q > r->link_buffer + r->shared_slack) return false;
-    if (r->pacing && worker_reading(r, dst, now) && !other_worker_waiting(r, dst, now)) {
-        pace(r, src, dst);
-        return true;   /* paused by the pace, not by a throttle */
-    }
-    if (q > r->link_buffer) r->c.slack_used++;
-    return true;
-}
-
-/* Holds.  A consumer of this cell's own streams that is behind (the spool,
- * waiting for its disk) stops the link its source's bytes arrive on: they
- * then wait in the peer's socket and window, not here.  A link stays paused
- * at most HOLD_LAPSE s at a time: past that, the stream's window (its ACKs
- * wait for the consumer) bounds what arrives, and everything else on the
- * link (heartbeats, other streams) flows again. */
-#define HOLD_LAPSE 2.0
-
-/* A worker's heartbeats wait while its link is held: half its heartbeat
- * interval at most, so that a held worker never looks silent. */
-static double hold_lapse(const struct cj_router *r, struct cj_link *l)
-{
-    double half = r->worker_cfg.heartbeat_interval / 2;
-    return is_upstream(l) || half <= 0 || half > HOLD_LAPSE ? HOLD_LAPSE : half;
-}
-
-static void hold_lift(struct cj_router *r, struct cj_link *l, bool lapsed)
-{
-    struct rlink *d = rl(l);
-    if (!d || d->hold_since == 0) return;
-    if (lapsed) {
-        r->c.holds_lapsed++;
-        cj_log_debug("router %s: hold on %s lapsed after %.1f s", r->me, d->fqcn, cj_now() - d->hold_since);
-    }
-    d->hold_since = 0;
-    cj_link_resume_reading(l, CJ_LINK_PAUSE_HOLD);
-}
-
-int cj_router_hold(struct cj_router *r, const char *source, bool on)
-{
-    const char *why;
-    struct cj_link *l = source ? cj_router_next_hop(r, source, &why) : NULL;
-    struct rlink *d = l ? rl(l) : NULL;
-    if (!d || !d->up) return -1;
-    if (!on) {
-        if (d->holds && --d->holds == 0) hold_lift(r, l, false);
-        return 0;
-    }
-    if (d->holds++ == 0) {
-        d->hold_since = cj_now();
-        r->c.holds++;
-        cj_link_pause_reading(l, CJ_LINK_PAUSE_HOLD);
-    }
-    return 0;
-}
-
-static void check_holds(struct cj_router *r, double now)
-{
-    for (size_t i = 0; i < r->n_links; i++) {
-        struct rlink *d = rl(r->links[i]);
-        if (d && d->hold_since > 0 && now - d->hold_since >= hold_lapse(r, r->links[i])) hold_lift(r, r->links[i], true);
-    }
-}
-
-static void check_stalls(evutil_socket_t fd, short what, void *arg)
-{
-    struct cj_router *r = arg;
-    double now = cj_now();
-    if (r->paced_on && !worker_reading(r, r->paced_on, now)) {   /* it stopped reading */
-        cj_log_info("router %s: worker %s drained nothing for %.0f s: the upstream is no longer paced for it", r->me,
-                    rl(r->paced_on) ? rl(r->paced_on)->fqcn : "?", PACE_STALL);
-        unpace(r, "it stopped reading");
-    }
-    check_holds(r, now);
-    for (size_t i = 0; i < r->n_links; i++) {
-        struct cj_link *l = r->links[i];
-        struct rlink *d = rl(l);
-        if (!d || d->role != ROLE_WORKER || !d->up) continue;
-        size_t q = cj_link_queued(l);
-        bool over = q > r->link_buffer;
-        if (!over || q < d->stall_queued) {   /* under the bound, or draining */
-            d->stall_since = over ? now : 0;
-            d->stall_queued = q;
-            continue;
-        }
-        if (d->stall_since == 0) { d->stall_since = now; d->stall_queued = q; continue; }
-        d->stall_queued = q;
-        if (now - d->stall_since < r->stall_timeout) continue;
-        r->c.stalled_closed++;
-        cj_log_warning("router %s: worker %s is not reading: %zu bytes queued toward it, none drained for %.0f s; "
-                       "closing its link so the other workers' traffic keeps flowing", r->me, d->fqcn, q,
-                       now - d->stall_since);
-        d->stall_since = 0;
-        cj_link_close(l, "not reading for %.0f s with %zu bytes queued", r->stall_timeout, q);
-    }
 }
 
 /* cellnet.md §6 anti-spoofing: a worker speaks for itself and its
@@ -774,7 +321,7 @@ void cj_router_input(struct cj_router *r, struct cj_msg *m)
     if (spoofed(r, m, &why)) {
         r->c.drops++;
         r->c.drops_spoof++;
-        drop_log(r, "router %s: dropped spoofed %s origin=%s destination=%s channel=%s topic=%s from %s %s: %s",
+        router_drop_log(r, "router %s: dropped spoofed %s origin=%s destination=%s channel=%s topic=%s from %s %s: %s",
                  r->me, cj_msg_type_name(m->hdr.msg_type), m->hdr.origin, m->hdr.destination, m->hdr.channel,
                  m->hdr.topic, cj_link_name(m->from), cj_link_peer(m->from), why);
         cj_msg_free(m);
@@ -1035,7 +582,7 @@ static void worker_up(struct cj_link *l, void *ctx)
     if (r->ev.worker_up) r->ev.worker_up(r, d->fqcn, l, r->ev_ctx);
 }
 
-static void link_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
+void router_link_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
 {
     struct cj_router *r = ctx;
     if (is_upstream(l) && !r->proven) {    /* the upstream answers: the link works */
@@ -1050,14 +597,14 @@ static void worker_down(struct cj_link *l, const char *why, void *ctx)
     struct cj_router *r = ctx;
     struct rlink *d = rl(l);
     if (r->paced_on == l) unpace(r, "it went away");
-    remove_link(r, l);
+    router_remove_link(r, l);
     cj_link_set_data(l, NULL);
     if (d && d->up && r->ev.worker_down) r->ev.worker_down(r, d->fqcn, why, r->ev_ctx);
-    rlink_free(d);   /* its requests in flight are forgotten */
+    router_rlink_free(d);   /* its requests in flight are forgotten */
 }
 
 static const struct cj_link_ops worker_ops = {
-    .on_up = worker_up, .on_msg = link_msg, .on_down = worker_down, .on_hello = worker_hello,
+    .on_up = worker_up, .on_msg = router_link_msg, .on_down = worker_down, .on_hello = worker_hello,
     .on_drain = worker_drained,
 };
 
@@ -1065,7 +612,7 @@ int cj_router_accept(struct cj_router *r, evutil_socket_t fd, const char *peer_a
 {
     struct cj_err err;
     struct rlink *d = calloc(1, sizeof *d);
-    if (!d || add_link(r, NULL) < 0) {
+    if (!d || router_add_link(r, NULL) < 0) {
         free(d);
         close(fd);
         cj_log_error("router %s: out of memory accepting a worker", r->me);
@@ -1080,7 +627,7 @@ int cj_router_accept(struct cj_router *r, evutil_socket_t fd, const char *peer_a
         return -1;
     }
     cj_link_set_data(l, d);
-    add_link(r, l);
+    router_add_link(r, l);
     return 0;
 }
 
@@ -1100,159 +647,6 @@ int cj_router_listen(struct cj_router *r, const char *url, unsigned mode, unsign
     if (!l) return -1;
     r->listeners[r->n_listeners++] = l;
     if (port) *port = cj_listener_port(l);
-    return 0;
-}
-
-/* ---- the upstream ---------------------------------------------------------------------------- */
-
-const char *cj_router_upstream_state_name(enum cj_upstream_state s)
-{
-    switch (s) {
-    case CJ_UP_DISABLED: return "disabled";
-    case CJ_UP_CONNECTING: return "connecting";
-    case CJ_UP_UP: return "up";
-    case CJ_UP_BACKOFF: return "backoff";
-    }
-    return "?";
-}
-
-enum cj_upstream_state cj_router_upstream_state(const struct cj_router *r) { return r->up_state; }
-
-static void upstream_connect(struct cj_router *r);
-
-static void upstream_up(struct cj_link *l, void *ctx)
-{
-    struct cj_router *r = ctx;
-    struct rlink *d = rl(l);
-    d->up = true;
-    snprintf(d->fqcn, sizeof d->fqcn, "%s", cj_link_peer(l));
-    r->up_state = CJ_UP_UP;
-    r->proven = false;
-    r->up_since = cj_now();
-    cj_log_info("router %s: upstream up (%s at %s)%s", r->me, d->fqcn, r->up_url,
-                r->upstream_cfg.quiet ? " after retrying" : "");
-    r->upstream_cfg.quiet = false;
-    r->last_why[0] = '\0';
-    if (r->ev.upstream_up) r->ev.upstream_up(r, d->fqcn, r->ev_ctx);
-}
-
-/* Every transition is logged once: the first failure (or a new reason) at
- * warning, repeats of the same failure only every 20 attempts; the links of
- * retries log at debug. */
-static void report_retry(struct cj_router *r, const char *why, bool was_up)
-{
-    bool same = !was_up && !strcmp(why, r->last_why);
-    if (!same || r->attempt % 20 == 0)
-        cj_log_warning("router %s: upstream %s: %s; retrying every %.1f..%.1f s%s", r->me,
-                       was_up ? "lost" : "unreachable", why, r->rmin, r->rmax,
-                       same ? " (still failing)" : "");
-    snprintf(r->last_why, sizeof r->last_why, "%s", why);
-    r->upstream_cfg.quiet = true;
-}
-
-static void upstream_backoff(struct cj_router *r)
-{
-    double d = r->rmin;
-    for (int i = 0; i < r->attempt && d < r->rmax; i++) d *= 2;
-    if (d > r->rmax) d = r->rmax;
-    d = d / 2 + rand01(r) * d / 2;           /* jitter: [d/2, d] */
-    if (d < r->rmin) d = r->rmin;
-    if (r->attempt < 64) r->attempt++;
-    r->up_state = CJ_UP_BACKOFF;
-    cj_log_debug("router %s: upstream reconnect in %.2f s (attempt %d)", r->me, d, r->attempt);
-    struct timeval tv = {.tv_sec = (time_t)d, .tv_usec = (suseconds_t)((d - (double)(time_t)d) * 1e6)};
-    event_add(r->up_timer, &tv);
-}
-
-static void upstream_down(struct cj_link *l, const char *why, void *ctx)
-{
-    struct cj_router *r = ctx;
-    struct rlink *d = rl(l);
-    bool was_up = d && d->up;
-    remove_link(r, l);
-    cj_link_set_data(l, NULL);
-    free(d);
-    r->up_link = NULL;
-    r->paced_on = NULL;   /* the next upstream link starts reading */
-    /* A link that stayed up a while was healthy: start the back-off over.
-     * One the server drops right after READY keeps backing off. */
-    if (was_up && cj_now() - r->up_since > 2 * r->rmax) r->attempt = 0;
-    if (was_up && !r->proven && cj_link_is_tls(l))
-        cj_log_warning("router %s: the server closed the link after READY before answering anything; with mtls "
-                       "the usual cause is a client certificate whose CN differs from the site name '%.*s'",
-                       r->me, (int)cj_fqcn_root_len(r->me), r->me);
-    if (r->ev.upstream_down) r->ev.upstream_down(r, why, r->ev_ctx);
-    report_retry(r, why, was_up);
-    if (was_up) {   /* the replies to the workers' requests in flight will not come */
-        char failure[320];
-        snprintf(failure, sizeof failure, "the upstream was lost (%.250s)", why);
-        inflight_fail_all(r, failure, false);
-    }
-    upstream_backoff(r);
-}
-
-static const struct cj_link_ops upstream_ops = {
-    .on_up = upstream_up, .on_msg = link_msg, .on_down = upstream_down,
-};
-
-static void upstream_connect(struct cj_router *r)
-{
-    struct cj_err err;
-    struct rlink *d = calloc(1, sizeof *d);
-    if (!d || add_link(r, NULL) < 0) {
-        free(d);
-        cj_log_error("router %s: out of memory connecting upstream", r->me);
-        upstream_backoff(r);
-        return;
-    }
-    r->n_links--;                           /* slot reserved */
-    d->role = ROLE_UPSTREAM;
-    r->up_state = CJ_UP_CONNECTING;
-    struct cj_link *l = cj_link_connect(r->base, r->dns, r->up_url, r->up_tls, &r->upstream_cfg, &upstream_ops, r,
-                                        &err);
-    if (!l) {
-        free(d);
-        cj_log_error("router %s: cannot connect upstream: %s", r->me, err.msg);
-        upstream_backoff(r);
-        return;
-    }
-    cj_link_set_data(l, d);
-    add_link(r, l);
-    r->up_link = l;
-}
-
-static void upstream_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd; (void)what;
-    struct cj_router *r = arg;
-    r->c.reconnects++;
-    upstream_connect(r);
-}
-
-int cj_router_upstream_start(struct cj_router *r, const struct cj_upstream_cfg *u, struct cj_err *err)
-{
-    struct cj_addr a;
-    if (r->up_state != CJ_UP_DISABLED) return cj_fail(err, CJ_E_INVALID, 0, "the upstream is already started");
-    if (cj_addr_parse(u->url, CJ_EP_NET, 0, &a, err) < 0) return -1;
-    if (cj_ep_tls(a.ep.kind) != (u->tls != NULL))
-        return cj_fail(err, CJ_E_INVALID, 0, "upstream %s: %s", a.text,
-                       u->tls ? "TLS needs an stcp://, https:// or grpcs:// url" : "a TLS scheme needs a TLS context");
-    snprintf(r->up_url, sizeof r->up_url, "%s", u->url);
-    snprintf(r->up_tls_name, sizeof r->up_tls_name, "%s", u->tls_name ? u->tls_name : "");
-    r->upstream_cfg.tls_name = r->up_tls_name;
-    r->up_tls = u->tls;
-    r->rmin = u->reconnect_min > 0 ? u->reconnect_min : 0.5;
-    r->rmax = u->reconnect_max > 0 ? u->reconnect_max : 30;
-    if (r->rmax < r->rmin) r->rmax = r->rmin;
-    r->dns = u->dns;
-    if (!r->dns && !cj_addr_is_numeric(&a)) {
-        r->dns = evdns_base_new(r->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
-        if (!r->dns) return cj_fail(err, CJ_E_INVALID, 0, "cannot set up a DNS resolver for %s", a.ep.addr);
-        r->own_dns = true;
-    }
-    r->up_timer = evtimer_new(r->base, upstream_timer, r);
-    if (!r->up_timer) return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
-    upstream_connect(r);
     return 0;
 }
 
@@ -1315,7 +709,7 @@ void cj_router_free(struct cj_router *r)
     for (size_t i = 0; i < r->n_listeners; i++) cj_listener_free(r->listeners[i]);
     free(r->listeners);
     for (size_t i = 0; i < r->n_links; i++) {
-        rlink_free(rl(r->links[i]));
+        router_rlink_free(rl(r->links[i]));
         cj_link_set_data(r->links[i], NULL);
         cj_link_free(r->links[i]);
     }
