@@ -15,7 +15,7 @@
  * say SIM FAIL).  Any unexpected answer ends it with "DRIVE FAIL <why>", exit 1.
  *
  * --drive-source-failure R plays a relay whose worker died inside its result
- * barrier (download.md §2 "Source-failure notice", §6.1 step 1, §7):
+ * barrier (doc/protocol/download.md §2 "Source-failure notice", §6.1 step 1, §7):
  *   attempt 1 of round R: the result's ref names a worker cell <me>.sf_trainer
  *     that never answers (the server's pulls to it are dropped, one
  *     "DRIVE DROPPED" line each); at the first pull a sibling cell

@@ -1,6 +1,6 @@
 /* fl.c — cjrelay-sim's FL server: aux topics, get_task, submit_update,
  * the task refs it serves and the result refs it downloads and verifies (see
- * sim.h for the list, DESIGN-fl.md "Simulator" and "Conventions").
+ * sim.h for the list, doc/design.md "Simulator" and "Conventions").
  *
  * A round r (1..--rounds) is issued as a task to the first site that polls
  * while it has no task out; the site then gets __try_again__ until its result

@@ -1,4 +1,4 @@
-/* cjrelay-sim — the upstream FL server simulator (interface.md).
+/* cjrelay-sim — the upstream FL server simulator (doc/interface.md).
  *
  * Table of contents:
  *   sim.h      what the simulator is and does (read this first)

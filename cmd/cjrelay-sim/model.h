@@ -1,5 +1,5 @@
 /* model.h — the simulator's model: deterministic float32 tensors and the
- * download items that carry them (DESIGN-fl.md "Conventions").
+ * download items that carry them (doc/design.md "Conventions").
  *
  *   value of element j of tensor t in the task of round r (1-based):
  *       (float)(r * 1000 + t) + (float)(j % 1000) * 0.001f      (float32 math)

@@ -1,4 +1,4 @@
-/* opts.c — cjrelay-sim's command line (interface.md "cjrelay-sim"). */
+/* opts.c — cjrelay-sim's command line (doc/interface.md "cjrelay-sim"). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +29,7 @@ static const char USAGE[] =
     "  --tls-dir       rootCA.pem, server.crt, server.key; stcp:// requires it and client certificates (mtls)\n"
     "  --job-id        the job: this process is the cells server and server.<job>\n"
     "\n"
-    "FL server (fl-protocols.md, download.md; values per DESIGN-fl.md \"Conventions\"):\n"
+    "FL server (doc/protocol/fl-protocols.md, doc/protocol/download.md; values per doc/design.md \"Conventions\"):\n"
     "  --rounds N      tasks to serve and verify (default 3); then get_task answers __end_run__\n"
     "                  and the simulator exits 1 s after that reply went out\n"
     "  --model-size SIZE  total tensor bytes per task, K/M/G allowed (default 64M), split evenly\n"

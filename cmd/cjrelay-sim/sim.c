@@ -102,7 +102,7 @@ static void on_down(struct cj_link *l, const char *why, void *ctx)
 
 /* ---- direct messages --------------------------------------------------------------- */
 
-/* A direct reply (cellnet.md §2) on the link the request came in on. */
+/* A direct reply (doc/protocol/cellnet.md §2) on the link the request came in on. */
 static void direct_reply(struct sim *s, const struct cj_msg *req, const char *rc, const char *error,
                          const char *text)
 {

@@ -1,7 +1,7 @@
-/* sim.h — cjrelay-sim, the upstream FL server simulator (interface.md).
+/* sim.h — cjrelay-sim, the upstream FL server simulator (doc/interface.md).
  *
  * One process plays the server root cell `server` (it answers the relay's
- * HELLO with READY as "server") and the job cell `server.<job>` (cellnet.md
+ * HELLO with READY as "server") and the job cell `server.<job>` (doc/protocol/cellnet.md
  * §6 "A simulator ..."), which consumes what is addressed to it.
  *
  * Transport tests (sim.c):
@@ -12,7 +12,7 @@
  *                                   blob (pattern.h), built from references to
  *                                   one static buffer, so 1 GiB costs nothing
  *
- * FL server (fl.c; fl-protocols.md §2-§4, download.md):
+ * FL server (fl.c; doc/protocol/fl-protocols.md §2-§4, doc/protocol/download.md):
  *   aux_communication/__sync_runner__   -> __rc__ OK
  *   aux_communication/__job_heartbeat__ -> counted (fire-and-forget)
  *   aux_communication/__task_check__    -> OK for a task awaiting its result, else TASK_UNKNOWN
@@ -25,7 +25,7 @@
  *   download_service__/download_service__source_failure -> from the source's FQCN parent:
  *                                          ok, tombstones, fails the active result download
  *                                          at once; from anyone else invalid_request
- * Tensors and items: model.c (DESIGN-fl.md "Conventions").
+ * Tensors and items: model.c (doc/design.md "Conventions").
  *
  * It talks to links and a stream endpoint directly: the router's policy is
  * the relay's, not a server's.

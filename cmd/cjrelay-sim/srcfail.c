@@ -1,4 +1,4 @@
-/* srcfail.c — cjrelay-sim's side of source-failure notices (download.md §2,
+/* srcfail.c — cjrelay-sim's side of source-failure notices (doc/protocol/download.md §2,
  * §6.1 step 1): a notice from the FQCN parent of its source_fqcn (the relay,
  * for its workers) is answered ok, each (source, ref) is tombstoned for
  * SF_TOMB_SECS (at most SF_TOMB_MAX, oldest dropped first), an active result

@@ -173,7 +173,7 @@ int start_verification(struct task *t, const struct req *r, char *why, size_t wh
     snprintf(t->res_from, sizeof t->res_from, "%s", d.fqcn);
     snprintf(t->res_ref, sizeof t->res_ref, "%s", d.ref_id);
     const char *tomb_reason = sf_tombstoned(fl, d.fqcn, d.ref_id);
-    if (tomb_reason) {   /* download.md §6.1 step 1: fail before the first request */
+    if (tomb_reason) {   /* doc/protocol/download.md §6.1 step 1: fail before the first request */
         *fatal = false;
         char msg[1024];
         snprintf(msg, sizeof msg, "downloading result ref %s from %s failed: %s (tombstoned by a source_failure "

@@ -1,4 +1,4 @@
-/* cjrelay-worker — the reference Client API worker (interface.md, DESIGN-fl.md).
+/* cjrelay-worker — the reference Client API worker (doc/interface.md, doc/design.md).
  *
  *   cjrelay-worker [--bootstrap FILE] [--connect-window SECS] [--log-level LEVEL]
  *   cjrelay-worker --direct tcp://HOST:PORT --job-id J [--site S]   (benchmarks: no relay)

@@ -1,4 +1,4 @@
-/* session.c — the worker's Client API session (fl-protocols.md §7-§8), which
+/* session.c — the worker's Client API session (doc/protocol/fl-protocols.md §7-§8), which
  * makes the launched mode (wk_launched_mode): the link to the relay coming and
  * going, HELLO and SESSION_READY with the stock trainer's retries, heartbeats,
  * the relay-silence and relay-pid watchdogs, abort, shutdown, log. */
@@ -32,7 +32,7 @@ void wk_touch(struct wk *w)
 /* ---- sending ------------------------------------------------------------------------------ */
 
 /* In secure mode the worker stamps the delegated credentials on its own
- * requests (cellnet.md §8; the relay checks them on SESSION_READY). */
+ * requests (doc/protocol/cellnet.md §8; the relay checks them on SESSION_READY). */
 struct auth_hdrs {
     msgpack_sbuffer sb;
     struct cj_stream_hv hv[4];
@@ -208,7 +208,7 @@ static void hello_answered(struct wk *w, const struct cj_capi_msg *m)
     if (w->bs.secure_mode) {
         snprintf(w->auth_token, sizeof w->auth_token, "%s", m->auth_token);
         snprintf(w->auth_sig, sizeof w->auth_sig, "%s", m->auth_token_signature);
-        /* Download traffic to server.* carries them too (cellnet.md §8). */
+        /* Download traffic to server.* carries them too (doc/protocol/cellnet.md §8). */
         struct cj_stream_kv kv[] = {
             {"client_name", w->bs.site_name}, {"__token__", w->auth_token}, {"__token_signature__", w->auth_sig}};
         if (cj_stream_set_auth(w->ep, kv, 3)) cj_log_warning("cannot install the delegated credentials");

@@ -1,4 +1,4 @@
-/* task.c — one task at a time (DESIGN-fl.md "Reference worker"):
+/* task.c — one task at a time (doc/design.md "Reference worker"):
  *
  *   task_ready -> cj_dxo_read the model -> cj_dl_fetch its ref from the source
  *   (through the relay) -> per item, as it arrives: parse (npz / safetensors),

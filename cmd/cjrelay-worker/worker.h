@@ -1,5 +1,5 @@
-/* worker.h — cjrelay-worker, the reference Client API trainer (DESIGN-fl.md
- * "Reference worker", fl-protocols.md §7-§8, download.md).
+/* worker.h — cjrelay-worker, the reference Client API trainer (doc/design.md
+ * "Reference worker", doc/protocol/fl-protocols.md §7-§8, doc/protocol/download.md).
  *
  * One process, one event loop, one link to the relay, one stream endpoint:
  *

@@ -52,7 +52,7 @@ static int load_config(const char *path, struct cj_config *cfg)
 }
 
 /* The server accepts an mTLS client only when its certificate's CN is the site
- * name (cellnet.md §9); a relay with another certificate could
+ * name (doc/protocol/cellnet.md §9); a relay with another certificate could
  * never come up, so it is refused here (and by --check-config), not hours later. */
 static int check_cert_cn(const char *path, const struct cj_config *cfg)
 {

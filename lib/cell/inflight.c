@@ -9,7 +9,7 @@
 #include "cell/router_int.h"
 #include "util/log.h"
 
-/* The first chunk of a request stream (streaming.md §7: sm__ri, not a reply);
+/* The first chunk of a request stream (doc/protocol/streaming.md §7: sm__ri, not a reply);
  * a reliable sender's retransmission of it is told apart in inflight_track. */
 bool inflight_is_request_start(const struct cj_hdr *h)
 {

@@ -104,7 +104,7 @@ struct cj_link *cj_router_upstream(const struct cj_router *r)
     return r->up_state == CJ_UP_UP ? r->up_link : NULL;
 }
 
-/* cellnet.md §6: me -> none; under me -> the child me.<leaf> (longest
+/* doc/protocol/cellnet.md §6: me -> none; under me -> the child me.<leaf> (longest
  * connected prefix: only direct children connect); else the upstream. */
 struct cj_link *cj_router_next_hop(const struct cj_router *r, const char *dest, const char **why)
 {
@@ -157,7 +157,7 @@ static void send_return(struct cj_router *r, const struct cj_msg *m, char *note,
     msgpack_sbuffer_destroy(&sb);
 }
 
-/* streaming.md §6, forwarder error row: sm__em is "stream forwarding to <D>
+/* doc/protocol/streaming.md §6, forwarder error row: sm__em is "stream forwarding to <D>
  * failed: <failure>"; sm__et StreamTargetUnreachable or StreamError. */
 int router_send_notice(struct cj_router *r, const struct notice *n, const char *failure, bool unreachable,
                        struct cj_err *err)
@@ -210,7 +210,7 @@ static bool is_optional_chunk(const struct cj_hdr *h)
            cj_hdr_has(h, CJ_HK_SM_ID);
 }
 
-/* cellnet.md §6 step 5.  Takes m. */
+/* doc/protocol/cellnet.md §6 step 5.  Takes m. */
 static void unroutable(struct cj_router *r, struct cj_msg *m, uint64_t *counter, const char *rc, const char *why)
 {
     const struct cj_hdr *h = &m->hdr;
@@ -299,7 +299,7 @@ static void forward(struct cj_router *r, struct cj_msg *m)
     if (src && !upstream_slack(r, src, dst, now) && cj_link_throttle(src, dst)) r->c.throttles++;
 }
 
-/* cellnet.md §6 anti-spoofing: a worker speaks for itself and its
+/* doc/protocol/cellnet.md §6 anti-spoofing: a worker speaks for itself and its
  * descendants; nothing from upstream may claim to be me or under me. */
 static bool spoofed(struct cj_router *r, const struct cj_msg *m, const char **why)
 {
@@ -460,7 +460,7 @@ static void local_dispatch(struct cj_router *r, struct cj_msg *m)
     const struct cj_hdr *h = &m->hdr;
     bool wants_reply = h->msg_type == CJ_MSG_REQ && h->reply_expected;
     r->c.local_msgs++;
-    if (h->secure) {   /* cellnet.md §10: the relay does not decrypt */
+    if (h->secure) {   /* doc/protocol/cellnet.md §10: the relay does not decrypt */
         cj_log_warning("router %s: secure message %s/%s from %s not supported by the relay%s", r->me, h->channel,
                        h->topic, h->origin, wants_reply ? "; answering process_exception" : "; dropped");
         if (wants_reply) reply_or_log(r, m, "process_exception", "secure messages are not supported by the relay");
@@ -547,7 +547,7 @@ static int worker_hello(struct cj_link *l, const char *peer, char *why, size_t w
         snprintf(why, whysz, "'%s' is not a child of %s (expected %s.<name>)", peer, r->me, r->me);
         return -1;
     }
-    /* sfm.md: a newer connection from the same name evicts the older one, so
+    /* doc/protocol/sfm.md: a newer connection from the same name evicts the older one, so
      * that a worker can reconnect.  A worker reconnects when its connection
      * broke, and a broken local connection is seen at once on both ends, or
      * goes silent: the old link answers our PINGs no more.  A name whose link

@@ -1,5 +1,5 @@
 /* router.h — the relay's cell: routing table, forwarding, RETURN, local
- * dispatch, anti-spoofing, backpressure, upstream reconnect (cellnet.md §2, §6).
+ * dispatch, anti-spoofing, backpressure, upstream reconnect (doc/protocol/cellnet.md §2, §6).
  *
  * The router is the cell `me` = <site>.<job>.  It owns:
  *   - the upstream link (active, to the server root) and reconnects it with
@@ -8,7 +8,7 @@
  *     me.<leaf>; a second connection naming a live child is refused (the first stays);
  *   - local handlers by (channel, topic) for messages addressed to me.
  *
- * Routing of a message with destination D (cellnet.md §6):
+ * Routing of a message with destination D (doc/protocol/cellnet.md §6):
  *   D == me              -> local dispatch (handler by channel/topic)
  *   D == me.leaf[.more]  -> the link of child me.leaf (if connected)
  *   anything else        -> upstream
@@ -18,9 +18,9 @@
  * link it came in on, header over 64 KiB after the rewrite, no link.  An
  * unroutable `req` with cn__reply_expected gets a RETURN on the link it came
  * from; an optional sm__DATA chunk gets an sm__ERROR forwarder notice
- * (streaming.md §6); anything else is dropped, counted and logged.
+ * (doc/protocol/streaming.md §6); anything else is dropped, counted and logged.
  *
- * Worker requests through the upstream (streaming.md §6, "as a requester"):
+ * Worker requests through the upstream (doc/protocol/streaming.md §6, "as a requester"):
  * for each worker link the router remembers up to CJ_ROUTER_INFLIGHT_MAX
  * request streams (sm__DATA chunks with sm__ri) it forwarded to the upstream,
  * until the reply's final chunk (or an error notice with that sm__ri) goes
@@ -196,7 +196,7 @@ int cj_router_send_block(struct cj_router *r, const char *destination, const uin
 int cj_router_originate(struct cj_router *r, struct cj_hb *hb, const struct cj_hdr_msg *m,
                         struct evbuffer *payload, bool bulk, struct cj_err *err);
 
-/* A direct reply to req (cellnet.md §2): return_code (NULL = "ok"), error
+/* A direct reply to req (doc/protocol/cellnet.md §2): return_code (NULL = "ok"), error
  * text (NULL = none), payload (moved; NULL = none) with its encoding (NULL =
  * "none" / "bytes" when there is a payload). */
 int cj_router_reply(struct cj_router *r, const struct cj_msg *req, const char *return_code, const char *error,

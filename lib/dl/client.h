@@ -1,4 +1,4 @@
-/* client.h — the download service, consumer side (download.md §6).
+/* client.h — the download service, consumer side (doc/protocol/download.md §6).
  *
  * cj_dl_fetch pulls one ref from its source cell: a first pull without state,
  * then pulls echoing the last reply's state verbatim, one request in flight.
@@ -46,7 +46,7 @@ void cj_dl_fetch_cfg_default(struct cj_dl_fetch_cfg *c);
  * cj_dl_fetch_cancel on its own handle (done is then not called). */
 typedef int (*cj_dl_fetch_item_fn)(void *ctx, uint64_t index, struct evbuffer *item);
 
-/* The end: ok, or failed with a reason (download.md §6.3 wording).  The handle
+/* The end: ok, or failed with a reason (doc/protocol/download.md §6.3 wording).  The handle
  * is freed right after it returns. */
 typedef void (*cj_dl_fetch_done_fn)(void *ctx, bool ok, const char *why);
 

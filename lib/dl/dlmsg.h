@@ -1,4 +1,4 @@
-/* dlmsg.h — download-service messages (download.md §2-§3), pure codecs.
+/* dlmsg.h — download-service messages (doc/protocol/download.md §2-§3), pure codecs.
  *
  * Encoders append whole LOBS payloads to a msgpack_sbuffer, keys in NVFlare's
  * order (byte-identical to vectors 30-37 and tool_wire_examples.txt); on
@@ -76,7 +76,7 @@ enum cj_dl_action {
     CJ_DL_ACT_PULL,
 };
 
-/* Producer dispatch, steps 1-3 of download.md §2, in that order. */
+/* Producer dispatch, steps 1-3 of doc/protocol/download.md §2, in that order. */
 enum cj_dl_action cj_dl_classify(const struct cj_dl_request *r);
 
 enum cj_dl_tombstone { CJ_DL_TOMB_NONE = 0, CJ_DL_TOMB_SUCCESS, CJ_DL_TOMB_FAILED };

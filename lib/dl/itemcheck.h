@@ -1,4 +1,4 @@
-/* itemcheck.h — the spool's check of a tensor item's header (download.md §4).
+/* itemcheck.h — the spool's check of a tensor item's header (doc/protocol/download.md §4).
  *
  * The spool writes the items of a ref to disk as they stream in and serves
  * them to workers later, so it checks each item's header before its bytes go

@@ -1,4 +1,4 @@
-/* producer.h — the download service, producer side (download.md §2, §3, §5).
+/* producer.h — the download service, producer side (doc/protocol/download.md §2, §3, §5).
  *
  * One producer per stream endpoint: it registers download_service__ /
  * download_service__download and serves the refs added to it.  A ref is a list

@@ -1,7 +1,7 @@
 /* replyparse.h — incremental reader of one download-service reply (internal to
  * lib/dl: the download client's sink mode, and its fuzz target).
  *
- * A reply payload (a LOBS container, download.md §2-§3) arrives piece by piece.
+ * A reply payload (a LOBS container, doc/protocol/download.md §2-§3) arrives piece by piece.
  * The reader buffers the MAIN section (at most CJ_DL_RP_MAX_MAIN bytes),
  * decodes it with cj_dl_decode_reply_body, then hands every item of `data` to
  * its callbacks in data order: an inline bin item straight out of the buffered

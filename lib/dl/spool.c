@@ -1,4 +1,4 @@
-/* spool.c — the spool store (see spool.h, download.md §8).
+/* spool.c — the spool store (see spool.h, doc/protocol/download.md §8).
  *
  * Fetch: the download client streams every item to the sink below.  Each item
  * is a struct sitem from item_begin until its finish (fsync, close, rename) is

@@ -1,4 +1,4 @@
-/* spool.h — the spool store (download.md §8): refs downloaded once to disk and
+/* spool.h — the spool store (doc/protocol/download.md §8): refs downloaded once to disk and
  * served from there to the relay's workers (or, for results, to the server).
  *
  * A spool ref goes FETCHING → SPOOLED → SERVING → gone:
@@ -9,7 +9,7 @@
  *                    renamed to chunk_<n>.<ext> when complete (n = item index,
  *                    the item id T<n>); the item's header is validated (npz: a
  *                    stored ZIP with a T<n>.npy member; safetensors:
- *                    download.md §4.2); confirm "success" only once every item
+ *                    doc/protocol/download.md §4.2); confirm "success" only once every item
  *                    is on disk.  Nothing is deserialized.
  *   cj_spool_serve   registers the files as a new ref on the relay's producer
  *                    (items read back through the I/O thread, ≤ 1 MiB at a time,

@@ -1,4 +1,4 @@
-/* bootstrap.h — the worker bootstrap file (fl-protocols.md §8) and the small
+/* bootstrap.h — the worker bootstrap file (doc/protocol/fl-protocols.md §8) and the small
  * JSON object reader it needs (shared with creds.c).
  *
  * The relay writes one JSON object per launch, atomically (a temporary file in

@@ -1,4 +1,4 @@
-/* capi.h — Client API message bodies, relay <-> worker (fl-protocols.md §7).
+/* capi.h — Client API message bodies, relay <-> worker (doc/protocol/fl-protocols.md §7).
  *
  * Pure codecs, no sockets.  Every body is a plain FOBS map carried as a LOBS
  * payload; encoders append a whole payload (MAIN section only) to a
@@ -205,7 +205,7 @@ int cj_capi_decode_reply(enum cj_capi_kind request, const uint8_t *payload, size
 
 /* ---- checks ---------------------------------------------------------------------- */
 
-/* What the relay expects of a HELLO (fl-protocols.md §7 order 1-6). */
+/* What the relay expects of a HELLO (doc/protocol/fl-protocols.md §7 order 1-6). */
 struct cj_capi_hello_expect {
     bool active;               /* there is an active launch / expected-worker record */
     const char *origin;        /* the request's cn__origin ("" if absent) */

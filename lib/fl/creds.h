@@ -1,4 +1,4 @@
-/* creds.h — the job credentials the relay sends upstream (fl-protocols.md §6).
+/* creds.h — the job credentials the relay sends upstream (doc/protocol/fl-protocols.md §6).
  *
  * Each value comes from the credentials file when it has the key, else from
  * the environment variable, else the default:

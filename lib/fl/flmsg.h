@@ -17,7 +17,7 @@
 
 struct evbuffer;
 
-/* The headers of a get_task reply (fl-protocols.md §2). */
+/* The headers of a get_task reply (doc/protocol/fl-protocols.md §2). */
 struct cj_flmsg_task_reply {
     char task_name[CJ_TASK_STR_MAX];    /* task_name ("__try_again__", "__end_run__" or a task) */
     char task_id[CJ_TASK_STR_MAX];      /* __task_id__ ("" when absent) */
@@ -44,7 +44,7 @@ int cj_flmsg_aux_request(struct evbuffer *out, const char *topic, const char *se
 int cj_flmsg_aux_reply(struct evbuffer *out, const uint8_t *req, size_t req_len, const char *rc, const char *site,
                        const char *job_id, char *why, size_t whysz);
 
-/* submit_update payload for t (payload.md §7.3) from the worker's result_ready
+/* submit_update payload for t (doc/protocol/payload.md §7.3) from the worker's result_ready
  * payload, with t's __headers__, name and server task id. */
 int cj_flmsg_submit_payload(struct evbuffer *out, const struct cj_task *t, const uint8_t *result, size_t len,
                             const char *msg_root_id, const char *site, const char *job_id, char *why, size_t whysz);

@@ -1,5 +1,5 @@
 /* launcher.h — the relay's worker processes ([workers] command × count;
- * fl-protocols.md §8).
+ * doc/protocol/fl-protocols.md §8).
  *
  * Each launch gets a fresh sequence number (counting from 1), the FQCN
  * <site>.<job>.client_api_trainer_<seq>, a fresh launch token and its own
@@ -62,7 +62,7 @@ struct cj_launcher_cbs {
     void (*on_exit)(void *ctx, const char *fqcn, int status, bool stopping);
     /* Optional: true while the worker owns a live result source
      * (cj_fl_sessions_in_barrier).  A staged stop (not "now") then waits before
-     * SIGTERM, asking again every second (fl-protocols.md §8 step 4). */
+     * SIGTERM, asking again every second (doc/protocol/fl-protocols.md §8 step 4). */
     bool (*in_barrier)(void *ctx, const char *fqcn);
     /* Optional: every output line as logged (stream 1 stdout, 2 stderr). */
     void (*on_line)(void *ctx, const char *fqcn, int stream, const char *line);

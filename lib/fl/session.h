@@ -1,5 +1,5 @@
 /* session.h — the relay's side of the Client API toward its workers
- * (fl-protocols.md §7, §8 steps 2-4, §9).
+ * (doc/protocol/fl-protocols.md §7, §8 steps 2-4, §9).
  *
  * One struct cj_fl_sessions per relay.  It registers handlers for channel
  * client_api on the relay's stream endpoint (hello, session_ready, heartbeat,
@@ -52,7 +52,7 @@ struct cj_fl_sessions_cfg {
     double task_idle_timeout;          /* optional bound on a task_ready reply; 0 = none while the worker lives */
     double shutdown_timeout;           /* reply timeout of client_api.shutdown; 0 = 5 s */
     double launch_timeout;             /* an expected worker without SESSION_READY after this long is
-                                          lost (fl-protocols.md §8 step 2); 0 = no bound */
+                                          lost (doc/protocol/fl-protocols.md §8 step 2); 0 = no bound */
     /* After end_run (dispatch ops): called once, from the loop, when no worker holds
      * a task or a live result source any more.  May be NULL. */
     void (*drained)(void *arg);
@@ -121,7 +121,7 @@ int cj_fl_sessions_shutdown(struct cj_fl_sessions *s, const char *fqcn, const ch
                             void *arg);
 
 /* True while the worker owns a live result source (between result_accepted and
- * result_source_settled): do not signal it (fl-protocols.md §8 step 4). */
+ * result_source_settled): do not signal it (doc/protocol/fl-protocols.md §8 step 4). */
 bool cj_fl_sessions_in_barrier(const struct cj_fl_sessions *s, const char *fqcn);
 /* Workers holding a task or a live result source. */
 size_t cj_fl_sessions_busy(const struct cj_fl_sessions *s);

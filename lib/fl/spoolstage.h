@@ -1,4 +1,4 @@
-/* spoolstage.h — spool mode's FL side (download.md §8): a stage between the
+/* spoolstage.h — spool mode's FL side (doc/protocol/download.md §8): a stage between the
  * upstream loop and the worker sessions.
  *
  *   upstream loop --dispatch ops--> stage --dispatch ops--> sessions

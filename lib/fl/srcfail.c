@@ -21,7 +21,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 
-/* download_service__source_failure (download.md §2, §7): per target up to
+/* download_service__source_failure (doc/protocol/download.md §2, §7): per target up to
  * SF_ATTEMPTS attempts of SF_ATTEMPT_SECS, SF_TOTAL_SECS across all targets
  * (the targets are tried side by side), backoff min(0.25 * 2^n, 1) s. */
 #define SF_ATTEMPTS 4

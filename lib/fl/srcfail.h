@@ -1,4 +1,4 @@
-/* srcfail.h — download_service__source_failure notices (download.md §2, §7).
+/* srcfail.h — download_service__source_failure notices (doc/protocol/download.md §2, §7).
  *
  * A worker that dies inside the result barrier of a task takes its live result
  * refs with it.  The sessions then tell the result receivers (the task's

@@ -693,7 +693,7 @@ static void submit_failed(struct up_sub *s, const char *why)
     check_send(s);
 }
 
-/* fl-protocols.md §3: a submit_update is optional only for a TASK_ABORTED result. */
+/* doc/protocol/fl-protocols.md §3: a submit_update is optional only for a TASK_ABORTED result. */
 static bool aborted_result(struct evbuffer *payload)
 {
     char rc[64], why[WHY_MAX];

@@ -1,4 +1,4 @@
-/* upstream.h — the relay's FL loop toward server.<job> (fl-protocols.md §1-§4, §9).
+/* upstream.h — the relay's FL loop toward server.<job> (doc/protocol/fl-protocols.md §1-§4, §9).
  *
  * The relay acts as the cell <site>.<job> running NVFlare's client runner:
  *

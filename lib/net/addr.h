@@ -1,6 +1,6 @@
 /* addr.h — link addresses: parsing, resolution, connecting and listening sockets.
  *
- * URLs (sfm.md §1, interface.md): tcp://HOST:PORT, stcp://HOST:PORT (TLS), unix:PATH.
+ * URLs (doc/protocol/sfm.md §1, doc/interface.md): tcp://HOST:PORT, stcp://HOST:PORT (TLS), unix:PATH.
  * The grammar is util/parse.h's cj_parse_endpoint; this file adds what a link
  * needs on top of it: socket addresses, a non-blocking connect, and listeners.
  *
@@ -82,7 +82,7 @@ evutil_socket_t cj_sock_connect_start(const struct sockaddr *sa, socklen_t len, 
  * failed connect (SO_ERROR). */
 int cj_sock_connect_result(evutil_socket_t fd);
 
-/* A link's socket options.  TCP: TCP_NODELAY (sfm.md §1); its buffers are
+/* A link's socket options.  TCP: TCP_NODELAY (doc/protocol/sfm.md §1); its buffers are
  * left to the kernel's autotuning (tcp_wmem/tcp_rmem), which setting a size
  * would switch off.  AF_UNIX, where the sender's SO_SNDBUF is all the queue
  * there is (default ~208 KiB): SO_SNDBUF of CJ_SOCK_BUFFER (the kernel caps it

@@ -545,7 +545,7 @@ static void transport_ready(struct cj_link *l)
     }
 }
 
-/* A HELLO/READY name must be a valid FQCN and not ours (sfm.md §3). */
+/* A HELLO/READY name must be a valid FQCN and not ours (doc/protocol/sfm.md §3). */
 static int check_peer_name(struct cj_link *l, const char *name, char *why, size_t whysz)
 {
     struct cj_err err;
@@ -641,7 +641,7 @@ static void handle_data(struct cj_link *l, const struct cj_frame_prefix *p, stru
     if (!m) {
         evbuffer_drain(in, plen);
         char lb[CJ_LINK_NAME_MAX + CJ_FQCN_MAX + CJ_ADDR_TEXT_MAX + 8];
-        if (err.code == CJ_E_MISSING) {     /* cellnet.md §1: dropped, the link stays */
+        if (err.code == CJ_E_MISSING) {     /* doc/protocol/cellnet.md §1: dropped, the link stays */
             l->c.frames_dropped++;
             cj_log_warning("link %s: DATA frame dropped: %s", label(l, lb, sizeof lb), err.msg);
         } else {

@@ -1,4 +1,4 @@
-/* link.h — one SFM connection to a neighbour cell (DESIGN-net.md, sfm.md).
+/* link.h — one SFM connection to a neighbour cell (doc/design.md, doc/protocol/sfm.md).
  *
  * A link owns one cj_conn (net/conn.h: a socket, or OpenSSL over a socket for
  * stcp, read and written in bulk) and does everything below the cellnet message: connect, TLS, the HELLO/READY

@@ -116,7 +116,7 @@ SSL_CTX *cj_tls_client_ctx(const struct cj_tls_client_opts *o, struct cj_err *er
     SSL_CTX *ctx = new_ctx(TLS_client_method(), err);
     if (!ctx) return NULL;
     /* The chain is verified against ca_file only: no system store, no
-     * hostname check (NVFlare clients do the same, cellnet.md §9). */
+     * hostname check (NVFlare clients do the same, doc/protocol/cellnet.md §9). */
     if (!o->ca_file || !*o->ca_file || SSL_CTX_load_verify_locations(ctx, o->ca_file, NULL) != 1)
         return fail_ctx(ctx, err, "cannot load CA file", o->ca_file);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);

@@ -1,4 +1,4 @@
-/* tls.h — OpenSSL contexts for stcp links (cellnet.md §9).
+/* tls.h — OpenSSL contexts for stcp links (doc/protocol/cellnet.md §9).
  *
  * Client (the relay's upstream):
  *   tls   verify the server chain against ca_file ONLY (not the system

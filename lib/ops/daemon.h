@@ -13,7 +13,7 @@
 #include "ops/config.h"
 #include "util/err.h"
 
-/* Exit codes (interface.md). */
+/* Exit codes (doc/interface.md). */
 enum { CJ_EXIT_OK = 0, CJ_EXIT_CONFIG = 1, CJ_EXIT_FATAL = 2 };
 
 struct cj_daemon;

@@ -37,7 +37,7 @@ struct cj_flrun {
     struct cj_fl_sessions *sessions;
     struct cj_launcher *launcher;
     struct cj_fl_dispatch_ops dispatch;     /* the sessions' ops (or the spool stage's), behind trampolines */
-    /* spool mode (download.md §8): disk I/O thread, the relay's producer, the
+    /* spool mode (doc/protocol/download.md §8): disk I/O thread, the relay's producer, the
      * spool store and the stage between the upstream loop and the sessions */
     bool spool_mode;
     struct cj_sio *sio;
@@ -194,7 +194,7 @@ static void ev_upstream_up(struct cj_router *r, const char *peer, void *ctx)
     if (f->started || f->ending) return;
     f->started = true;
     cj_fl_up_start(f->up);
-    /* fl-protocols.md §1: workers are launched once the server side is reachable. */
+    /* doc/protocol/fl-protocols.md §1: workers are launched once the server side is reachable. */
     if (f->launcher && cj_launcher_start(f->launcher) != 0) cj_log_error("cannot launch the workers");
 }
 
@@ -240,7 +240,7 @@ static int make_upstream(struct cj_flrun *f, struct cj_stream_ep *ep, const stru
 static int make_sessions(struct cj_flrun *f, struct cj_stream_ep *ep, const struct cj_config *cfg, struct cj_err *err)
 {
     /* Secure mode (delegating the site token to workers) follows TLS upstream, but
-     * only when there is a token to delegate (fl-protocols.md §6). */
+     * only when there is a token to delegate (doc/protocol/fl-protocols.md §6). */
     bool have_token = strcmp(f->creds.token, "NA") != 0 && f->creds.token[0] &&
                       strcmp(f->creds.signature, "NA") != 0 && f->creds.signature[0];
     bool secure = cfg->upstream.connection_security != CJ_SEC_CLEAR && have_token;

@@ -1,6 +1,6 @@
 /* dxo.h — the DXO-shaped Shareable the simulator serves as a task and the
- * reference worker returns as a result (DESIGN-fl.md "Conventions",
- * payload.md §3-§5).
+ * reference worker returns as a result (doc/design.md "Conventions",
+ * doc/protocol/payload.md §3-§5).
  *
  * Written shape (one LOBS payload):
  *

@@ -1,5 +1,5 @@
 /* fobs.h — the parts of a FOBS msgpack body the relay reads or rewrites
- * (payload.md §2-§7): the Shareable wrapper and its __headers__ map, the JSON of
+ * (doc/protocol/payload.md §2-§7): the Shareable wrapper and its __headers__ map, the JSON of
  * download-ref datums, ref wrappers (for counting), the __headers__ rewrite, and
  * writers for the FLContext and Shareable skeletons.
  *
@@ -84,7 +84,7 @@ int cj_fobs_map_get(const uint8_t *map, size_t len, const char *key, struct cj_r
  * it holds a NUL byte. */
 int cj_fobs_span_str(const uint8_t *buf, struct cj_range sp, char *out, size_t outsz, struct cj_err *err);
 
-/* The headers the relay reads (fl-protocols.md §5); absent ones have len 0. */
+/* The headers the relay reads (doc/protocol/fl-protocols.md §5); absent ones have len 0. */
 struct cj_fobs_headers {
     struct cj_range task_name;     /* "task_name" */
     struct cj_range task_id;       /* "__task_id__" */
@@ -173,7 +173,7 @@ struct cj_fobs_kv {
 };
 
 /* Appends to out the Shareable body [body, body+len) with its __headers__ map
- * rebuilt (payload.md §7.1): a key being set keeps its position and gets the new
+ * rebuilt (doc/protocol/payload.md §7.1): a key being set keeps its position and gets the new
  * value, the other entries are copied byte for byte, keys not present are
  * appended in the given order, and the map's count prefix is re-encoded
  * minimally.  Without __headers__, the entry is appended to the __fobs_data__
@@ -188,7 +188,7 @@ int cj_fobs_set_headers(const uint8_t *body, size_t len, const struct cj_fobs_kv
 /* Packs a C string as a msgpack str. */
 int cj_fobs_write_str(msgpack_packer *pk, const char *s);
 
-/* The relay's FLContext wrapper (payload.md §7.3):
+/* The relay's FLContext wrapper (doc/protocol/payload.md §7.3):
  * {__fobs_type__: FLContext, __fobs_data__: [nil, {__identity_name__: {value: site, mask: 0},
  *  __run_num__: {value: job, mask: 0}}], __fobs_dc__: ContextDecomposer}. */
 int cj_fobs_write_flcontext(msgpack_packer *pk, const char *site, const char *job);

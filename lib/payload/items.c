@@ -1,4 +1,4 @@
-/* items.c — safetensors and npz download items (see items.h, download.md §4). */
+/* items.c — safetensors and npz download items (see items.h, doc/protocol/download.md §4). */
 #include "payload/items.h"
 
 #include <stdarg.h>

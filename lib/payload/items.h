@@ -1,4 +1,4 @@
-/* items.h — tensor download items: safetensors and npz (download.md §4).
+/* items.h — tensor download items: safetensors and npz (doc/protocol/download.md §4).
  *
  * The relay never looks inside items (it forwards or spools them verbatim);
  * these parsers and writers are for the simulator and the test worker, which

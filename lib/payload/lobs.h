@@ -1,4 +1,4 @@
-/* lobs.h — the LOBS container (payload.md §1): a MAIN section holding one msgpack
+/* lobs.h — the LOBS container (doc/protocol/payload.md §1): a MAIN section holding one msgpack
  * body, then zero or more datum sections, back to back, until the payload ends.
  *
  *   MAIN:  64 00 <u64 BE N> <N bytes: one msgpack value>

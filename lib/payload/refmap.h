@@ -1,5 +1,5 @@
-/* refmap.h — rewriting the download refs of a LOBS payload (download.md §8
- * step 2, payload.md §5): spool mode hands its workers (and the server) the
+/* refmap.h — rewriting the download refs of a LOBS payload (doc/protocol/download.md §8
+ * step 2, doc/protocol/payload.md §5): spool mode hands its workers (and the server) the
  * relay's own refs instead of the source's.
  *
  * For each DOT-3/6 TEXT datum whose (fqcn, ref_id) is in the map, the datum's

@@ -1,5 +1,5 @@
 /* splice.h — the payloads the relay builds: TASK_READY from a get_task reply
- * (payload.md §7.2), SUBMIT_UPDATE from a worker's result (§7.3), and the small
+ * (doc/protocol/payload.md §7.2), SUBMIT_UPDATE from a worker's result (§7.3), and the small
  * Shareables it writes from scratch (get_task request, aux requests; §7.4).
  *
  * Splices copy the task/result body and every datum section byte for byte; only
@@ -37,7 +37,7 @@ struct cj_task_info {
  * body with a str task_name header, fills info.  No output. */
 int cj_splice_read_task(const uint8_t *payload, size_t len, struct cj_task_info *info, struct cj_err *err);
 
-/* TASK_READY (payload.md §7.2): out += 64 00 <len E> E D1..Dk with
+/* TASK_READY (doc/protocol/payload.md §7.2): out += 64 00 <len E> E D1..Dk with
  * E = {session_id: S, task_id: T, task_name: N, model: B'}, B' = the task body
  * with headers job_id and site_name set (or B verbatim with
  * CJ_SPLICE_NO_HEADER_EDIT, then job_id/site may be NULL).  info may be NULL.
@@ -46,7 +46,7 @@ int cj_splice_task_ready(const uint8_t *payload, size_t len, const char *session
                          const char *job_id, const char *site, unsigned flags, msgpack_sbuffer *out,
                          struct cj_task_info *info, struct cj_err *err);
 
-/* SUBMIT_UPDATE (payload.md §7.3): takes the "result" value V of the worker's
+/* SUBMIT_UPDATE (doc/protocol/payload.md §7.3): takes the "result" value V of the worker's
  * result_ready payload (must be a Shareable) and sets, in this order,
  * current_round and __cookie_jar__ (raw copies from the task, when it had
  * them), __task_name__, __task_id__, __msg_root_id__, __peer_ctx__ (the relay's
@@ -59,7 +59,7 @@ int cj_splice_submit_update(const uint8_t *result, size_t len, const uint8_t *ta
                             const char *task_name, const char *server_task_id, const char *msg_root_id,
                             const char *site, const char *job_id, msgpack_sbuffer *out, struct cj_err *err);
 
-/* A result for a task the relay could not deliver (fl-protocols.md §4):
+/* A result for a task the relay could not deliver (doc/protocol/fl-protocols.md §4):
  * Shareable{__headers__: {__rc__: rc, <the submit_update headers as above>}}, no
  * datums.  rc must not be RUN_MISMATCH, TASK_UNKNOWN or UNSAFE_JOB (the server
  * would abort the job). */

@@ -1,4 +1,4 @@
-/* reqrep.c — request/reply over streams (streaming.md §6, §7, §8).
+/* reqrep.c — request/reply over streams (doc/protocol/streaming.md §6, §7, §8).
  *
  * A request is a stream carrying a fresh uuid4 sm__ri.  The reply is another
  * stream on return_only / "<ch>:<tp>" from the target with the same sm__ri;

@@ -1,4 +1,4 @@
-/* rx.c — the receiver (streaming.md §4, §5, §6).
+/* rx.c — the receiver (doc/protocol/streaming.md §4, §5, §6).
  *
  * One struct rx_stream per (cn__origin, sm__id) in a chained hash table.  In-order
  * chunks are appended to the blob evbuffer by moving their chains; chunks

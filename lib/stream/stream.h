@@ -1,4 +1,4 @@
-/* stream.h — the sm__ streaming layer for the relay's own traffic (streaming.md).
+/* stream.h — the sm__ streaming layer for the relay's own traffic (doc/protocol/streaming.md).
  *
  * One struct cj_stream_ep per cell.  It is a sender (a blob cut into chunks,
  * window by ACKs), a receiver (reassembly per (cn__origin, sm__id), ACKs,
@@ -52,7 +52,7 @@ struct cj_stream_io {
     int (*send)(void *ctx, const char *destination, const uint8_t *hblk, size_t hlen,
                 struct evbuffer *payload, bool control);
     /* Optional: the neighbour a message to destination leaves through, written
-     * as cn__to (cellnet.md §2).  NULL, or a NULL answer: cn__to = destination. */
+     * as cn__to (doc/protocol/cellnet.md §2).  NULL, or a NULL answer: cn__to = destination. */
     const char *(*next_hop)(void *ctx, const char *destination);
     /* Optional: true while the way toward destination already holds enough of
      * this cell's bytes (e.g. the link's output queue is over a few chunks).
@@ -185,7 +185,7 @@ void cj_stream_free(struct cj_stream_ep *ep);
 
 /* Headers stamped on every message this endpoint sends to "server" or
  * "server.*" (chunks, ACKs, error notices): client_name, ssid, __token__,
- * __token_signature__ (cellnet.md §8).  Copied; replaces the previous set;
+ * __token_signature__ (doc/protocol/cellnet.md §8).  Copied; replaces the previous set;
  * n 0 clears.  A key also given as an application header is not added twice.
  * -1 on a bad list (empty key, key starting cn__/sm__) or no memory. */
 int cj_stream_set_auth(struct cj_stream_ep *ep, const struct cj_stream_kv *kv, size_t n);
@@ -200,7 +200,7 @@ int cj_stream_on(struct cj_stream_ep *ep, const char *channel, const char *topic
  * of payload are taken. */
 void cj_stream_input(struct cj_stream_ep *ep, const struct cj_hdr *h, struct evbuffer *payload);
 
-/* A fresh sm__id (streaming.md §3.2): µs wall clock at creation + random
+/* A fresh sm__id (doc/protocol/streaming.md §3.2): µs wall clock at creation + random
  * 0..10^6, then +1 per stream; never repeats for this endpoint. */
 uint64_t cj_stream_next_id(struct cj_stream_ep *ep);
 

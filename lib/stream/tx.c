@@ -1,4 +1,4 @@
-/* tx.c — the sender (streaming.md §3, §5, §6).
+/* tx.c — the sender (doc/protocol/streaming.md §3, §5, §6).
  *
  * A blob is cut into chunks of exactly chunk_size bytes (the last one holds
  * the rest) and each chunk's bytes are moved out of the blob evbuffer into

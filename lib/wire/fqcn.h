@@ -1,4 +1,4 @@
-/* fqcn.h — fully qualified cell names (cellnet.md §5).
+/* fqcn.h — fully qualified cell names (doc/protocol/cellnet.md §5).
  *
  * An FQCN is a dot-joined path of parts: "server", "site-1", "site-1.J1",
  * "site-1.J1.client_api_trainer_1".  Each part is non-empty, uses only

@@ -75,7 +75,7 @@ static void prefix_read(const uint8_t *in, struct cj_frame_prefix *p)
     p->sequence = get16(in + 14);
 }
 
-/* The reader checks of sfm.md §6 step 1, then the per-type header rule. */
+/* The reader checks of doc/protocol/sfm.md §6 step 1, then the per-type header rule. */
 static int prefix_check(const struct cj_frame_prefix *p, uint32_t max, struct cj_err *err)
 {
     if (p->length < CJ_FRAME_PREFIX_LEN)
@@ -264,7 +264,7 @@ static int read_value(struct mp_cur *c, int key, struct cj_frame_hello *out, str
     case K_TIME: return read_number(c, &out->timestamp, err);
     case K_FQCN: return read_name(c, "fqcn", out->fqcn, err);
     }
-    /* an extra key: allowed and ignored (sfm.md §3) */
+    /* an extra key: allowed and ignored (doc/protocol/sfm.md §3) */
     return in_key(err, mp_skip(c, err), "extra value");
 }
 
@@ -380,7 +380,7 @@ void cj_frame_counters_init(struct cj_frame_counters *c)
 void cj_frame_counters_next(struct cj_frame_counters *c, uint8_t type, uint16_t *stream_id,
                             uint16_t *sequence)
 {
-    /* uint16_t arithmetic is the `& 0xFFFF` wrap of sfm.md §5. */
+    /* uint16_t arithmetic is the `& 0xFFFF` wrap of doc/protocol/sfm.md §5. */
     c->sequence = (uint16_t)(c->sequence + 1);
     *sequence = c->sequence;
     if (type == CJ_FRAME_HELLO || type == CJ_FRAME_READY) {

@@ -1,5 +1,5 @@
 /* frame.h — the SFM frame layer: the 16-byte prefix, stream splitting, and the
- * control frames (HELLO, READY, PING, PONG).  See spec/sfm.md.
+ * control frames (HELLO, READY, PING, PONG).  See doc/protocol/sfm.md.
  *
  * Nothing here allocates in proportion to a length read off the wire: the
  * splitter only looks at bytes the caller already holds and tells it how many
@@ -17,13 +17,13 @@
 #include "util/err.h"
 
 #define CJ_FRAME_PREFIX_LEN 16
-/* Reader limit on `length` (sfm.md §6): 2 GiB - 2 MiB. */
+/* Reader limit on `length` (doc/protocol/sfm.md §6): 2 GiB - 2 MiB. */
 #define CJ_FRAME_MAX_DEFAULT 2145386496u
 /* Longest endpoint_name / fqcn accepted in HELLO/READY (bytes, without NUL). */
 #define CJ_FRAME_NAME_MAX 255
 /* A PING/PONG frame: prefix + msgpack nil. */
 #define CJ_FRAME_HEARTBEAT_LEN 17
-/* HELLO and READY always travel on stream 1 (sfm.md §5). */
+/* HELLO and READY always travel on stream 1 (doc/protocol/sfm.md §5). */
 #define CJ_FRAME_HANDSHAKE_STREAM_ID 1
 /* app_id of cellnet DATA frames. */
 #define CJ_FRAME_APP_CELLNET 1
@@ -59,7 +59,7 @@ struct cj_frame_view {
     uint32_t payload_len;
 };
 
-/* HELLO / READY payload (sfm.md §3). */
+/* HELLO / READY payload (doc/protocol/sfm.md §3). */
 struct cj_frame_hello {
     char endpoint_name[CJ_FRAME_NAME_MAX + 1];
     double timestamp;        /* seconds since the epoch */
@@ -67,7 +67,7 @@ struct cj_frame_hello {
     char fqcn[CJ_FRAME_NAME_MAX + 1];
 };
 
-/* Per-connection sender counters (sfm.md §5). */
+/* Per-connection sender counters (doc/protocol/sfm.md §5). */
 struct cj_frame_counters {
     uint16_t stream_id;  /* last stream_id handed out for DATA/PING/PONG */
     uint16_t sequence;   /* last sequence handed out */
@@ -120,7 +120,7 @@ int cj_frame_hello_encode(msgpack_sbuffer *sb, const struct cj_frame_hello *h, s
  * and timestamp (int or float) are required, fqcn (str) is optional.  Names
  * longer than CJ_FRAME_NAME_MAX, names containing NUL, duplicate known keys
  * and bytes after the map are errors.  Offsets are from the payload start.
- * Whether the name is a valid FQCN is the caller's check (cellnet.md §5). */
+ * Whether the name is a valid FQCN is the caller's check (doc/protocol/cellnet.md §5). */
 int cj_frame_hello_decode(const uint8_t *payload, size_t len, struct cj_frame_hello *out,
                           struct cj_err *err);
 

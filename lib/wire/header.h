@@ -1,4 +1,4 @@
-/* header.h — the cellnet header block of an SFM DATA frame (cellnet.md §1, sfm.md §2).
+/* header.h — the cellnet header block of an SFM DATA frame (doc/protocol/cellnet.md §1, doc/protocol/sfm.md §2).
  *
  * The block is one msgpack map with str keys, at most 65 535 bytes.  The raw
  * block is the truth: a relay forwards it by copying each entry's bytes and
@@ -26,7 +26,7 @@
 #include "util/mp.h"
 #include "wire/fqcn.h"
 
-#define CJ_HDR_MAX_LEN 65535          /* header_len is a u16 (sfm.md §2) */
+#define CJ_HDR_MAX_LEN 65535          /* header_len is a u16 (doc/protocol/sfm.md §2) */
 #define CJ_HDR_STR_MAX CJ_FQCN_MAX    /* bound of every copied header string */
 
 enum cj_msg_type { CJ_MSG_NONE = 0, CJ_MSG_REQ, CJ_MSG_REPLY, CJ_MSG_RETURN };
@@ -47,7 +47,7 @@ enum cj_hkey {
 
 #define CJ_HK_BIT(k) ((uint64_t)1 << (k))
 
-/* sm__dt values (streaming.md §2). */
+/* sm__dt values (doc/protocol/streaming.md §2). */
 enum { CJ_SM_CHUNK = 1, CJ_SM_FINAL = 2, CJ_SM_ACK = 3, CJ_SM_ERROR = 6 };
 
 /* A byte range inside the block (for long texts and raw values). */
@@ -85,7 +85,7 @@ struct cj_hdr {
     uint32_t route_n;                          /* cn__route entries (0 when absent) */
     struct cj_span route;                      /* raw bytes of the cn__route array (header included) */
 
-    /* streaming keys (streaming.md §2) */
+    /* streaming keys (doc/protocol/streaming.md §2) */
     uint64_t sm_id;          /* sm__id as sent; when sm_id_neg it is the two's complement of a negative int */
     bool sm_id_neg;
     int64_t sm_dt, sm_cs, sm_ws, sm_ai;
@@ -149,7 +149,7 @@ int cj_route_iter_next(struct cj_route_iter *it, const uint8_t **fqcn, uint32_t 
 /* True when fqcn is the first element of some cn__route entry. */
 bool cj_hdr_route_has(const struct cj_hdr *h, const char *fqcn);
 
-/* Loop protection (cellnet.md §6): true when sending h to next hop H must be
+/* Loop protection (doc/protocol/cellnet.md §6): true when sending h to next hop H must be
  * refused, i.e. H != cn__destination and H is already on the route. */
 bool cj_hdr_loop_refused(const struct cj_hdr *h, const char *next_hop);
 
@@ -159,7 +159,7 @@ bool cj_hdr_same_fields(const struct cj_hdr *a, const struct cj_hdr *b);
 
 /* ---- forwarding ------------------------------------------------------------ */
 
-/* The forwarder's rewrite (cellnet.md §6 step 2-4).  Appends to out a copy of
+/* The forwarder's rewrite (doc/protocol/cellnet.md §6 step 2-4).  Appends to out a copy of
  * blk with, in place: cn__from = me, cn__to = next_hop, cn__send_time =
  * send_time (cb float64), and [me, route_time] (92 <str> cb <double>) appended
  * to cn__route (array header grown minimally).  Every other entry's bytes are
@@ -204,7 +204,7 @@ int cj_hb_route1(struct cj_hb *b, const char *fqcn, double t);
 /* Copies h's entries raw, in order, except known keys whose bit is in skip. */
 int cj_hb_copy_entries(struct cj_hb *b, const struct cj_hdr *h, uint64_t skip);
 
-/* The cellnet keys of a message the relay originates (cellnet.md §2). */
+/* The cellnet keys of a message the relay originates (doc/protocol/cellnet.md §2). */
 struct cj_hdr_msg {
     enum cj_msg_type type;        /* CJ_MSG_REQ or CJ_MSG_REPLY */
     const char *me;               /* cn__origin = cn__from = cn__route[0][0] */
@@ -236,7 +236,7 @@ int cj_hb_cellnet(struct cj_hb *b, const struct cj_hdr_msg *m);
  * (out then unchanged).  Returns the sticky error if any entry failed. */
 int cj_hb_finish(struct cj_hb *b, msgpack_sbuffer *out, struct cj_err *err);
 
-/* The RETURN header (cellnet.md §2) for the undeliverable request orig
+/* The RETURN header (doc/protocol/cellnet.md §2) for the undeliverable request orig
  * (decoded from the block as held when forwarding failed): cn__return_code
  * "comm_error", cn__error "cannot forward", cn__original_headers = orig->blk
  * copied verbatim, cn__from me, cn__to to (the neighbour it came from),

@@ -1,4 +1,4 @@
-/* msg.h — one cellnet message in flight (DESIGN-net.md "The message object").
+/* msg.h — one cellnet message in flight (doc/design.md "The message object").
  *
  * The raw header block is the truth and is owned by the message (a malloc'd
  * copy, <= 64 KiB); hdr is its decoded view (hdr.blk == hblk).  The payload is

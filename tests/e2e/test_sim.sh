@@ -14,7 +14,7 @@
 #   (g) --inline tasks; --prebuild
 #   (h) the sim's own memory stays near two items for a 256 MiB model
 #   (i) without a relay it keeps waiting; SIGTERM: exit 0 when idle, 1 (SIM FAIL) mid-run
-#   (j) download_service__source_failure (download.md §2, §6.1 step 1): a notice from a
+#   (j) download_service__source_failure (doc/protocol/download.md §2, §6.1 step 1): a notice from a
 #       sibling of the source (not its FQCN parent) is refused (invalid_request with
 #       cn__error, REFUSED line) and fails nothing; the parent's notice is accepted (ok,
 #       SOURCE_FAILURE line) and fails the active result download at once with its

@@ -1,5 +1,5 @@
 #!/bin/sh
-# TLS on the upstream link (cellnet.md §9) with the real binaries and certificates
+# TLS on the upstream link (doc/protocol/cellnet.md §9) with the real binaries and certificates
 # made by openssl here (tests/unit/tls_certs.sh): cjrelay-sim listens on stcp://
 # and requires client certificates; cjrelayd connects with mtls.
 #   - mtls works end to end: worker echo and a 64 MiB blob through relay -> sim

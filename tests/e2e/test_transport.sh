@@ -2,7 +2,7 @@
 # Transport end to end with the real binaries: cjrelay-sim as the server
 # (cells server and server.J1), cjrelayd as site-1.J1, tests/e2e/cjpeer as workers.
 #   (a) a worker's stream request and direct ping reach the sim with exactly the
-#       forwarding rewrite of cellnet.md §6; the replies come back
+#       forwarding rewrite of doc/protocol/cellnet.md §6; the replies come back
 #   (b) 1 GiB from the sim to a worker through the relay, intact, relay VmHWM < +64 MiB
 #   (c) a worker that stops reading: the upstream is paced for it at most for its first
 #       5 s (a new worker's grace), then, with the sender's window (64M) above link_buffer

@@ -1,4 +1,4 @@
-/* test_fqcn.c — FQCN rules (cellnet.md §5). */
+/* test_fqcn.c — FQCN rules (doc/protocol/cellnet.md §5). */
 #include "testutil.h"
 #include "wire/fqcn.h"
 

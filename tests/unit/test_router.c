@@ -920,7 +920,7 @@ static void assert_loss_notice(const struct cj_msg *m, const char *ri, uint64_t 
     assert_memory_equal(h->sm_em.p, em, strlen(em));
 }
 
-/* streaming.md §6 (requester MUST): a worker's requests in flight through the
+/* doc/protocol/streaming.md §6 (requester MUST): a worker's requests in flight through the
  * upstream are failed with an sm__ERROR forwarder notice (sm__ri, sm__fd = the
  * destination) when the upstream is lost; a request whose reply's final chunk
  * went down, a fire-and-forget stream and the worker's own reply streams get

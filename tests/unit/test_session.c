@@ -964,7 +964,7 @@ static void test_barrier_death(void **state)
     assert_int_equal(cj_fl_sessions_worker_exited(f->s, W1, "killed by signal 9"), 2);
     assert_int_equal(f->fails, 0);   /* the submission in flight decides */
     assert_int_equal(t->result_refs[0].state, CJ_REF_FAILED);
-    /* R13 / download.md §7: the result receiver (server.<job>: the task has no
+    /* R13 / doc/protocol/download.md §7: the result receiver (server.<job>: the task has no
      * receiver_ids) is told that the worker's result refs are gone.  The first
      * attempt is answered process_exception: retried after 0.25 s. */
     assert_int_equal(f->notices, 0);   /* sent from the loop, not inside worker_exited */
