@@ -214,8 +214,10 @@ $S --listen "stcp://127.0.0.1:$UP" --tls-dir "$K" --job-id J1 > "$W/tsim1.out" 2
 wait_for 15 upstream_is up
 check "(t) the TLS simulator on the same port: upstream up" upstream_is up
 TFD0=$(nfd "$RELAY")
-$P --timeout 5 "unix:$W/w.sock" site-1.J1.w1 blob 2G > "$W/tblob.out" 2>> "$W/peer.err" & BG=$!
-sleep 1.5
+# 4 GiB (the stream layer's largest blob); the server is killed once 64 MiB of it went down,
+# whatever the machine's speed
+$P --timeout 5 "unix:$W/w.sock" site-1.J1.w1 blob 4G > "$W/tblob.out" 2>> "$W/peer.err" & BG=$!
+wait_for 20 sh -c "[ \$($C -s $W/status.sock show stats json | jq -r .bytes_down) -ge 67108864 ]"
 mark "$LOG"
 kill -KILL "$SIM"; wait "$SIM" 2>/dev/null; SIM=
 wait "$BG"; BG=
