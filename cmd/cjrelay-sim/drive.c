@@ -52,6 +52,7 @@
 #include "payload/dxo.h"
 #include "payload/fobs.h"
 #include "payload/splice.h"
+#include "util/clock.h"
 
 #define MAX_TASK ((size_t)64 << 20)
 
@@ -113,7 +114,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
 static void later(struct drive *d, double secs, void (*fn)(struct drive *))
 {
-    struct timeval tv = {(time_t)secs, (suseconds_t)((secs - (double)(time_t)secs) * 1e6)};
+    struct timeval tv = cj_tv(secs);
     d->timer_fn = fn;
     evtimer_add(d->timer, &tv);
 }

@@ -610,8 +610,7 @@ static void issue_task(struct sim_fl *fl, struct cj_stream_blob *b, long r)
     t->state = T_SENDING;
     t->t0 = cj_now();
     if (fl->o->task_timeout > 0) {
-        struct timeval tv = {(time_t)fl->o->task_timeout,
-                             (suseconds_t)((fl->o->task_timeout - (double)(time_t)fl->o->task_timeout) * 1e6)};
+        struct timeval tv = cj_tv(fl->o->task_timeout);
         if ((t->timeout_ev = evtimer_new(fl->s->base, on_task_timeout, t))) evtimer_add(t->timeout_ev, &tv);
     }
     printf("TASK %ld task=%s to=%s ref=%s tensors=%ld bytes=%" PRIu64 "\n", r, t->id, t->site,

@@ -30,6 +30,7 @@
 #include "util/log.h"
 #include "worker.h"
 #include "util/mp.h"
+#include "util/clock.h"
 
 #define DIRECT_SYNC_TRIES 120     /* __sync_runner__ every 0.5 s: a minute */
 #define DIRECT_POLL 0.1           /* s between get_task polls while __try_again__ */
@@ -86,7 +87,7 @@ static void later_cb(evutil_socket_t fd, short what, void *arg)
 
 static void later(struct wk *w, double secs)
 {
-    struct timeval tv = {(time_t)secs, (suseconds_t)((secs - (double)(time_t)secs) * 1e6)};
+    struct timeval tv = cj_tv(secs);
     if (event_base_once(w->base, -1, EV_TIMEOUT, later_cb, w, &tv)) direct_fail(w, "cannot arm a timer");
 }
 

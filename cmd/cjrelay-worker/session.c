@@ -186,7 +186,7 @@ static void session_up(struct wk *w)
                 w->bs.cj_fqcn, w->hb_interval, w->hb_timeout);
     if (w->hb_timeout > 0) {   /* with heartbeat_timeout 0 the stock trainer sends none */
         double iv = w->hb_interval;
-        struct timeval tv = {(time_t)iv, (suseconds_t)((iv - (double)(time_t)iv) * 1e6)};
+        struct timeval tv = cj_tv(iv);
         evtimer_add(w->hb_timer, &tv);
     }
 }

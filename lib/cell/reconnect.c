@@ -75,7 +75,7 @@ static void upstream_backoff(struct cj_router *r)
     if (r->attempt < 64) r->attempt++;
     r->up_state = CJ_UP_BACKOFF;
     cj_log_debug("router %s: upstream reconnect in %.2f s (attempt %d)", r->me, d, r->attempt);
-    struct timeval tv = {.tv_sec = (time_t)d, .tv_usec = (suseconds_t)((d - (double)(time_t)d) * 1e6)};
+    struct timeval tv = cj_tv(d);
     event_add(r->up_timer, &tv);
 }
 

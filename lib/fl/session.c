@@ -1037,7 +1037,7 @@ struct cj_fl_sessions *cj_fl_sessions_new(struct event_base *base, struct cj_str
     if (s->launch_timeout > 0 && s->launch_timeout / 4 < every) every = s->launch_timeout / 4;
     if (every < 0.05) every = 0.05;
     if (every > 1.0) every = 1.0;
-    struct timeval tv = {(time_t)every, (suseconds_t)((every - (double)(time_t)every) * 1e6)};
+    struct timeval tv = cj_tv(every);
     if (!s->m || !s->drain_ev || !s->tick || evtimer_add(s->tick, &tv) != 0) goto fail;
     for (size_t i = 0; i < N_HANDLERS; i++)
         if (cj_stream_on(ep, CH, HANDLERS[i].topic, HANDLERS[i].fn, s) != 0) goto fail;

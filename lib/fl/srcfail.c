@@ -77,7 +77,7 @@ static void sf_outcome(struct sf_notice *n, const char *rc, const char *error)
         cj_log_info("task %s: source_failure notice for %s delivered to %s (attempt %u)", n->task_id, n->source,
                     n->target, n->attempts);
     } else if (sf_retryable(rc) && n->attempts < SF_ATTEMPTS && left > backoff) {
-        struct timeval tv = {(time_t)backoff, (suseconds_t)((backoff - floor(backoff)) * 1e6)};
+        struct timeval tv = cj_tv(backoff);
         cj_log_warning("task %s: source_failure notice for %s to %s: attempt %u/%d failed (%s%s%s); retrying in %g s",
                        n->task_id, n->source, n->target, n->attempts, SF_ATTEMPTS, rc, error[0] ? ": " : "", error,
                        backoff);
