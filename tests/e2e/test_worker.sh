@@ -3,7 +3,7 @@
 # with a clear message and exit 2 when absent or invalid; a dead connect_url is
 # retried for the connect window, then exit 3; a vanished relay pid ends the
 # worker (exit 4); SIGTERM ends it (exit 1); the launch token is never printed.
-# The session and task loop with the real relay are tested by the lead's FL test.
+# The session and task loop with the real relay are tested by test_fl.sh.
 . "$(dirname "$0")/lib.sh"
 WK=$BUILD/cjrelay-worker
 W=$(mktemp -d); BG=; SLEEPER=
