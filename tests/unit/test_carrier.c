@@ -4,7 +4,7 @@
  * control window (the socket is still read) and a WebSocket sender at the
  * socket; a peer gone is an EOF after its last frame; a refused upgrade is an
  * error naming it. */
-#include "testutil.h"
+#include "sfmcap.h"
 
 #include <sys/socket.h>
 
@@ -70,16 +70,6 @@ static void fx_close(struct fx *f)
     event_base_free(f->b);
 }
 
-/* n bytes shaped as one SFM frame (its length in the first 4 bytes). */
-static void add_frame(struct evbuffer *b, size_t n, uint8_t fill)
-{
-    uint8_t *x = malloc(n);
-    memset(x, fill, n);
-    x[0] = (uint8_t)(n >> 24), x[1] = (uint8_t)(n >> 16), x[2] = (uint8_t)(n >> 8), x[3] = (uint8_t)n;
-    evbuffer_add(b, x, n);
-    free(x);
-}
-
 static void both_ways(enum cj_carrier_kind kind)
 {
     struct fx f;
@@ -88,10 +78,10 @@ static void both_ways(enum cj_carrier_kind kind)
     size_t sent = 0;
     for (int i = 0; i < 5; i++) {
         size_t n = i == 4 ? (3u << 20) + 5 : 16u << (i * 3);
-        add_frame(cj_conn_output(f.cl.c), n, (uint8_t)i);
+        sfm_frame(cj_conn_output(f.cl.c), n, (uint8_t)i);
         sent += n;
     }
-    add_frame(cj_conn_output(f.sv.c), 100, 0x55);
+    sfm_frame(cj_conn_output(f.sv.c), 100, 0x55);
     for (int i = 0; i < 400 && evbuffer_get_length(f.sv.got) < sent; i++) spin(f.b, 1);
     assert_int_equal(evbuffer_get_length(f.sv.got), sent);
     for (int i = 0; i < 100 && evbuffer_get_length(f.cl.got) < 100; i++) spin(f.b, 1);
@@ -120,7 +110,7 @@ static void test_grpc_pause_holds_at_window(void **state)
     fx_open(&f, CJ_CARRIER_GRPC);
     cj_conn_set_reading(f.sv.c, false);
     f.sv.taking = false;
-    for (int i = 0; i < 16; i++) add_frame(cj_conn_output(f.cl.c), 1u << 20, (uint8_t)i);
+    for (int i = 0; i < 16; i++) sfm_frame(cj_conn_output(f.cl.c), 1u << 20, (uint8_t)i);
     spin(f.b, 200);
     size_t held = evbuffer_get_length(cj_conn_input(f.sv.c));
     assert_true(held > 0 && held <= CJ_GRPC_WINDOW);
@@ -145,7 +135,7 @@ static void test_websocket_pause_stops_reading(void **state)
     fx_open(&f, CJ_CARRIER_WS);
     spin(f.b, 20); /* the upgrade */
     cj_conn_set_reading(f.sv.c, false);
-    for (int i = 0; i < 24; i++) add_frame(cj_conn_output(f.cl.c), 1u << 20, (uint8_t)i);
+    for (int i = 0; i < 24; i++) sfm_frame(cj_conn_output(f.cl.c), 1u << 20, (uint8_t)i);
     spin(f.b, 200);
     assert_int_equal(evbuffer_get_length(cj_conn_input(f.sv.c)), 0);
     assert_true(cj_conn_queued(f.cl.c) > 0);
@@ -161,7 +151,7 @@ static void test_peer_gone_is_eof(void **state)
     struct fx f;
     fx_open(&f, CJ_CARRIER_WS);
     spin(f.b, 20);
-    add_frame(cj_conn_output(f.sv.c), 40, 1);
+    sfm_frame(cj_conn_output(f.sv.c), 40, 1);
     spin(f.b, 20);
     assert_int_equal(evbuffer_get_length(f.cl.got), 40);
     cj_conn_free(f.sv.c);

@@ -3,60 +3,12 @@
  * exactly the captured SFM frames; our client and server carry frames of every
  * size through HTTP/2 flow control; a paused reader stops the sender at the
  * window; what the peer does wrong is named. */
-#include "testutil.h"
+#include "sfmcap.h"
 
 #include <nghttp2/nghttp2.h>
-#include <openssl/sha.h>
 
 #include "net/grpc.h"
 #include "net/grpcmsg.h"
-
-/* ---- the capture ------------------------------------------------------------------------- */
-
-struct want {
-    size_t n;
-    size_t len[64];
-    char sha[64][65];
-};
-
-static void load_want(const char *name, struct want *w)
-{
-    size_t len;
-    uint8_t *raw = tu_read_vector(name, &len);
-    char *text = malloc(len + 1);
-    memcpy(text, raw, len);
-    text[len] = '\0';
-    free(raw);
-    memset(w, 0, sizeof *w);
-    for (char *line = strtok(text, "\n"); line && w->n < 64; line = strtok(NULL, "\n")) {
-        char *l = strstr(line, "\"len\": "), *s = strstr(line, "\"sha256\": \"");
-        assert_true(l && s);
-        w->len[w->n] = strtoul(l + 7, NULL, 10);
-        memcpy(w->sha[w->n], s + 11, 64);
-        w->n++;
-    }
-    free(text);
-}
-
-static void check_frames(struct evbuffer *sfm, const struct want *w)
-{
-    size_t i = 0;
-    while (evbuffer_get_length(sfm) >= 4) {
-        uint8_t p[4];
-        evbuffer_copyout(sfm, p, 4);
-        size_t len = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
-        assert_true(i < w->n && len == w->len[i] && evbuffer_get_length(sfm) >= len);
-        uint8_t md[SHA256_DIGEST_LENGTH];
-        char hex[65];
-        SHA256(evbuffer_pullup(sfm, (ev_ssize_t)len), len, md);
-        for (int k = 0; k < SHA256_DIGEST_LENGTH; k++) sprintf(hex + 2 * k, "%02x", md[k]);
-        assert_string_equal(hex, w->sha[i]);
-        evbuffer_drain(sfm, len);
-        i++;
-    }
-    assert_int_equal(evbuffer_get_length(sfm), 0);
-    assert_int_equal(i, w->n);
-}
 
 static void replay(enum cj_grpc_role role, size_t step)
 {
@@ -223,15 +175,6 @@ static void exchange(struct pair *p, bool take, struct evbuffer *got)
         }
         assert_true(cj_grpc_read(p->c, p->s2c, p->csfm, p->c2s, &err) >= 0);
     }
-}
-
-static void sfm_frame(struct evbuffer *b, size_t len, uint8_t fill)
-{
-    uint8_t *x = malloc(len);
-    memset(x, fill, len);
-    x[0] = (uint8_t)(len >> 24), x[1] = (uint8_t)(len >> 16), x[2] = (uint8_t)(len >> 8), x[3] = (uint8_t)len;
-    evbuffer_add(b, x, len);
-    free(x);
 }
 
 static void test_round_trip_and_window(void **state)

@@ -2,71 +2,13 @@
  * http driver's bytes (tests/vectors/transports/http) in pieces of any size give
  * exactly the captured SFM frames; what we send re-parses; every refusal names
  * what the peer did. */
-#include "testutil.h"
-
-#include <openssl/sha.h>
+#include "sfmcap.h"
 
 #include "net/ws.h"
 #include "net/wsupgrade.h"
 
 #define CAPTURE_KEY "HzV3lDT22+FOtv14YTRaog=="
 #define CAPTURE_ACCEPT "Ve9L/GsSfZ2I12m5FOCqd+sHRbU="
-
-/* ---- the capture's frame lists ---------------------------------------------------------- */
-
-struct want {
-    size_t n;
-    size_t len[64];
-    char sha[64][65];
-};
-
-static void load_want(const char *name, struct want *w)
-{
-    size_t len;
-    uint8_t *raw = tu_read_vector(name, &len);
-    char *text = malloc(len + 1);
-    memcpy(text, raw, len);
-    text[len] = '\0';
-    free(raw);
-    memset(w, 0, sizeof *w);
-    for (char *line = strtok(text, "\n"); line && w->n < 64; line = strtok(NULL, "\n")) {
-        char *l = strstr(line, "\"len\": "), *s = strstr(line, "\"sha256\": \"");
-        assert_non_null(l);
-        assert_non_null(s);
-        w->len[w->n] = strtoul(l + 7, NULL, 10);
-        memcpy(w->sha[w->n], s + 11, 64);
-        w->n++;
-    }
-    free(text);
-}
-
-static void sha_hex(const uint8_t *p, size_t n, char out[65])
-{
-    uint8_t md[SHA256_DIGEST_LENGTH];
-    SHA256(p, n, md);
-    for (int i = 0; i < SHA256_DIGEST_LENGTH; i++) sprintf(out + 2 * i, "%02x", md[i]);
-}
-
-/* Splits sfm into SFM frames (4-byte big-endian total length first) and checks them against w. */
-static void check_frames(struct evbuffer *sfm, const struct want *w)
-{
-    size_t i = 0;
-    while (evbuffer_get_length(sfm) >= 4) {
-        uint8_t p[4];
-        evbuffer_copyout(sfm, p, 4);
-        size_t len = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
-        assert_true(len >= 16 && evbuffer_get_length(sfm) >= len);
-        assert_true(i < w->n);
-        assert_int_equal(len, w->len[i]);
-        char hex[65];
-        sha_hex(evbuffer_pullup(sfm, (ev_ssize_t)len), len, hex);
-        assert_string_equal(hex, w->sha[i]);
-        evbuffer_drain(sfm, len);
-        i++;
-    }
-    assert_int_equal(evbuffer_get_length(sfm), 0);
-    assert_int_equal(i, w->n);
-}
 
 /* Feeds data to ws in pieces (step 0: pseudo-random sizes up to 9000 bytes). */
 static int feed(struct cj_ws *ws, const uint8_t *data, size_t len, size_t step, struct evbuffer *sfm,
@@ -194,16 +136,6 @@ static void pair_close(struct pair *p)
     evbuffer_free(p->s2c);
     evbuffer_free(p->csfm);
     evbuffer_free(p->ssfm);
-}
-
-/* An SFM-shaped frame of len bytes (its length in the first 4 bytes). */
-static void sfm_frame(struct evbuffer *b, size_t len, uint8_t fill)
-{
-    uint8_t *p = malloc(len);
-    memset(p, fill, len);
-    p[0] = (uint8_t)(len >> 24), p[1] = (uint8_t)(len >> 16), p[2] = (uint8_t)(len >> 8), p[3] = (uint8_t)len;
-    evbuffer_add(b, p, len);
-    free(p);
 }
 
 static void test_round_trip_sizes(void **state)
