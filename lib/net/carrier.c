@@ -5,6 +5,7 @@
 
 #include "net/grpc.h"
 #include "net/ws.h"
+#include "wire/frame.h"
 
 struct cj_carrier {
     enum cj_carrier_kind kind;
@@ -60,9 +61,9 @@ bool cj_carrier_ready(const struct cj_carrier *k)
 /* The length an SFM frame gives itself: its first 4 bytes, big-endian. */
 static size_t sfm_length(struct evbuffer *b)
 {
-    unsigned char p[4];
+    uint8_t p[4];
     if (evbuffer_copyout(b, p, 4) != 4) return 0;
-    return (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+    return cj_frame_length(p);
 }
 
 bool cj_carrier_can_send(const struct cj_carrier *k, struct evbuffer *sfm_out)

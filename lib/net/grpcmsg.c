@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "wire/frame.h"
+
 enum { RX_PREFIX, RX_TAG, RX_VARINT, RX_LEN, RX_COPY, RX_SKIP };
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
@@ -136,8 +138,7 @@ static int len_done(struct cj_grpcmsg_rx *rx, struct cj_err *err)
 /* The data field ended: its bytes must be one SFM frame (the prefix's length). */
 static int data_done(struct cj_grpcmsg_rx *rx, struct cj_err *err)
 {
-    uint32_t want = rx->data_len < 4 ? 0
-                    : (uint32_t)rx->sfm_len[0] << 24 | (uint32_t)rx->sfm_len[1] << 16 | (uint32_t)rx->sfm_len[2] << 8 | rx->sfm_len[3];
+    uint32_t want = rx->data_len < 4 ? 0 : cj_frame_length(rx->sfm_len);
     if (rx->data_len < 4 || want != rx->data_len)
         return cj_fail(err, CJ_E_INVALID, rx->offset, "gRPC message data of %llu bytes is not one SFM frame (its prefix says %u)",
                        (unsigned long long)rx->data_len, want);

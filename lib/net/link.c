@@ -826,7 +826,7 @@ static void event_cb(struct cj_conn *c, int what, void *arg)
                                  "CN equals [relay] site)"
                            : l->state == CJ_LINK_HANDSHAKE ? (l->active ? " before READY" : " before HELLO")
                                                            : "";
-        const char *carrier = l->scheme & (CJ_EP_HTTP | CJ_EP_HTTPS | CJ_EP_GRPC | CJ_EP_GRPCS) ? cj_conn_error_text(l->conn) : "";
+        const char *carrier = l->scheme & CJ_EP_CARRIED ? cj_conn_error_text(l->conn) : "";
         link_down(l, l->state == CJ_LINK_UP ? CJ_LOG_INFO : CJ_LOG_WARNING, "peer closed the connection%s%s%s", when,
                   carrier[0] ? ": " : "", carrier);
     }
@@ -900,7 +900,7 @@ static void tls_info_cb(const SSL *ssl, int where, int ret)
  * the conn gets that carrier (a client names HOST:PORT to the server). */
 static int attach_carrier(struct cj_link *l)
 {
-    if (!(l->scheme & (CJ_EP_HTTP | CJ_EP_HTTPS | CJ_EP_GRPC | CJ_EP_GRPCS))) return 0;
+    if (!(l->scheme & CJ_EP_CARRIED)) return 0;
     enum cj_carrier_kind kind = l->scheme & (CJ_EP_HTTP | CJ_EP_HTTPS) ? CJ_CARRIER_WS : CJ_CARRIER_GRPC;
     char authority[CJ_EP_ADDR_MAX + 16] = "";
     if (l->active)

@@ -10,6 +10,7 @@
 #include "net/chunks.h"
 #include "net/wsupgrade.h"
 #include "util/text.h"
+#include "wire/frame.h"
 
 enum ws_state { WS_UPGRADE, WS_OPEN, WS_CLOSED };
 
@@ -272,8 +273,7 @@ static int data_bytes(struct cj_ws *ws, const uint8_t *p, size_t n, struct evbuf
 static int message_end(struct cj_ws *ws, struct evbuffer *out, struct cj_err *err)
 {
     ws->in_msg = false;
-    uint32_t want = ws->msg_len < 4 ? 0
-                    : (uint32_t)ws->sfm_len[0] << 24 | (uint32_t)ws->sfm_len[1] << 16 | (uint32_t)ws->sfm_len[2] << 8 | ws->sfm_len[3];
+    uint32_t want = ws->msg_len < 4 ? 0 : cj_frame_length(ws->sfm_len);
     if (ws->msg_len < 4 || want != ws->msg_len)
         return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, ws->consumed,
                                                   "WebSocket message of %llu bytes does not hold one SFM frame (its prefix says %u)",

@@ -51,6 +51,7 @@ enum cj_ep_kind {
 };
 #define CJ_EP_TLS (CJ_EP_STCP | CJ_EP_HTTPS | CJ_EP_GRPCS)
 #define CJ_EP_NET (CJ_EP_TCP | CJ_EP_HTTP | CJ_EP_GRPC | CJ_EP_TLS)  /* every network scheme */
+#define CJ_EP_CARRIED (CJ_EP_HTTP | CJ_EP_HTTPS | CJ_EP_GRPC | CJ_EP_GRPCS) /* frames inside messages */
 
 /* "unix", "tcp", "stcp", "http", "https", "grpc" or "grpcs". */
 const char *cj_ep_scheme(int kind);

@@ -76,6 +76,13 @@ struct cj_frame_counters {
 /* ---- types ---------------------------------------------------------------- */
 
 const char *cj_frame_type_name(uint8_t type);
+
+/* The length a frame gives itself: the prefix's first 4 bytes, big-endian
+ * (carriers check that a message holds exactly one frame by it). */
+static inline uint32_t cj_frame_length(const uint8_t p[4])
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
 /* FRAG and ACK: valid on the wire, but NVFlare never sends them; drop them. */
 bool cj_frame_type_is_unused(uint8_t type);
 
