@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -46,7 +45,7 @@ struct cj_conn {
     bool carrier_closed;           /* the peer ended the carriage: EOF once the input is handed on */
     size_t low, high, wlow;
     bool reading;                  /* the owner's switch */
-    struct cj_block *blk;               /* the block being filled */
+    struct cj_block *blk;          /* the block being filled */
     int busy;                      /* nesting of our own callbacks */
     bool freed, ended;
     char err[1024];
