@@ -14,16 +14,24 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "ops/commands.h"
 #include "util/version.h"
 
 #define DEFAULT_SOCKET "/run/cjrelay/status.sock"
 #define ANSWER_TIMEOUT_MS 30000
 
+/* The commands are the daemon's table (ops/commands.c): the list cannot drift. */
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: cjrelayctl [-s SOCKET] [-c FILE] COMMAND [ARGS] [json]\n"
-               "commands: help | show info|stats|workers|tasks|refs|config|metrics [json]\n"
-               "          pause | resume | reload | shutdown [now]\n");
+    char line[256];
+    fprintf(f, "usage: cjrelayctl [-s SOCKET] [-c FILE] COMMAND [ARGS] [json]\ncommands:\n");
+    for (int i = 0; i < CJ_CMD_COUNT; i++) {
+        fprintf(f, "  %-20s %s%s\n", cj_cmd_usage((enum cj_cmd)i, false, line, sizeof line), cj_cmds[i].help,
+                cj_cmds[i].access == CJ_ACCESS_ADMIN ? " (admin)" : "");
+        for (int t = 0; i == CJ_CMD_SHOW && t < CJ_SHOW_COUNT; t++)
+            fprintf(f, "      %-16s %s\n", cj_shows[t].name, cj_shows[t].help);
+    }
+    fprintf(f, "socket: -s SOCKET, else [status] socket of -c FILE, else %s\n", DEFAULT_SOCKET);
 }
 
 static int connect_socket(const char *path)

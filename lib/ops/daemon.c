@@ -16,6 +16,7 @@
 #include "cell/router.h"
 #include "net/link.h"
 #include "net/tls.h"
+#include "ops/commands.h"
 #include "ops/flrun.h"
 #include "ops/notify.h"
 #include "wire/frame.h"
@@ -261,41 +262,70 @@ static void show_config(struct cj_daemon *d, struct cj_out *o)
     cj_out_table_end(o);
 }
 
-static bool on_show(void *ctx, const char *what, struct cj_out *o)
+static void show_workers(struct cj_daemon *d, struct cj_out *o) { cj_flrun_show_workers(d->fl, o); }
+static void show_tasks(struct cj_daemon *d, struct cj_out *o) { cj_flrun_show_tasks(d->fl, o); }
+static void show_refs(struct cj_daemon *d, struct cj_out *o) { cj_flrun_show_refs(d->fl, o); }
+static void show_metrics(struct cj_daemon *d, struct cj_out *o) { cj_flrun_show_metrics(d->fl, o); }
+
+/* One renderer per show target of ops/commands.c. */
+static void (*const show_handlers[CJ_SHOW_COUNT])(struct cj_daemon *d, struct cj_out *o) = {
+    [CJ_SHOW_INFO] = show_info,       [CJ_SHOW_STATS] = show_stats,     [CJ_SHOW_WORKERS] = show_workers,
+    [CJ_SHOW_TASKS] = show_tasks,     [CJ_SHOW_REFS] = show_refs,       [CJ_SHOW_CONFIG] = show_config,
+    [CJ_SHOW_METRICS] = show_metrics,
+};
+
+static void on_show(void *ctx, enum cj_show what, struct cj_out *o)
 {
-    struct cj_daemon *d = ctx;
-    if (!strcmp(what, "info")) show_info(d, o);
-    else if (!strcmp(what, "stats")) show_stats(d, o);
-    else if (!strcmp(what, "config")) show_config(d, o);
-    else if (!strcmp(what, "workers")) cj_flrun_show_workers(d->fl, o);
-    else if (!strcmp(what, "tasks")) cj_flrun_show_tasks(d->fl, o);
-    else if (!strcmp(what, "refs")) cj_flrun_show_refs(d->fl, o);
-    else if (!strcmp(what, "metrics")) cj_flrun_show_metrics(d->fl, o);
-    else return false;
-    return true;
+    show_handlers[what](ctx, o);
 }
 
-static int on_command(void *ctx, const char *cmd, const char *arg, char *msg, size_t msgsz)
+static int cmd_pause(struct cj_daemon *d, const char *arg, char *msg, size_t msgsz)
 {
-    struct cj_daemon *d = ctx;
-    if (!strcmp(cmd, "pause")) {
-        if (!d->paused) cj_log_info("paused by the status socket: no new tasks will be pulled");
-        d->paused = true;
-        if (d->fl) cj_flrun_pause(d->fl);
-    } else if (!strcmp(cmd, "resume")) {
-        if (d->paused) cj_log_info("resumed by the status socket");
-        d->paused = false;
-        if (d->fl) cj_flrun_resume(d->fl);
-    } else if (!strcmp(cmd, "reload")) {
-        if (reload(d, msg, msgsz) != 0) return 500;
-    } else if (!strcmp(cmd, "shutdown")) {
-        if (arg) stop_now(d, "shutdown now on the status socket");
-        else start_drain(d, "shutdown on the status socket");
-    } else {
-        snprintf(msg, msgsz, "unknown command");
+    if (!d->paused) cj_log_info("paused by the status socket: no new tasks will be pulled");
+    d->paused = true;
+    if (d->fl) cj_flrun_pause(d->fl);
+    return 0;
+}
+
+static int cmd_resume(struct cj_daemon *d, const char *arg, char *msg, size_t msgsz)
+{
+    if (d->paused) cj_log_info("resumed by the status socket");
+    d->paused = false;
+    if (d->fl) cj_flrun_resume(d->fl);
+    return 0;
+}
+
+static int cmd_reload(struct cj_daemon *d, const char *arg, char *msg, size_t msgsz)
+{
+    return reload(d, msg, msgsz) == 0 ? 0 : 500;
+}
+
+static int cmd_shutdown(struct cj_daemon *d, const char *arg, char *msg, size_t msgsz)
+{
+    if (arg && strcmp(arg, "now") != 0) {
+        char usage[64];
+        snprintf(msg, msgsz, "unknown option; usage: %s", cj_cmd_usage(CJ_CMD_SHUTDOWN, false, usage, sizeof usage));
         return 400;
     }
+    if (arg) stop_now(d, "shutdown now on the status socket");
+    else start_drain(d, "shutdown on the status socket");
     return 0;
+}
+
+/* One handler per command of ops/commands.c but help and show, which the
+ * status socket answers itself. */
+static int (*const command_handlers[CJ_CMD_COUNT])(struct cj_daemon *d, const char *arg, char *msg, size_t msgsz) = {
+    [CJ_CMD_PAUSE] = cmd_pause, [CJ_CMD_RESUME] = cmd_resume, [CJ_CMD_RELOAD] = cmd_reload,
+    [CJ_CMD_SHUTDOWN] = cmd_shutdown,
+};
+
+static int on_command(void *ctx, enum cj_cmd cmd, const char *arg, char *msg, size_t msgsz)
+{
+    if (!command_handlers[cmd]) {
+        snprintf(msg, msgsz, "'%s' has no handler in this daemon", cj_cmds[cmd].name);
+        return 500;
+    }
+    return command_handlers[cmd](ctx, arg, msg, msgsz);
 }
 
 /* ---- signals and timers --------------------------------------------------------- */

@@ -121,46 +121,85 @@ static void close_after_flush(struct client *c)
 
 /* ---- the line protocol ------------------------------------------------------ */
 
-static void cmd_help(struct evbuffer *out)
+/* Words quoted back in an error are cut short: the line may be 4 KiB. */
+#define QUOTE_MAX 64
+
+static void reply_usage(struct evbuffer *out, const char *what, enum cj_cmd c)
 {
-    evbuffer_add_printf(out,
-        "help\nshow info|stats|workers|tasks|refs|config|metrics [json]\n"
-        "pause\nresume\nreload\nshutdown [now]\n\n");
+    char usage[256];
+    evbuffer_add_printf(out, "ERR 400 %s; usage: %s\n\n", what, cj_cmd_usage(c, false, usage, sizeof usage));
 }
 
-static void cmd_show(const struct cj_status_ops *ops, struct evbuffer *out, char **argv, int argc)
+static void help_list(struct evbuffer *out)
 {
-    bool json = argc >= 3 && strcmp(argv[argc - 1], "json") == 0;
-    if (argc < 2 || argc > 3 || (argc == 3 && !json)) { reply_err(out, 400, "usage: show <what> [json]"); return; }
+    char usage[256];
+    for (int i = 0; i < CJ_CMD_COUNT; i++)
+        evbuffer_add_printf(out, "%s\n", cj_cmd_usage((enum cj_cmd)i, true, usage, sizeof usage));
+    evbuffer_add(out, "\n", 1);
+}
+
+static void help_one(struct evbuffer *out, const char *name)
+{
+    int c = cj_cmd_find(name);
+    if (c < 0) { evbuffer_add_printf(out, "ERR 400 unknown command '%.*s'; try: help\n\n", QUOTE_MAX, name); return; }
+    char usage[256];
+    const struct cj_cmd_def *d = &cj_cmds[c];
+    evbuffer_add_printf(out, "usage: %s\naccess: %s\nwhat: %s\n", cj_cmd_usage((enum cj_cmd)c, false, usage, sizeof usage),
+                        d->access == CJ_ACCESS_ADMIN ? "admin" : "read", d->help);
+    for (int i = 0; c == CJ_CMD_SHOW && i < CJ_SHOW_COUNT; i++)
+        evbuffer_add_printf(out, "%s: %s\n", cj_shows[i].name, cj_shows[i].help);
+    evbuffer_add(out, "\n", 1);
+}
+
+static void cmd_show(const struct cj_status_ops *ops, struct evbuffer *out, char **args, int nargs)
+{
+    int what = cj_show_find(args[0]);
+    if (what < 0) {
+        evbuffer_add_printf(out, "ERR 400 unknown show target '%.*s'; try: help show\n\n", QUOTE_MAX, args[0]);
+        return;
+    }
+    if (nargs == 2 && strcmp(args[1], "json") != 0) { reply_usage(out, "unknown option", CJ_CMD_SHOW); return; }
+    if (!ops->show) { reply_err(out, 500, "no show handler"); return; }
     struct evbuffer *tmp = evbuffer_new();
     if (!tmp) { reply_err(out, 500, "out of memory"); return; }
     struct cj_out o;
-    cj_out_begin(&o, tmp, json);
-    if (!ops->show || !ops->show(ops->ctx, argv[1], &o)) {
-        evbuffer_free(tmp);
-        reply_err(out, 400, "unknown show target; try: help");
-        return;
-    }
+    cj_out_begin(&o, tmp, nargs == 2);
+    ops->show(ops->ctx, (enum cj_show)what, &o);
     cj_out_end(&o);
     evbuffer_add_buffer(out, tmp);
     evbuffer_free(tmp);
 }
 
-static void cmd_change(const struct cj_status_ops *ops, bool admin, struct evbuffer *out, char **argv, int argc)
+static void cmd_other(const struct cj_status_ops *ops, enum cj_cmd c, struct evbuffer *out, const char *arg)
 {
     char msg[256] = "";
-    if (!admin) { reply_err(out, 403, "permission denied: read-only client"); return; }
-    if (argc > 2) { reply_err(out, 400, "too many arguments"); return; }
-    const char *arg = argc == 2 ? argv[1] : NULL;
-    if (arg && strcmp(argv[0], "shutdown") != 0) { reply_err(out, 400, "this command takes no argument"); return; }
-    if (arg && strcmp(arg, "now") != 0) { reply_err(out, 400, "usage: shutdown [now]"); return; }
-    int rc = ops->command ? ops->command(ops->ctx, argv[0], arg, msg, sizeof msg) : 500;
+    int rc = ops->command ? ops->command(ops->ctx, c, arg, msg, sizeof msg) : 500;
     msg[sizeof msg - 1] = '\0';
     /* The answer is one line: a message with a newline would break the protocol. */
     for (char *p = msg; *p; p++)
         if (*p == '\n' || *p == '\r') *p = ' ';
     if (rc) reply_err(out, rc, msg[0] ? msg : "failed");
     else evbuffer_add_printf(out, "OK%s%s\n\n", msg[0] ? " " : "", msg);
+}
+
+/* The table decides: the name, then who may run it, then how many arguments. */
+static void run_command(const struct cj_status_ops *ops, bool admin, char **argv, int argc, struct evbuffer *out)
+{
+    int c = cj_cmd_find(argv[0]);
+    if (c < 0) { evbuffer_add_printf(out, "ERR 400 unknown command '%.*s'; try: help\n\n", QUOTE_MAX, argv[0]); return; }
+    const struct cj_cmd_def *d = &cj_cmds[c];
+    if (d->access == CJ_ACCESS_ADMIN && !admin) { reply_err(out, 403, "permission denied: read-only client"); return; }
+    int nargs = argc - 1;
+    if (nargs > d->max_args) { reply_usage(out, "too many arguments", (enum cj_cmd)c); return; }
+    if (nargs < d->min_args) { reply_usage(out, "missing argument", (enum cj_cmd)c); return; }
+    if (c == CJ_CMD_HELP) {
+        if (nargs) help_one(out, argv[1]);
+        else help_list(out);
+    } else if (c == CJ_CMD_SHOW) {
+        cmd_show(ops, out, argv + 1, nargs);
+    } else {
+        cmd_other(ops, (enum cj_cmd)c, out, nargs ? argv[1] : NULL);
+    }
 }
 
 int cj_status_parse(char *line, char **argv, int max)
@@ -189,12 +228,7 @@ void cj_status_dispatch(const struct cj_status_ops *ops, bool admin, char *line,
     int argc = cj_status_parse(line, argv, CJ_STATUS_MAX_WORDS);
     if (argc < 0) { reply_err(out, 400, "too many words; try: help"); return; }
     if (argc == 0) { reply_err(out, 400, "empty command; try: help"); return; }
-    if (strcmp(argv[0], "help") == 0) cmd_help(out);
-    else if (strcmp(argv[0], "show") == 0) cmd_show(ops, out, argv, argc);
-    else if (!strcmp(argv[0], "pause") || !strcmp(argv[0], "resume") || !strcmp(argv[0], "reload") ||
-             !strcmp(argv[0], "shutdown"))
-        cmd_change(ops, admin, out, argv, argc);
-    else reply_err(out, 400, "unknown command; try: help");
+    run_command(ops, admin, argv, argc, out);
 }
 
 /* ---- socket callbacks --------------------------------------------------------- */

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "ops/commands.h"
 #include "ops/out.h"
 #include "util/err.h"
 
@@ -29,11 +30,13 @@ struct cj_status;
 
 struct cj_status_ops {
     void *ctx;
-    /* Renders "show <what>"; returns false when <what> is unknown. */
-    bool (*show)(void *ctx, const char *what, struct cj_out *o);
-    /* pause | resume | reload | shutdown (arg "now" or NULL).  0 = OK, else an
-     * ERR code with a message in err. */
-    int (*command)(void *ctx, const char *cmd, const char *arg, char *err, size_t errsz);
+    /* Renders "show <what>". */
+    void (*show)(void *ctx, enum cj_show what, struct cj_out *o);
+    /* Runs a command other than help and show, for a client its access level
+     * admits, with as many arguments as its table entry allows (arg: the one
+     * argument, or NULL).  0 = OK (msg, if set, follows "OK "), else an ERR
+     * code with its text in msg. */
+    int (*command)(void *ctx, enum cj_cmd cmd, const char *arg, char *msg, size_t msgsz);
 };
 
 /* Creates the socket at path with mode (replacing a stale file, refusing a live one). */

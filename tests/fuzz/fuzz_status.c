@@ -6,7 +6,7 @@
  * command callback; bit 3: no show callback), the rest is split on
  * '\n' into lines, as evbuffer_readln would hand them to the server.
  *
- * The dummy show renders every known target ("info", "workers", ...) with the
+ * The dummy show renders every target of ops/commands.c's table with the
  * field and table writer, including a cell and a field holding bytes from the
  * input, so text and JSON rendering see hostile strings too.
  *
@@ -14,9 +14,10 @@
  *   - the answer is not empty, ends with exactly one empty line ("\n\n") and
  *     has no other empty line before it; an answer starting "ERR " is one line
  *     "ERR <3 digits> <text>";
- *   - the command callback is reached only for an admin client, only with
- *     pause/resume/reload/shutdown, and arg is NULL or "now" (shutdown only);
- *   - show is called only with a word (non-empty, no blank, no control byte);
+ *   - the command callback is reached only with a command of the table other
+ *     than help and show, for a client its access level admits, and with an
+ *     argument only when the table allows one;
+ *   - show is called only with a target of the table;
  *   - a JSON answer ("show X json" accepted) is one line starting '{' and
  *     ending '}' with no raw control byte in it;
  *   - cj_status_parse: every word is non-empty and blank-free, at most max;
@@ -50,15 +51,12 @@ static bool is_word(const char *w)
     return true;
 }
 
-static bool dummy_show(void *ctx, const char *what, struct cj_out *o)
+static void dummy_show(void *ctx, enum cj_show what_id, struct cj_out *o)
 {
     (void)ctx;
     g_shows++;
-    if (!is_word(what)) die("show called with a non-word", what, NULL);
-    static const char *const known[] = {"info", "stats", "workers", "tasks", "refs", "config", "metrics"};
-    bool ok = false;
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= strcmp(what, known[i]) == 0;
-    if (!ok) return false;
+    if ((int)what_id < 0 || what_id >= CJ_SHOW_COUNT) die("show called with a target out of the table", NULL, NULL);
+    const char *what = cj_shows[what_id].name;
     cj_out_str(o, "what", what);
     cj_out_str(o, "line", g_line_copy);
     cj_out_u64(o, "n", UINT64_MAX);
@@ -75,17 +73,18 @@ static bool dummy_show(void *ctx, const char *what, struct cj_out *o)
         cj_out_row_end(o);
     }
     cj_out_table_end(o);
-    return true;
 }
 
-static int dummy_command(void *ctx, const char *cmd, const char *arg, char *err, size_t errsz)
+static int dummy_command(void *ctx, enum cj_cmd cmd, const char *arg, char *err, size_t errsz)
 {
     (void)ctx;
     g_commands++;
-    if (!g_admin) die("command reached for a read-only client", cmd, NULL);
-    if (strcmp(cmd, "pause") && strcmp(cmd, "resume") && strcmp(cmd, "reload") && strcmp(cmd, "shutdown"))
-        die("command callback with an unknown command", cmd, NULL);
-    if (arg && (strcmp(cmd, "shutdown") || strcmp(arg, "now"))) die("command callback with a bad argument", arg, NULL);
+    if ((int)cmd < 0 || cmd >= CJ_CMD_COUNT || cmd == CJ_CMD_HELP || cmd == CJ_CMD_SHOW)
+        die("command callback with a command it does not handle", NULL, NULL);
+    const char *name = cj_cmds[cmd].name;
+    if (cj_cmds[cmd].access == CJ_ACCESS_ADMIN && !g_admin) die("admin command reached for a read-only client", name, NULL);
+    if (arg && cj_cmds[cmd].max_args < 1) die("command callback with an argument it takes none of", name, arg);
+    if (arg && !is_word(arg)) die("command callback with a non-word argument", name, arg);
     if (g_fail) {
         /* longer than err, with a newline: must still be one line */
         memset(err, 'x', errsz);
@@ -167,7 +166,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     g_fail = data[0] & 2;
     struct cj_status_ops ops = {.ctx = NULL, .show = dummy_show, .command = dummy_command};
     if (data[0] & 4) ops.command = NULL;   /* no callback: the server answers ERR 500 itself */
-    if (data[0] & 8) ops.show = NULL;      /* no show: every show is unknown */
+    if (data[0] & 8) ops.show = NULL;      /* no show: ERR 500 */
     data++, size--;
     size_t lines = 0;
     while (size && lines < 64) {

@@ -1,0 +1,55 @@
+/* commands.c — the status command and show target tables (see commands.h). */
+#include "ops/commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const struct cj_cmd_def cj_cmds[CJ_CMD_COUNT] = {
+    [CJ_CMD_HELP] = {"help", CJ_ACCESS_READ, "[command]", 0, 1,
+                     "the command list, or one command's usage and what it does"},
+    [CJ_CMD_SHOW] = {"show", CJ_ACCESS_READ, "[json]", 1, 2,
+                     "the daemon's state: one target, as text or as one JSON object"},
+    [CJ_CMD_PAUSE] = {"pause", CJ_ACCESS_ADMIN, "", 0, 0, "stop pulling new tasks; work in flight goes on"},
+    [CJ_CMD_RESUME] = {"resume", CJ_ACCESS_ADMIN, "", 0, 0, "pull new tasks again"},
+    [CJ_CMD_RELOAD] = {"reload", CJ_ACCESS_ADMIN, "", 0, 0,
+                       "re-read the configuration file, as SIGHUP; a bad file keeps the running one"},
+    [CJ_CMD_SHUTDOWN] = {"shutdown", CJ_ACCESS_ADMIN, "[now]", 0, 1,
+                         "drain (no new tasks, work in flight finishes) then exit; now: stop at once"},
+};
+
+const struct cj_show_def cj_shows[CJ_SHOW_COUNT] = {
+    [CJ_SHOW_INFO] = {"info", "version, pid, uptime, cell name, mode, state, upstream link, memory"},
+    [CJ_SHOW_STATS] = {"stats", "the counters, one name: value each"},
+    [CJ_SHOW_WORKERS] = {"workers", "one row per worker: name, pid, state, heartbeat age, task, bytes"},
+    [CJ_SHOW_TASKS] = {"tasks", "one row per task in the table: ids, name, worker, state, age"},
+    [CJ_SHOW_REFS] = {"refs", "one row per download ref of the tasks (spool mode: the spool's refs)"},
+    [CJ_SHOW_CONFIG] = {"config", "every configuration key: value, default, reloadable"},
+    [CJ_SHOW_METRICS] = {"metrics", "the latest training metrics each worker logged"},
+};
+
+int cj_cmd_find(const char *name)
+{
+    for (int i = 0; i < CJ_CMD_COUNT; i++)
+        if (strcmp(cj_cmds[i].name, name) == 0) return i;
+    return -1;
+}
+
+int cj_show_find(const char *name)
+{
+    for (int i = 0; i < CJ_SHOW_COUNT; i++)
+        if (strcmp(cj_shows[i].name, name) == 0) return i;
+    return -1;
+}
+
+const char *cj_cmd_usage(enum cj_cmd c, bool targets, char *buf, size_t size)
+{
+    const struct cj_cmd_def *d = &cj_cmds[c];
+    size_t n = (size_t)snprintf(buf, size, "%s", d->name);
+    if (c == CJ_CMD_SHOW) {
+        if (!targets && n < size) n += (size_t)snprintf(buf + n, size - n, " <what>");
+        for (int i = 0; targets && i < CJ_SHOW_COUNT && n < size; i++)
+            n += (size_t)snprintf(buf + n, size - n, "%c%s", i ? '|' : ' ', cj_shows[i].name);
+    }
+    if (d->args[0] && n < size) snprintf(buf + n, size - n, " %s", d->args);
+    return buf;
+}
