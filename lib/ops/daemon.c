@@ -21,6 +21,7 @@
 #include "ops/notify.h"
 #include "wire/frame.h"
 #include "ops/out.h"
+#include "ops/statreg.h"
 #include "ops/status.h"
 #include "stream/stream.h"
 #include "util/clock.h"
@@ -49,7 +50,6 @@ struct cj_daemon {
     double started;               /* cj_now() at start */
     char fqcn[2 * CJ_CFG_NAME_MAX + 2];
     char upstream_url[CJ_CFG_PATH_MAX];
-    uint64_t synced_drops, synced_refused;   /* the router's counts at the last sync_stats */
 };
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -88,40 +88,29 @@ static size_t worker_count(const struct cj_daemon *d)
     return d->router ? cj_router_children(d->router, NULL, 0) : 0;
 }
 
-/* Copies the router's counters into the shared table that show stats renders.
- * drops and workers_refused are also counted by other layers (the stream
- * endpoint, the worker sessions' refused HELLOs): those get the router's growth
- * since the last sync added, not overwritten. */
-static void sync_stats(struct cj_daemon *d)
+/* One reading of every counting object, for the stats registry. */
+static void stat_sources(struct cj_daemon *d, struct cj_stat_sources *s)
 {
-    if (!d->router) return;
-    const struct cj_router_counters *c = cj_router_counters(d->router);
-    cj_stats.msgs_up = c->up_msgs;
-    cj_stats.msgs_down = c->down_msgs;
-    cj_stats.bytes_up = c->up_bytes;
-    cj_stats.bytes_down = c->down_bytes;
-    cj_stats.returns_sent = c->returns_sent + c->fwd_errors_sent;
-    cj_stats.drops += c->drops - d->synced_drops;
-    d->synced_drops = c->drops;
-    cj_stats.reconnects = c->reconnects;
-    cj_stats.throttles = c->throttles;
-    cj_stats.workers_refused += c->workers_refused - d->synced_refused;
-    d->synced_refused = c->workers_refused;
-    cj_stats.stalled_closed = c->stalled_closed;
-    cj_stats.inflight_failed = c->inflight_failed;
-    cj_stats.inflight_untracked = c->inflight_untracked;
-    cj_stats.holds = c->holds;
-    cj_stats.holds_lapsed = c->holds_lapsed;
+    memset(s, 0, sizeof *s);
+    s->src[CJ_STAT_RELAY] = &cj_stats;
+    s->src[CJ_STAT_ROUTER] = d->router ? cj_router_counters(d->router) : NULL;
+    cj_flrun_stat_sources(d->fl, s);
+}
+
+static unsigned long long stat_named(const struct cj_stat_sources *s, const char *name)
+{
+    const struct cj_stat_field *f = cj_stat_find(name);
+    return f ? (unsigned long long)cj_stat_value(f, s) : 0;
 }
 
 static void send_status_line(struct cj_daemon *d)
 {
     char line[256];
-    sync_stats(d);
+    struct cj_stat_sources s;
+    stat_sources(d, &s);
     snprintf(line, sizeof line, "%s %s; upstream %s; workers %zu; tasks in %llu out %llu; relayed %llu msgs",
-             d->fqcn, state_name(d), upstream_state(d), worker_count(d), (unsigned long long)cj_stats.tasks_in,
-             (unsigned long long)cj_stats.tasks_out,
-             (unsigned long long)(cj_stats.msgs_up + cj_stats.msgs_down));
+             d->fqcn, state_name(d), upstream_state(d), worker_count(d), stat_named(&s, "tasks_in"),
+             stat_named(&s, "tasks_out"), stat_named(&s, "msgs_up") + stat_named(&s, "msgs_down"));
     cj_notify_status(line);
 }
 
@@ -237,13 +226,9 @@ static void show_info(struct cj_daemon *d, struct cj_out *o)
 
 static void show_stats(struct cj_daemon *d, struct cj_out *o)
 {
-    sync_stats(d);
-    for (size_t i = 0; i < cj_stats_nfields; i++)
-        cj_out_u64(o, cj_stats_fields[i].name, cj_stats_get(&cj_stats, &cj_stats_fields[i]));
-    if (d->fl) {
-        cj_flrun_show_session_stats(d->fl, o);   /* results_rejected, workers_lost, ... */
-        cj_flrun_show_spool_stats(d->fl, o);     /* spool mode: spool_* totals */
-    }
+    struct cj_stat_sources s;
+    stat_sources(d, &s);
+    cj_stat_render(&s, o);
 }
 
 static void show_config(struct cj_daemon *d, struct cj_out *o)

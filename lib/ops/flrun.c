@@ -22,7 +22,6 @@
 #include "net/link.h"
 #include "util/clock.h"
 #include "util/log.h"
-#include "util/stats.h"
 
 #define PROGRESS_TICK_SECS 1
 #define STOP_POLL_SECS 0.5
@@ -566,36 +565,21 @@ void cj_flrun_show_metrics(struct cj_flrun *f, struct cj_out *o)
     cj_out_table_end(o);
 }
 
-/* ---- the sessions' counters in show stats ----------------------------------------------- */
+/* ---- the counters the stats registry reads ---------------------------------------------- */
 
-/* The worker sessions' counters not already in the shared table (tasks_out is
- * their tasks_delivered): names that could be mistaken for upstream counters
- * carry a worker_ prefix. */
-#define SF(name, field, doc) {name, offsetof(struct cj_fl_sessions_stats, field), doc}
-static const struct cj_stats_field session_fields[] = {
-    SF("hellos_accepted", hellos_accepted, "worker HELLOs accepted"),
-    SF("hellos_rejected", hellos_rejected, "worker HELLOs rejected (identity, launch token, ...)"),
-    SF("worker_tasks_failed", tasks_failed, "tasks failed because of a worker (task_failed, lost, refused)"),
-    SF("results_accepted", results_accepted, "result_ready accepted"),
-    SF("results_rejected", results_rejected, "result_ready rejected (includes the next two)"),
-    SF("results_unknown_task", results_unknown_task, "results for a task never given to that worker"),
-    SF("results_duplicate", results_duplicate, "second results for the same task"),
-    SF("worker_heartbeats", heartbeats, "worker heartbeats answered"),
-    SF("worker_logs", logs, "worker log messages kept"),
-    SF("worker_logs_dropped", logs_dropped, "worker log messages dropped (invalid)"),
-    SF("workers_lost", workers_lost, "workers declared lost"),
-    SF("worker_bad_requests", bad_requests, "worker requests answered invalid_request"),
-};
-#undef SF
-
-void cj_flrun_show_session_stats(struct cj_flrun *f, struct cj_out *o)
+void cj_flrun_stat_sources(struct cj_flrun *f, struct cj_stat_sources *s)
 {
-    if (!f || !f->sessions) return;
-    struct cj_fl_sessions_stats st;
-    memset(&st, 0, sizeof st);
-    cj_fl_sessions_get_stats(f->sessions, &st);
-    for (size_t i = 0; i < sizeof session_fields / sizeof session_fields[0]; i++)
-        cj_out_u64(o, session_fields[i].name, *(const uint64_t *)((const char *)&st + session_fields[i].off));
+    if (!f) return;
+    if (f->sessions) {
+        cj_fl_sessions_get_stats(f->sessions, &s->sessions);
+        s->src[CJ_STAT_SESSIONS] = &s->sessions;
+    }
+    if (f->spool) {
+        cj_spool_get_stats(f->spool, &s->spool);
+        cj_spool_stage_get_stats(f->stage, &s->stage);
+        s->src[CJ_STAT_SPOOL] = &s->spool;
+        s->src[CJ_STAT_STAGE] = &s->stage;
+    }
 }
 
 /* ---- spool mode ---------------------------------------------------------------------------- */
@@ -606,33 +590,6 @@ static void spool_behind(void *ctx, const char *source, bool on)
     struct cj_flrun *f = ctx;
     cj_log_debug("spool: fetch from %s %s", source, on ? "behind its disk: reading from it held" : "caught up");
     cj_router_hold(f->router, source, on);
-}
-
-void cj_flrun_show_spool_stats(struct cj_flrun *f, struct cj_out *o)
-{
-    if (!f || !f->spool) return;
-    struct cj_spool_stats ss;
-    struct cj_spool_stage_stats ts;
-    cj_spool_get_stats(f->spool, &ss);
-    cj_spool_stage_get_stats(f->stage, &ts);
-    cj_out_u64(o, "spool_refs", ss.refs);
-    cj_out_u64(o, "spool_fetching", ss.fetching);
-    cj_out_u64(o, "spool_serving", ss.serving);
-    cj_out_u64(o, "spool_bytes_on_disk", ss.bytes_on_disk);
-    cj_out_u64(o, "spool_max_bytes", ss.max_bytes);
-    cj_out_u64(o, "spool_fetched_refs", ss.fetched_refs);
-    cj_out_u64(o, "spool_fetched_bytes", ss.fetched_bytes);
-    cj_out_u64(o, "spool_fetch_failures", ss.fetch_failures);
-    cj_out_u64(o, "spool_served_refs", ss.served_refs);
-    cj_out_u64(o, "spool_served_bytes", ss.served_bytes);
-    cj_out_u64(o, "spool_disk_full", ss.disk_full);
-    cj_out_u64(o, "spool_behind", ss.behind);
-    cj_out_u64(o, "spool_unwritten_peak", ss.unwritten_peak);
-    cj_out_u64(o, "spool_tasks_spooled", ts.tasks_spooled);
-    cj_out_u64(o, "spool_tasks_failed", ts.tasks_failed);
-    cj_out_u64(o, "spool_tasks_requeued", ts.requeued);
-    cj_out_u64(o, "spool_results_spooled", ts.results_spooled);
-    cj_out_u64(o, "spool_results_failed", ts.results_failed);
 }
 
 void cj_flrun_reload(struct cj_flrun *f, const struct cj_config *cfg)

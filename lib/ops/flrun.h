@@ -15,6 +15,7 @@
 
 #include "ops/config.h"
 #include "ops/out.h"
+#include "ops/statreg.h"
 #include "util/err.h"
 
 struct event_base;
@@ -48,12 +49,10 @@ void cj_flrun_show_tasks(struct cj_flrun *f, struct cj_out *o);
 void cj_flrun_show_refs(struct cj_flrun *f, struct cj_out *o);
 void cj_flrun_show_metrics(struct cj_flrun *f, struct cj_out *o);
 
-/* Spool mode only (nothing otherwise): the spool totals, appended to show
- * stats as spool_* fields; and the reloadable settings (spool_max_bytes). */
-void cj_flrun_show_spool_stats(struct cj_flrun *f, struct cj_out *o);
-/* The worker sessions' counters (hellos_*, results_accepted/_rejected/
- * _unknown_task/_duplicate, workers_lost, worker_*), appended to show stats. */
-void cj_flrun_show_session_stats(struct cj_flrun *f, struct cj_out *o);
+/* Points the stats registry at the run's counting objects: the worker
+ * sessions, and in spool mode the spool and its stage (snapshots taken now). */
+void cj_flrun_stat_sources(struct cj_flrun *f, struct cj_stat_sources *s);
+/* The reloadable settings of the run (spool_max_bytes). */
 void cj_flrun_reload(struct cj_flrun *f, const struct cj_config *cfg);
 
 #endif

@@ -1,13 +1,13 @@
-/* stats.h — the relay's counters, and the one table that names them.
+/* stats.h — the relay's shared counters.
  *
  * Layers below ops increment fields of the single struct cj_stats (the event loop
- * is single-threaded, so plain integers suffice).  `show stats`, its JSON form and
- * the systemd STATUS= line all render from cj_stats_fields, so a counter added
- * here shows up everywhere. */
+ * is single-threaded, so plain integers suffice).  What `show stats`, its JSON
+ * form and the systemd STATUS= line print of them, and under which names, is the
+ * stats registry's business (ops/statreg.c): a counter added here is shown once
+ * it has a row there. */
 #ifndef CJ_UTIL_STATS_H
 #define CJ_UTIL_STATS_H
 
-#include <stddef.h>
 #include <stdint.h>
 
 struct cj_stats {
@@ -36,19 +36,6 @@ struct cj_stats {
     uint64_t errors;              /* other errors logged */
 };
 
-struct cj_stats_field {
-    const char *name;
-    size_t off;
-    const char *doc;
-};
-
 extern struct cj_stats cj_stats;
-extern const struct cj_stats_field cj_stats_fields[];
-extern const size_t cj_stats_nfields;
-
-static inline uint64_t cj_stats_get(const struct cj_stats *s, const struct cj_stats_field *f)
-{
-    return *(const uint64_t *)((const char *)s + f->off);
-}
 
 #endif
