@@ -598,7 +598,7 @@ static void on_reply(void *arg, struct cj_stream_reply *r)
         if (timeout && f->attempt < f->cfg.max_retries && !f->pull_delivered) {
             f->attempt++;
             f->retries++;
-            cj_stats.retries++;
+            cj_stream_relay_stats(f->ep)->retries++;
             double d = backoff(f, f->attempt);
             cj_log_warning("[DOWNLOAD_RETRY] source=%s ref_id=%s attempt=%d/%d elapsed=%.1fs: %s (%s); retrying in %.2f s",
                            f->source, f->ref_id, f->attempt + 1, f->cfg.max_retries + 1, elapsed(f), r->return_code,

@@ -24,9 +24,9 @@
 #include "stream/stream.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/stats.h"
 #include "util/mp.h"
 #include "util/repr.h"
-#include "util/stats.h"
 
 #include "payload/fobs.h"
 #include "payload/splice.h"
@@ -259,7 +259,7 @@ static void reply_reason(struct cj_fl_sessions *s, struct cj_stream_blob *b, rea
 static void reply_invalid(struct cj_fl_sessions *s, struct cj_stream_blob *b, const char *why)
 {
     s->st.bad_requests++;
-    cj_stats.drops++;
+    cj_stream_relay_stats(s->ep)->drops++;
     cj_log_warning("client_api: %s from %s is not a valid request: %s", b->req.topic, b->origin, why);
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
@@ -532,7 +532,7 @@ static int on_hello(void *arg, struct cj_stream_blob *b)
     }
     if (step != 0) {
         s->st.hellos_rejected++;
-        cj_stats.workers_refused++;
+        cj_stream_relay_stats(s->ep)->workers_refused++;
         cj_log_warning("client_api: rejecting HELLO from '%s': %s", origin, reason);
         reply_reason(s, b, cj_capi_encode_hello_rejected, reason);
         return 0;
@@ -772,8 +772,8 @@ static int op_deliver(void *ctx, struct cj_task *t, const uint8_t *payload, size
     copy_str(t->worker, sizeof t->worker, w->fqcn);
     cj_task_set_state(t, CJ_TASK_DELIVERING);
     s->st.tasks_delivered++;
-    cj_stats.tasks_out++;
-    cj_stats.refs_passed += t->n_refs;
+    cj_stream_relay_stats(s->ep)->tasks_out++;
+    cj_stream_relay_stats(s->ep)->refs_passed += t->n_refs;
     cj_log_info("task %s (server task %s, '%s') sent to %s: %zu bytes, %s", t->id, t->server_id, t->name, w->fqcn,
                 size, cj_task_refs_text(t->refs, t->n_refs, refs, sizeof refs));
     return 0;
@@ -851,7 +851,7 @@ static int on_result_ready(void *arg, struct cj_stream_blob *b)
     char reason[CJ_CAPI_REASON_BUF], idr[300], refs[1024];
     int dec = decode_req(s, b, CJ_CAPI_RESULT_READY, p, n, m);
     if (dec < 0) return 0;
-    cj_stats.results_in++;
+    cj_stream_relay_stats(s->ep)->results_in++;
 
     struct worker *w = NULL;
     struct cj_task *t = NULL;

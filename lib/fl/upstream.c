@@ -267,7 +267,7 @@ static void poll_failed(struct cj_fl_up *up, const char *why)
     set_last_error(up, "get_task: %s", why);
     log_streak(&up->poll_streak, CJ_LOG_WARNING, why, "upstream %s: get_task failed: %s; retrying every %g s",
                up->server, why, up->cfg.get_task_interval);
-    cj_stats.retries++;
+    cj_stream_relay_stats(up->ep)->retries++;
     schedule_poll(up, up->cfg.get_task_interval);
 }
 
@@ -311,10 +311,10 @@ static void take_task(struct cj_fl_up *up, const uint8_t *p, size_t len, const s
     if (!t) {
         cj_log_error("upstream %s: get_task reply (task '%s', server task %s) not taken: %s", up->server,
                      tr->task_name, tr->task_id[0] ? tr->task_id : "-", why);
-        cj_stats.errors++;
+        cj_stream_relay_stats(up->ep)->errors++;
         return;
     }
-    cj_stats.tasks_in++;
+    cj_stream_relay_stats(up->ep)->tasks_in++;
     up->tasks++;
     snprintf(up->last_task_id, sizeof up->last_task_id, "%s", t->server_id);
     if (t->state == CJ_TASK_FAILED) {   /* cj_task_add logged why */
@@ -366,7 +366,7 @@ static void on_get_task_reply(void *arg, struct cj_stream_reply *r)
     const uint8_t *p = bytes_of(r->data, &len);
     struct cj_flmsg_task_reply tr;
     if (cj_flmsg_read_reply(p, len, &tr, why, sizeof why)) {
-        cj_stats.errors++;
+        cj_stream_relay_stats(up->ep)->errors++;
         poll_failed(up, why);
         return;
     }
@@ -423,7 +423,7 @@ static void sync_retry(struct cj_fl_up *up, const char *why)
     log_streak(&up->sync_streak, CJ_LOG_WARNING, why,
                "upstream %s: __sync_runner__ not accepted yet: %s; retrying every %g s for up to %g s",
                up->server, why, up->cfg.sync_interval, up->cfg.sync_give_up);
-    cj_stats.retries++;
+    cj_stream_relay_stats(up->ep)->retries++;
     arm(up->sync_ev, up->cfg.sync_interval);
 }
 
@@ -573,7 +573,7 @@ static void sub_to_report(struct up_sub *s, const char *why)
     s->len = 0;
     s->fail_pending = false;
     s->attempts = 0;
-    cj_stats.tasks_failed++;
+    cj_stream_relay_stats(s->up->ep)->tasks_failed++;
     cj_log_info("task %s (server task %s): %s", s->t->id, s->t->server_id, msg);
     cj_fl_submit_done_fn done = s->done;
     s->done = NULL;
@@ -607,7 +607,7 @@ static void check_retry(struct up_sub *s, const char *why)
     }
     log_streak(&s->streak, CJ_LOG_WARNING, why, "task %s (server task %s): __task_check__: %s; retrying in %g s",
                s->t->id, s->t->server_id, why, up->cfg.task_check_interval);
-    cj_stats.retries++;
+    cj_stream_relay_stats(s->up->ep)->retries++;
     s->stage = SUB_CHECK_WAIT;
     arm(s->timer, up->cfg.task_check_interval);
 }
@@ -711,7 +711,7 @@ static void submit_send(struct up_sub *s)
         return;
     }
     s->attempts++;
-    if (s->attempts > 1) cj_stats.retries++;
+    if (s->attempts > 1) cj_stream_relay_stats(s->up->ep)->retries++;
     msgpack_sbuffer root;
     msgpack_packer pk;
     msgpack_sbuffer_init(&root);
@@ -737,8 +737,8 @@ static void submit_send(struct up_sub *s)
     s->in_req = true;
     up->submits++;
     if (s->result && s->attempts == 1) {
-        cj_stats.results_out++;
-        cj_stats.refs_passed += s->t->n_result_refs;
+        cj_stream_relay_stats(s->up->ep)->results_out++;
+        cj_stream_relay_stats(s->up->ep)->refs_passed += s->t->n_result_refs;
     }
     cj_log_info("task %s (server task %s): submit_update %s to %s, %zu bytes, attempt %u/%u, msg_root_id %s",
                 s->t->id, s->t->server_id, s->result ? "(result)" : "(" FAILED_RC ")", up->server, blen,
@@ -785,7 +785,7 @@ static void sub_timer_cb(evutil_socket_t fd, short what, void *arg)
     char why[WHY_MAX];
     if (s->in_req) cj_stream_request_cancel(s->up->ep, s->req);
     s->in_req = false;
-    cj_stats.timeouts++;
+    cj_stream_relay_stats(s->up->ep)->timeouts++;
     snprintf(why, sizeof why, "timeout: no reply and no result download progress for %g s",
              s->up->cfg.get_task_timeout);
     submit_failed(s, why);
@@ -816,7 +816,7 @@ static void sub_link(struct up_sub *s)
 static void report_failed(struct cj_fl_up *up, struct cj_task *t, const char *why)
 {
     char bwhy[WHY_MAX];
-    cj_stats.tasks_failed++;
+    cj_stream_relay_stats(up->ep)->tasks_failed++;
     struct up_sub *s = sub_new(up, t);
     if (!s) {
         cj_log_error("task %s (server task %s): out of memory: failure not reported", t->id, t->server_id);

@@ -42,6 +42,7 @@ struct cj_daemon {
     SSL_CTX *tls;                 /* upstream client context (tls / mtls), else NULL */
     struct cj_stream_ep *stream;  /* sm__ endpoint for the messages addressed to the relay itself */
     struct cj_flrun *fl;          /* the FL run: task loop, worker sessions, launcher */
+    struct cj_stats stats;        /* the relay cell's counters (its stream endpoint's io.stats) */
     struct event *sig_hup, *sig_term, *sig_int, *sig_quit;
     struct event *watchdog_timer, *status_timer, *drain_timer, *trim_timer;
     enum run_state state;
@@ -92,7 +93,7 @@ static size_t worker_count(const struct cj_daemon *d)
 static void stat_sources(struct cj_daemon *d, struct cj_stat_sources *s)
 {
     memset(s, 0, sizeof *s);
-    s->src[CJ_STAT_RELAY] = &cj_stats;
+    s->src[CJ_STAT_RELAY] = &d->stats;
     s->src[CJ_STAT_ROUTER] = d->router ? cj_router_counters(d->router) : NULL;
     cj_flrun_stat_sources(d->fl, s);
 }
@@ -470,7 +471,8 @@ static int start_stream(struct cj_daemon *d, struct cj_err *err)
      * so 512 is plenty, and a small table is full after the first rounds —
      * RSS stays flat instead of creeping up for hundreds of rounds (R3). */
     lim.max_streams = 512;
-    struct cj_stream_io io = {.ctx = d, .send = stream_send, .next_hop = stream_next_hop, .busy = stream_busy};
+    struct cj_stream_io io = {.ctx = d, .send = stream_send, .next_hop = stream_next_hop, .busy = stream_busy,
+                              .stats = &d->stats};
     if (!(d->stream = cj_stream_new(d->base, d->fqcn, &io, &lim)))
         return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stream endpoint");
     return cj_router_handle(d->router, "sm__STREAM", NULL, on_stream_msg, d->stream) == 0

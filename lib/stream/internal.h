@@ -10,6 +10,7 @@
 #include <sys/queue.h>
 
 #include "stream/stream.h"
+#include "util/stats.h"
 #include "util/clock.h"
 
 #define SM_DEFAULT_CHUNK (1u << 20)
@@ -70,6 +71,7 @@ struct cj_stream_ep {
     bool closing;
 
     struct cj_stream_stats st;
+    struct cj_stats own_stats;        /* io.stats when the creator gave none */
 };
 
 /* ---- stream.c helpers ----------------------------------------------------------- */

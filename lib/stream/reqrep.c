@@ -21,7 +21,6 @@
 
 #include "stream/internal.h"
 #include "util/log.h"
-#include "util/stats.h"
 #include "util/uuid.h"
 
 enum { RQ_SENDING, RQ_WAITING, RQ_RECEIVING };
@@ -96,7 +95,7 @@ static void req_fail(struct sm_req *r, const char *rc, const char *fmt, ...)
 static void req_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct sm_req *r = arg;
-    cj_stats.timeouts++;
+    r->ep->io.stats->timeouts++;
     req_fail(r, "timeout", "no progress for %g s while %s", r->timeout, STAGE_NAMES[r->stage]);
 }
 

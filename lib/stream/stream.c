@@ -9,7 +9,6 @@
 
 #include "stream/internal.h"
 #include "util/log.h"
-#include "util/stats.h"
 
 void cj_stream_limits_default(struct cj_stream_limits *l)
 {
@@ -263,6 +262,7 @@ struct cj_stream_ep *cj_stream_new(struct event_base *base, const char *me, cons
     ep->base = base;
     strcpy(ep->me, me);
     ep->io = *io;
+    if (!ep->io.stats) ep->io.stats = &ep->own_stats;
     if (lim) ep->lim = *lim;
     else cj_stream_limits_default(&ep->lim);
     if (!limits_ok(&ep->lim)) goto fail;
@@ -321,12 +321,17 @@ void cj_stream_get_stats(const struct cj_stream_ep *ep, struct cj_stream_stats *
     st->requests = ep->n_req;
 }
 
+struct cj_stats *cj_stream_relay_stats(struct cj_stream_ep *ep)
+{
+    return ep->io.stats;
+}
+
 /* ---- input dispatch ------------------------------------------------------------------ */
 
 static void drop(struct cj_stream_ep *ep, const struct cj_hdr *h, const char *why)
 {
     ep->st.dropped++;
-    cj_stats.drops++;
+    ep->io.stats->drops++;
     cj_log_debug("stream: dropped %s/%s from %s: %s", h->channel, h->topic, h->origin, why);
 }
 

@@ -61,6 +61,10 @@ struct cj_stream_io {
      * link's queue up to the whole window.  Only streams over two chunks are
      * held; ACKs, error notices and small messages never are. */
     bool (*busy)(void *ctx, const char *destination);
+    /* Optional: the relay counters (util/stats.h) this endpoint and the layers
+     * over it (FL loop, worker sessions, downloads) count into, one set per
+     * relay cell.  NULL: the endpoint keeps its own. */
+    struct cj_stats *stats;
 };
 
 #define CJ_STREAM_BUSY_RETRY_MS 1
@@ -169,6 +173,7 @@ struct cj_stream_stats {
 /* ---- the endpoint -------------------------------------------------------------- */
 
 struct cj_stream_ep;
+struct cj_stats;
 
 /* me: this cell's FQCN.  io is copied.  lim NULL: defaults.  NULL on bad
  * arguments (empty me, no io->send, zero chunk size/window) or no memory. */
@@ -317,6 +322,8 @@ int cj_stream_reply_source(struct cj_stream_ep *ep, const struct cj_stream_reqct
 int cj_stream_feed(struct cj_stream_ep *ep, uint64_t id, struct evbuffer *more);
 
 void cj_stream_get_stats(const struct cj_stream_ep *ep, struct cj_stream_stats *st);
+/* The relay counters this endpoint counts into (io.stats, or its own). */
+struct cj_stats *cj_stream_relay_stats(struct cj_stream_ep *ep);
 const char *cj_stream_me(const struct cj_stream_ep *ep);
 
 #endif

@@ -1,7 +1,9 @@
-/* stats.h — the relay's shared counters.
+/* stats.h — a relay cell's shared counters.
  *
- * Layers below ops increment fields of the single struct cj_stats (the event loop
- * is single-threaded, so plain integers suffice).  What `show stats`, its JSON
+ * One struct cj_stats per relay cell; the layers below ops increment its fields
+ * through the cell's stream endpoint (cj_stream_relay_stats): the FL loop, the
+ * worker sessions, the stream layer and the downloads.  The event loop is
+ * single-threaded, so plain integers suffice.  What `show stats`, its JSON
  * form and the systemd STATUS= line print of them, and under which names, is the
  * stats registry's business (ops/statreg.c): a counter added here is shown once
  * it has a row there. */
@@ -35,7 +37,5 @@ struct cj_stats {
     uint64_t timeouts;            /* requests that timed out */
     uint64_t errors;              /* other errors logged */
 };
-
-extern struct cj_stats cj_stats;
 
 #endif

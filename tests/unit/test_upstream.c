@@ -537,7 +537,7 @@ static void test_full_loop(void **state)
     assert_int_equal(w->s.gt_n, 2);
 
     /* the result: task check (vector 15), then submit_update (vector 13 with a fresh root id) */
-    uint64_t out0 = cj_stats.results_out;
+    uint64_t out0 = cj_stream_relay_stats(w->n->ep[RELAY])->results_out;
     struct done d = { 0 };
     struct evbuffer *res = ev_vector("09_trainer_result_ready_flmodel.bin");
     assert_int_equal(w->ops.submit(w->ops.ctx, t, res, on_done, &d), 0);
@@ -559,7 +559,7 @@ static void test_full_loop(void **state)
     assert_int_equal(t->state, CJ_TASK_SUBMITTED);
     assert_int_equal(t->n_result_refs, 1);
     assert_string_equal(t->result_refs[0].fqcn, "site-1.job-7f3a.client_api_trainer_0");
-    assert_int_equal(cj_stats.results_out, out0 + 1);
+    assert_int_equal(cj_stream_relay_stats(w->n->ep[RELAY])->results_out, out0 + 1);
 
     /* paused: a free worker and a kick do not poll; resume does */
     w->f.idle = 1;
@@ -632,7 +632,7 @@ static void test_check_retry_and_resend(void **state)
     w->s.sub_script[0] = "!comm_error";
     w->s.sub_script[1] = "ok";
     struct cj_task *t = get_one_task(w);
-    uint64_t retries0 = cj_stats.retries;
+    uint64_t retries0 = cj_stream_relay_stats(w->n->ep[RELAY])->retries;
     struct done d = { 0 };
     struct evbuffer *res = ev_vector("09_trainer_result_ready_flmodel.bin");
     assert_int_equal(w->ops.submit(w->ops.ctx, t, res, on_done, &d), 0);
@@ -645,7 +645,7 @@ static void test_check_retry_and_resend(void **state)
     assert_string_not_equal(w->s.sub_root[0], w->s.sub_root[1]);
     assert_is_vector13(&w->s, 0);
     assert_is_vector13(&w->s, 1);
-    assert_true(cj_stats.retries >= retries0 + 3);
+    assert_true(cj_stream_relay_stats(w->n->ep[RELAY])->retries >= retries0 + 3);
     assert_int_equal(t->state, CJ_TASK_SUBMITTED);
     world_free(w);
 }
@@ -672,11 +672,11 @@ static void test_submit_idle_timeout(void **state)
     assert_int_equal(w->s.sub_n, 1);
     assert_int_equal(d.n, 0);
     /* no more progress: timeout, check, resend */
-    uint64_t to0 = cj_stats.timeouts;
+    uint64_t to0 = cj_stream_relay_stats(w->n->ep[RELAY])->timeouts;
     RUN_UNTIL(w->n, d.n == 1, 2.0);
     assert_true(d.ok);
     assert_int_equal(w->s.sub_n, 2);
-    assert_true(cj_stats.timeouts > to0);
+    assert_true(cj_stream_relay_stats(w->n->ep[RELAY])->timeouts > to0);
     world_free(w);
 }
 
@@ -755,7 +755,7 @@ static void test_failed_reports(void **state)
 {
     struct world *w = world_new();
     w->f.deliver_rc = -1;
-    uint64_t failed0 = cj_stats.tasks_failed;
+    uint64_t failed0 = cj_stream_relay_stats(w->n->ep[RELAY])->tasks_failed;
     struct cj_task *t = get_one_task(w);
     RUN_UNTIL(w->n, w->s.sub_n == 1, 2.0);
     assert_int_equal(t->state, CJ_TASK_FAILED);
@@ -768,7 +768,7 @@ static void test_failed_reports(void **state)
     assert_string_equal(rc, "EXECUTION_EXCEPTION");
     assert_non_null(memmem(w->s.sub_pl[0], w->s.sub_len[0], TASK_ID, strlen(TASK_ID)));
     assert_non_null(memmem(w->s.sub_pl[0], w->s.sub_len[0], w->s.sub_root[0], 36));
-    assert_int_equal(cj_stats.tasks_failed, failed0 + 1);
+    assert_int_equal(cj_stream_relay_stats(w->n->ep[RELAY])->tasks_failed, failed0 + 1);
 
     /* failed() on a delivered task */
     w->f.deliver_rc = 0;
@@ -786,7 +786,7 @@ static void test_failed_reports(void **state)
     assert_int_equal(w->s.sub_n, 2);
     assert_int_equal(cj_flmsg_read_rc(w->s.sub_pl[1], w->s.sub_len[1], rc, sizeof rc, why, sizeof why), 0);
     assert_string_equal(rc, "EXECUTION_EXCEPTION");
-    assert_int_equal(cj_stats.tasks_failed, failed0 + 2);
+    assert_int_equal(cj_stream_relay_stats(w->n->ep[RELAY])->tasks_failed, failed0 + 2);
     world_free(w);
 }
 
