@@ -12,21 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "wire/msg.h"
-#include "cell/router.h"
-#include "net/link.h"
-#include "net/tls.h"
 #include "ops/commands.h"
-#include "ops/flrun.h"
+#include "ops/job.h"
 #include "ops/notify.h"
-#include "wire/frame.h"
 #include "ops/out.h"
 #include "ops/statreg.h"
 #include "ops/status.h"
-#include "stream/stream.h"
 #include "util/clock.h"
 #include "util/log.h"
-#include "util/stats.h"
 #include "util/version.h"
 
 #define STATUS_LINE_SECS 5
@@ -38,19 +31,13 @@ struct cj_daemon {
     char config_path[CJ_CFG_PATH_MAX];
     struct cj_config cfg;
     struct cj_status *status;
-    struct cj_router *router;     /* the relay cell: links, routing, forwarding */
-    SSL_CTX *tls;                 /* upstream client context (tls / mtls), else NULL */
-    struct cj_stream_ep *stream;  /* sm__ endpoint for the messages addressed to the relay itself */
-    struct cj_flrun *fl;          /* the FL run: task loop, worker sessions, launcher */
-    struct cj_stats stats;        /* the relay cell's counters (its stream endpoint's io.stats) */
+    struct cj_job *job;           /* the job [relay] job_id names */
     struct event *sig_hup, *sig_term, *sig_int, *sig_quit;
     struct event *watchdog_timer, *status_timer, *drain_timer, *trim_timer;
     enum run_state state;
     bool paused;
     int exit_code;
     double started;               /* cj_now() at start */
-    char fqcn[2 * CJ_CFG_NAME_MAX + 2];
-    char upstream_url[CJ_CFG_PATH_MAX];
 };
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -79,23 +66,11 @@ static const char *state_name(const struct cj_daemon *d)
     return d->paused ? "paused" : "running";
 }
 
-static const char *upstream_state(const struct cj_daemon *d)
-{
-    return d->router ? cj_router_upstream_state_name(cj_router_upstream_state(d->router)) : "disabled";
-}
-
-static size_t worker_count(const struct cj_daemon *d)
-{
-    return d->router ? cj_router_children(d->router, NULL, 0) : 0;
-}
-
 /* One reading of every counting object, for the stats registry. */
 static void stat_sources(struct cj_daemon *d, struct cj_stat_sources *s)
 {
     memset(s, 0, sizeof *s);
-    s->src[CJ_STAT_RELAY] = &d->stats;
-    s->src[CJ_STAT_ROUTER] = d->router ? cj_router_counters(d->router) : NULL;
-    cj_flrun_stat_sources(d->fl, s);
+    if (d->job) cj_job_stat_sources(d->job, s);
 }
 
 static unsigned long long stat_named(const struct cj_stat_sources *s, const char *name)
@@ -110,7 +85,8 @@ static void send_status_line(struct cj_daemon *d)
     struct cj_stat_sources s;
     stat_sources(d, &s);
     snprintf(line, sizeof line, "%s %s; upstream %s; workers %zu; tasks in %llu out %llu; relayed %llu msgs",
-             d->fqcn, state_name(d), upstream_state(d), worker_count(d), stat_named(&s, "tasks_in"),
+             cj_job_fqcn(d->job), state_name(d), cj_job_upstream_state(d->job), cj_job_workers(d->job),
+             stat_named(&s, "tasks_in"),
              stat_named(&s, "tasks_out"), stat_named(&s, "msgs_up") + stat_named(&s, "msgs_down"));
     cj_notify_status(line);
 }
@@ -120,7 +96,7 @@ static void send_status_line(struct cj_daemon *d)
 static void stop_now(struct cj_daemon *d, const char *why)
 {
     if (d->state != RUN_STOPPED) cj_log_info("stopping now (%s)", why);
-    if (d->fl) cj_flrun_stop_now(d->fl);   /* harmless after a drain: nothing left to stop */
+    if (d->job) cj_job_stop_now(d->job, why);   /* harmless after a drain: nothing left to stop */
     d->state = RUN_STOPPED;
     cj_notify_stopping();
     event_base_loopexit(d->base, NULL);
@@ -134,34 +110,38 @@ static void on_drain_check(evutil_socket_t fd, short what, void *arg)
     stop_now(d, "drained");
 }
 
+/* A timer, so the answer to a status command in progress still goes out. */
+static void stop_soon(struct cj_daemon *d)
+{
+    struct timeval soon = {0, 50 * 1000};
+    evtimer_add(d->drain_timer, &soon);
+}
+
 static void start_drain(struct cj_daemon *d, const char *why)
 {
     if (d->state != RUN_RUNNING) return;
     cj_log_info("draining (%s): no new tasks; in-flight work finishes, then exit", why);
     d->state = RUN_DRAINING;
     cj_notify_stopping();
-    cj_flrun_drain(d->fl, why);   /* ends through on_fl_ended */
+    if (cj_job_state(d->job) == CJ_JOB_ENDED) stop_soon(d);
+    else cj_job_drain(d->job, why);   /* ends through on_job_ended */
 }
 
-/* The run is over and the workers have stopped. */
-static void on_fl_ended(void *ctx, const char *why)
+/* The job is over and its workers have stopped. */
+static void on_job_ended(void *ctx, struct cj_job *j)
 {
     struct cj_daemon *d = ctx;
-    if (d->state == RUN_DRAINING || d->cfg.relay.on_end_run == CJ_END_EXIT) {
-        /* a timer, so the answer to a status command in progress still goes out */
-        struct timeval soon = {0, 50 * 1000};
-        evtimer_add(d->drain_timer, &soon);
+    if (cj_job_outcome(j) == CJ_JOB_EXECUTION_ERROR) {
+        cj_log_error("fatal: %s", cj_job_reason(j));
+        d->exit_code = CJ_EXIT_FATAL;
+        stop_now(d, cj_job_reason(j));
         return;
     }
-    cj_log_info("run over (%s); on_end_run = wait: staying up idle", why);
-}
-
-static void on_fl_fatal(void *ctx, const char *why)
-{
-    struct cj_daemon *d = ctx;
-    cj_log_error("fatal: %s", why);
-    d->exit_code = CJ_EXIT_FATAL;
-    stop_now(d, why);
+    if (d->state == RUN_DRAINING || d->cfg.relay.on_end_run == CJ_END_EXIT) {
+        stop_soon(d);
+        return;
+    }
+    cj_log_info("run over (%s); on_end_run = wait: staying up idle", cj_job_reason(j));
 }
 
 /* ---- reload ------------------------------------------------------------------- */
@@ -198,7 +178,7 @@ static int reload(struct cj_daemon *d, char *why, size_t whysz)
     }
     cj_config_apply_reload(&d->cfg, &neu);
     apply_log_settings(&d->cfg);
-    if (d->fl) cj_flrun_reload(d->fl, &d->cfg);
+    if (d->job) cj_job_reload(d->job, &d->cfg);
     cj_log_info("reload done: %d key(s) changed", n);
     cj_notify_ready();
     send_status_line(d);
@@ -212,15 +192,14 @@ static void show_info(struct cj_daemon *d, struct cj_out *o)
     cj_out_str(o, "version", CJRELAY_VERSION);
     cj_out_u64(o, "pid", (uint64_t)getpid());
     cj_out_dbl(o, "uptime", uptime_secs(d));
-    cj_out_str(o, "fqcn", d->fqcn);
-    cj_out_str(o, "mode", d->cfg.relay.mode == CJ_MODE_SPOOL ? "spool" : "pass_through");
+    cj_out_str(o, "fqcn", cj_job_fqcn(d->job));
+    cj_out_str(o, "mode", cj_job_mode(d->job));
     cj_out_str(o, "state", state_name(d));
-    cj_out_str(o, "upstream", upstream_state(d));
-    cj_out_str(o, "fl", d->fl ? cj_flrun_state(d->fl) : "off");
-    struct cj_link *up = d->router ? cj_router_upstream(d->router) : NULL;
-    cj_out_str(o, "upstream_url", d->upstream_url);
-    cj_out_str(o, "upstream_peer", up ? cj_link_peer(up) : "");
-    cj_out_u64(o, "workers", worker_count(d));
+    cj_out_str(o, "upstream", cj_job_upstream_state(d->job));
+    cj_out_str(o, "fl", cj_job_fl_state(d->job));
+    cj_out_str(o, "upstream_url", cj_job_upstream_url(d->job));
+    cj_out_str(o, "upstream_peer", cj_job_upstream_peer(d->job));
+    cj_out_u64(o, "workers", cj_job_workers(d->job));
     cj_out_u64(o, "rss_bytes", rss_bytes());
     cj_out_str(o, "config", d->config_path);
 }
@@ -248,10 +227,10 @@ static void show_config(struct cj_daemon *d, struct cj_out *o)
     cj_out_table_end(o);
 }
 
-static void show_workers(struct cj_daemon *d, struct cj_out *o) { cj_flrun_show_workers(d->fl, o); }
-static void show_tasks(struct cj_daemon *d, struct cj_out *o) { cj_flrun_show_tasks(d->fl, o); }
-static void show_refs(struct cj_daemon *d, struct cj_out *o) { cj_flrun_show_refs(d->fl, o); }
-static void show_metrics(struct cj_daemon *d, struct cj_out *o) { cj_flrun_show_metrics(d->fl, o); }
+static void show_workers(struct cj_daemon *d, struct cj_out *o) { cj_job_show(d->job, CJ_SHOW_WORKERS, o); }
+static void show_tasks(struct cj_daemon *d, struct cj_out *o) { cj_job_show(d->job, CJ_SHOW_TASKS, o); }
+static void show_refs(struct cj_daemon *d, struct cj_out *o) { cj_job_show(d->job, CJ_SHOW_REFS, o); }
+static void show_metrics(struct cj_daemon *d, struct cj_out *o) { cj_job_show(d->job, CJ_SHOW_METRICS, o); }
 
 /* One renderer per show target of ops/commands.c. */
 static void (*const show_handlers[CJ_SHOW_COUNT])(struct cj_daemon *d, struct cj_out *o) = {
@@ -269,7 +248,7 @@ static int cmd_pause(struct cj_daemon *d, const char *arg, char *msg, size_t msg
 {
     if (!d->paused) cj_log_info("paused by the status socket: no new tasks will be pulled");
     d->paused = true;
-    if (d->fl) cj_flrun_pause(d->fl);
+    if (d->job) cj_job_pause(d->job);
     return 0;
 }
 
@@ -277,7 +256,7 @@ static int cmd_resume(struct cj_daemon *d, const char *arg, char *msg, size_t ms
 {
     if (d->paused) cj_log_info("resumed by the status socket");
     d->paused = false;
-    if (d->fl) cj_flrun_resume(d->fl);
+    if (d->job) cj_job_resume(d->job);
     return 0;
 }
 
@@ -383,123 +362,6 @@ static int setup_events(struct cj_daemon *d, struct cj_err *err)
     return 0;
 }
 
-/* ---- the relay cell --------------------------------------------------------------- */
-
-static uint32_t max_frame(const struct cj_config *cfg)
-{
-    /* A message of max_message_size plus its header block must fit in a frame. */
-    uint64_t m = (uint64_t)cfg->limits.max_message_size + CJ_HDR_MAX_LEN + CJ_FRAME_PREFIX_LEN;
-    return m > CJ_FRAME_MAX_DEFAULT ? CJ_FRAME_MAX_DEFAULT : (uint32_t)m;
-}
-
-static int open_worker_listeners(struct cj_daemon *d, struct cj_err *err)
-{
-    const struct cj_listen_list *ls = &d->cfg.workers.listen;
-    for (int i = 0; i < ls->n; i++) {
-        char url[CJ_CFG_PATH_MAX + 16];
-        unsigned port = 0;
-        cj_endpoint_format(&ls->ep[i], url, sizeof url);
-        if (cj_router_listen(d->router, url, d->cfg.workers.socket_mode, &port, err) != 0) return -1;
-    }
-    return 0;
-}
-
-static int start_upstream(struct cj_daemon *d, struct cj_err *err)
-{
-    const struct cj_config *c = &d->cfg;
-    cj_endpoint_format(&c->upstream.url, d->upstream_url, sizeof d->upstream_url);
-    if (c->upstream.connection_security != CJ_SEC_CLEAR) {
-        struct cj_tls_client_opts o = {
-            .mode = c->upstream.connection_security == CJ_SEC_MTLS ? CJ_TLS_MUTUAL : CJ_TLS_VERIFY,
-            .ca_file = c->upstream.ca_file, .cert_file = c->upstream.cert_file, .key_file = c->upstream.key_file,
-        };
-        if (!(d->tls = cj_tls_client_ctx(&o, err))) return -1;
-    }
-    struct cj_upstream_cfg u = {
-        .url = d->upstream_url, .tls = d->tls, .tls_name = c->upstream.tls_server_name,
-        .reconnect_min = c->upstream.reconnect_min, .reconnect_max = c->upstream.reconnect_max,
-    };
-    return cj_router_upstream_start(d->router, &u, err);
-}
-
-/* The stream layer sends through the router; the router hands it every
- * sm__STREAM message addressed to the relay. */
-static int stream_send(void *ctx, const char *dest, const uint8_t *hblk, size_t hlen, struct evbuffer *payload,
-                       bool control)
-{
-    struct cj_daemon *d = ctx;
-    struct cj_err err;
-    return cj_router_send_block(d->router, dest, hblk, hlen, payload, control, &err) == 0 ? 0 : -1;
-}
-
-static const char *stream_next_hop(void *ctx, const char *dest)
-{
-    struct cj_daemon *d = ctx;
-    return cj_router_next_hop_name(d->router, dest);
-}
-
-/* The relay's own streams (served spool refs above all) wait while the link
- * toward their destination holds two chunks or more: the file is read only
- * as fast as the peer takes it, never a whole window ahead. */
-static bool stream_busy(void *ctx, const char *dest)
-{
-    struct cj_daemon *d = ctx;
-    const char *why;
-    struct cj_link *l = cj_router_next_hop(d->router, dest, &why);
-    return l && cj_link_queued(l) >= 2 * (size_t)d->cfg.limits.stream_chunk;
-}
-
-static void on_stream_msg(struct cj_router *r, struct cj_msg *msg, void *ctx)
-{
-    cj_stream_input(ctx, &msg->hdr, msg->payload);
-    cj_msg_free(msg);
-}
-
-static int start_stream(struct cj_daemon *d, struct cj_err *err)
-{
-    const struct cj_config *c = &d->cfg;
-    struct cj_stream_limits lim;
-    cj_stream_limits_default(&lim);
-    lim.chunk_size = (uint32_t)c->limits.stream_chunk;
-    lim.window = (uint64_t)c->limits.stream_window;
-    lim.max_blob = (uint64_t)c->limits.max_message_size;
-    /* The relay's own messages are control traffic (tasks hold refs, not tensors);
-     * what it reassembles at once is bounded by one maximal message. */
-    lim.max_buffered = (uint64_t)c->limits.max_message_size;
-    /* Stream states (live + recently finished, kept `linger` s so late chunks
-     * are ignored): the relay's own traffic is a handful of streams per task,
-     * so 512 is plenty, and a small table is full after the first rounds —
-     * RSS stays flat instead of creeping up for hundreds of rounds (R3). */
-    lim.max_streams = 512;
-    struct cj_stream_io io = {.ctx = d, .send = stream_send, .next_hop = stream_next_hop, .busy = stream_busy,
-                              .stats = &d->stats};
-    if (!(d->stream = cj_stream_new(d->base, d->fqcn, &io, &lim)))
-        return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stream endpoint");
-    return cj_router_handle(d->router, "sm__STREAM", NULL, on_stream_msg, d->stream) == 0
-               ? 0 : cj_fail(err, CJ_E_INVALID, 0, "cannot register the stream handler");
-}
-
-static int start_relay(struct cj_daemon *d, struct cj_err *err)
-{
-    const struct cj_config *c = &d->cfg;
-    struct cj_router_cfg rc = {
-        .me = d->fqcn,
-        .link_buffer = (size_t)c->limits.link_buffer,
-        .max_frame = max_frame(c),
-        .worker_heartbeat_interval = c->workers.heartbeat_interval,
-        .worker_heartbeat_timeout = c->workers.heartbeat_timeout,
-        /* One sender window of slack on the shared upstream: a single stream toward
-         * a worker that stopped reading never pauses the other workers' traffic. */
-        .shared_slack = (size_t)c->limits.stream_window,
-        .no_pacing = !c->limits.pacing,
-    };
-    if (!(d->router = cj_router_new(d->base, &rc, err))) return -1;
-    if (start_stream(d, err) != 0 || open_worker_listeners(d, err) != 0) return -1;
-    struct cj_flrun_cbs cbs = {.ctx = d, .ended = on_fl_ended, .fatal = on_fl_fatal};
-    if (!(d->fl = cj_flrun_new(d->base, d->stream, d->router, &d->cfg, &cbs, err))) return -1;
-    return start_upstream(d, err);
-}
-
 /* ---- life cycle ------------------------------------------------------------------ */
 
 struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config *cfg, struct cj_err *err)
@@ -508,7 +370,6 @@ struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config 
     if (!d) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); return NULL; }
     snprintf(d->config_path, sizeof d->config_path, "%s", config_path);
     d->cfg = *cfg;
-    snprintf(d->fqcn, sizeof d->fqcn, "%s.%s", cfg->relay.site, cfg->relay.job_id);
     d->started = cj_now();
     apply_log_settings(&d->cfg);
     signal(SIGPIPE, SIG_IGN);
@@ -518,15 +379,15 @@ struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config 
     if (setup_events(d, err) != 0) { cj_daemon_free(d); return NULL; }
     struct cj_status_ops ops = {.ctx = d, .show = on_show, .command = on_command};
     d->status = cj_status_new(d->base, d->cfg.status.socket, (mode_t)d->cfg.status.socket_mode, &ops, err);
-    if (!d->status || start_relay(d, err) != 0) { cj_daemon_free(d); return NULL; }
+    struct cj_job_cbs cbs = {.ctx = d, .ended = on_job_ended};
+    if (!d->status || !(d->job = cj_job_new(d->base, &d->cfg, &cbs, err))) { cj_daemon_free(d); return NULL; }
     return d;
 }
 
 int cj_daemon_run(struct cj_daemon *d)
 {
-    cj_log_info("cjrelayd %s started as %s (pid %d, %s mode), status socket %s", CJRELAY_VERSION, d->fqcn,
-                (int)getpid(), d->cfg.relay.mode == CJ_MODE_SPOOL ? "spool" : "pass_through",
-                d->cfg.status.socket);
+    cj_log_info("cjrelayd %s started as %s (pid %d, %s mode), status socket %s", CJRELAY_VERSION,
+                cj_job_fqcn(d->job), (int)getpid(), cj_job_mode(d->job), d->cfg.status.socket);
     cj_notify_ready();
     send_status_line(d);
     event_base_dispatch(d->base);
@@ -538,10 +399,7 @@ void cj_daemon_free(struct cj_daemon *d)
 {
     if (!d) return;
     cj_status_free(d->status);
-    cj_flrun_free(d->fl);
-    cj_stream_free(d->stream);
-    cj_router_free(d->router);
-    if (d->tls) cj_tls_ctx_free(d->tls);
+    cj_job_free(d->job);
     struct event *evs[] = {d->sig_hup, d->sig_term, d->sig_int, d->sig_quit,
                            d->watchdog_timer, d->status_timer, d->drain_timer, d->trim_timer};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)

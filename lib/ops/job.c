@@ -1,0 +1,292 @@
+/* job.c — one job's relay cell (see job.h). */
+#include "ops/job.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cell/router.h"
+#include "net/link.h"
+#include "net/tls.h"
+#include "ops/flrun.h"
+#include "stream/stream.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/stats.h"
+#include "wire/frame.h"
+#include "wire/msg.h"
+
+struct cj_job {
+    struct event_base *base;
+    struct cj_config cfg;
+    struct cj_job_cbs cbs;
+    char fqcn[2 * CJ_CFG_NAME_MAX + 2];
+    char upstream_url[CJ_CFG_PATH_MAX];
+    struct cj_router *router;     /* the relay cell: links, routing, forwarding */
+    SSL_CTX *tls;                 /* upstream client context (tls / mtls), else NULL */
+    struct cj_stream_ep *stream;  /* sm__ endpoint for the messages addressed to the cell itself */
+    struct cj_flrun *fl;          /* the FL run: task loop, worker sessions, launcher */
+    struct cj_stats stats;        /* the cell's counters (its stream endpoint's io.stats) */
+    enum cj_job_state state;
+    bool aborting;                /* told to end: the outcome is ABORTED whatever the run says */
+    enum cj_job_outcome outcome;
+    char reason[256];
+};
+
+/* ---- the cell's parts ----------------------------------------------------------- */
+
+static uint32_t max_frame(const struct cj_config *cfg)
+{
+    /* A message of max_message_size plus its header block must fit in a frame. */
+    uint64_t m = (uint64_t)cfg->limits.max_message_size + CJ_HDR_MAX_LEN + CJ_FRAME_PREFIX_LEN;
+    return m > CJ_FRAME_MAX_DEFAULT ? CJ_FRAME_MAX_DEFAULT : (uint32_t)m;
+}
+
+static int open_worker_listeners(struct cj_job *j, struct cj_err *err)
+{
+    const struct cj_listen_list *ls = &j->cfg.workers.listen;
+    for (int i = 0; i < ls->n; i++) {
+        char url[CJ_CFG_PATH_MAX + 16];
+        unsigned port = 0;
+        cj_endpoint_format(&ls->ep[i], url, sizeof url);
+        if (cj_router_listen(j->router, url, j->cfg.workers.socket_mode, &port, err) != 0) return -1;
+    }
+    return 0;
+}
+
+static int start_upstream(struct cj_job *j, struct cj_err *err)
+{
+    const struct cj_config *c = &j->cfg;
+    cj_endpoint_format(&c->upstream.url, j->upstream_url, sizeof j->upstream_url);
+    if (c->upstream.connection_security != CJ_SEC_CLEAR) {
+        struct cj_tls_client_opts o = {
+            .mode = c->upstream.connection_security == CJ_SEC_MTLS ? CJ_TLS_MUTUAL : CJ_TLS_VERIFY,
+            .ca_file = c->upstream.ca_file, .cert_file = c->upstream.cert_file, .key_file = c->upstream.key_file,
+        };
+        if (!(j->tls = cj_tls_client_ctx(&o, err))) return -1;
+    }
+    struct cj_upstream_cfg u = {
+        .url = j->upstream_url, .tls = j->tls, .tls_name = c->upstream.tls_server_name,
+        .reconnect_min = c->upstream.reconnect_min, .reconnect_max = c->upstream.reconnect_max,
+    };
+    return cj_router_upstream_start(j->router, &u, err);
+}
+
+/* The stream layer sends through the router; the router hands it every
+ * sm__STREAM message addressed to the cell. */
+static int stream_send(void *ctx, const char *dest, const uint8_t *hblk, size_t hlen, struct evbuffer *payload,
+                       bool control)
+{
+    struct cj_job *j = ctx;
+    struct cj_err err;
+    return cj_router_send_block(j->router, dest, hblk, hlen, payload, control, &err) == 0 ? 0 : -1;
+}
+
+static const char *stream_next_hop(void *ctx, const char *dest)
+{
+    struct cj_job *j = ctx;
+    return cj_router_next_hop_name(j->router, dest);
+}
+
+/* The cell's own streams (served spool refs above all) wait while the link
+ * toward their destination holds two chunks or more: the file is read only
+ * as fast as the peer takes it, never a whole window ahead. */
+static bool stream_busy(void *ctx, const char *dest)
+{
+    struct cj_job *j = ctx;
+    const char *why;
+    struct cj_link *l = cj_router_next_hop(j->router, dest, &why);
+    return l && cj_link_queued(l) >= 2 * (size_t)j->cfg.limits.stream_chunk;
+}
+
+static void on_stream_msg(struct cj_router *r, struct cj_msg *msg, void *ctx)
+{
+    cj_stream_input(ctx, &msg->hdr, msg->payload);
+    cj_msg_free(msg);
+}
+
+static int start_stream(struct cj_job *j, struct cj_err *err)
+{
+    const struct cj_config *c = &j->cfg;
+    struct cj_stream_limits lim;
+    cj_stream_limits_default(&lim);
+    lim.chunk_size = (uint32_t)c->limits.stream_chunk;
+    lim.window = (uint64_t)c->limits.stream_window;
+    lim.max_blob = (uint64_t)c->limits.max_message_size;
+    /* The cell's own messages are control traffic (tasks hold refs, not tensors);
+     * what it reassembles at once is bounded by one maximal message. */
+    lim.max_buffered = (uint64_t)c->limits.max_message_size;
+    /* Stream states (live + recently finished, kept `linger` s so late chunks
+     * are ignored): the cell's own traffic is a handful of streams per task,
+     * so 512 is plenty, and a small table is full after the first rounds —
+     * RSS stays flat instead of creeping up for hundreds of rounds. */
+    lim.max_streams = 512;
+    struct cj_stream_io io = {.ctx = j, .send = stream_send, .next_hop = stream_next_hop, .busy = stream_busy,
+                              .stats = &j->stats};
+    if (!(j->stream = cj_stream_new(j->base, j->fqcn, &io, &lim)))
+        return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stream endpoint");
+    return cj_router_handle(j->router, "sm__STREAM", NULL, on_stream_msg, j->stream) == 0
+               ? 0 : cj_fail(err, CJ_E_INVALID, 0, "cannot register the stream handler");
+}
+
+/* ---- ending ---------------------------------------------------------------------- */
+
+static void end_job(struct cj_job *j, enum cj_job_outcome outcome, const char *why)
+{
+    if (j->state == CJ_JOB_ENDED) return;
+    j->state = CJ_JOB_ENDED;
+    j->outcome = j->aborting ? CJ_JOB_ABORTED : outcome;
+    snprintf(j->reason, sizeof j->reason, "%s", why);
+    cj_log_info("job %s ended: outcome %d (%s)", j->cfg.relay.job_id, (int)j->outcome, j->reason);
+    if (j->cbs.ended) j->cbs.ended(j->cbs.ctx, j);
+}
+
+/* The run is over and the workers have stopped. */
+static void on_fl_ended(void *ctx, const char *why)
+{
+    end_job(ctx, CJ_JOB_SUCCESS, why);
+}
+
+static void on_fl_fatal(void *ctx, const char *why)
+{
+    struct cj_job *j = ctx;
+    cj_log_error("job %s: fatal: %s", j->cfg.relay.job_id, why);
+    cj_flrun_stop_now(j->fl);
+    end_job(j, CJ_JOB_EXECUTION_ERROR, why);
+}
+
+/* ---- life cycle -------------------------------------------------------------------- */
+
+static int start_cell(struct cj_job *j, struct cj_err *err)
+{
+    const struct cj_config *c = &j->cfg;
+    struct cj_router_cfg rc = {
+        .me = j->fqcn,
+        .link_buffer = (size_t)c->limits.link_buffer,
+        .max_frame = max_frame(c),
+        .worker_heartbeat_interval = c->workers.heartbeat_interval,
+        .worker_heartbeat_timeout = c->workers.heartbeat_timeout,
+        /* One sender window of slack on the shared upstream: a single stream toward
+         * a worker that stopped reading never pauses the other workers' traffic. */
+        .shared_slack = (size_t)c->limits.stream_window,
+        .no_pacing = !c->limits.pacing,
+    };
+    if (!(j->router = cj_router_new(j->base, &rc, err))) return -1;
+    if (start_stream(j, err) != 0 || open_worker_listeners(j, err) != 0) return -1;
+    struct cj_flrun_cbs cbs = {.ctx = j, .ended = on_fl_ended, .fatal = on_fl_fatal};
+    if (!(j->fl = cj_flrun_new(j->base, j->stream, j->router, &j->cfg, &cbs, err))) return -1;
+    return start_upstream(j, err);
+}
+
+struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, const struct cj_job_cbs *cbs,
+                          struct cj_err *err)
+{
+    struct cj_job *j = calloc(1, sizeof *j);
+    if (!j) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); return NULL; }
+    j->base = base;
+    j->cfg = *cfg;
+    j->cbs = *cbs;
+    j->state = CJ_JOB_STARTING;
+    snprintf(j->fqcn, sizeof j->fqcn, "%s.%s", cfg->relay.site, cfg->relay.job_id);
+    if (start_cell(j, err) != 0) { cj_job_free(j); return NULL; }
+    return j;
+}
+
+void cj_job_free(struct cj_job *j)
+{
+    if (!j) return;
+    cj_flrun_free(j->fl);
+    cj_stream_free(j->stream);
+    cj_router_free(j->router);
+    if (j->tls) cj_tls_ctx_free(j->tls);
+    free(j);
+}
+
+/* ---- control ------------------------------------------------------------------------ */
+
+void cj_job_pause(struct cj_job *j) { cj_flrun_pause(j->fl); }
+void cj_job_resume(struct cj_job *j) { cj_flrun_resume(j->fl); }
+
+void cj_job_drain(struct cj_job *j, const char *why)
+{
+    if (j->state == CJ_JOB_ENDED) return;
+    j->aborting = true;
+    j->state = CJ_JOB_STOPPING;
+    cj_flrun_drain(j->fl, why);   /* ends through on_fl_ended */
+}
+
+void cj_job_stop_now(struct cj_job *j, const char *why)
+{
+    if (j->state == CJ_JOB_ENDED) return;
+    j->aborting = true;
+    cj_flrun_stop_now(j->fl);
+    end_job(j, CJ_JOB_ABORTED, why);
+}
+
+void cj_job_reload(struct cj_job *j, const struct cj_config *cfg)
+{
+    cj_config_apply_reload(&j->cfg, cfg);
+    cj_flrun_reload(j->fl, &j->cfg);
+}
+
+/* ---- state ---------------------------------------------------------------------------- */
+
+const char *cj_job_id(const struct cj_job *j) { return j->cfg.relay.job_id; }
+const char *cj_job_fqcn(const struct cj_job *j) { return j->fqcn; }
+enum cj_job_outcome cj_job_outcome(const struct cj_job *j) { return j->outcome; }
+const char *cj_job_reason(const struct cj_job *j) { return j->reason; }
+
+enum cj_job_state cj_job_state(const struct cj_job *j)
+{
+    if (j->state == CJ_JOB_STARTING && cj_router_upstream_state(j->router) == CJ_UP_UP)
+        ((struct cj_job *)j)->state = CJ_JOB_RUNNING;   /* the server link came up once */
+    return j->state;
+}
+
+const char *cj_job_state_name(enum cj_job_state s)
+{
+    static const char *const names[] = {"starting", "running", "stopping", "ended"};
+    return names[s];
+}
+
+const char *cj_job_upstream_state(const struct cj_job *j)
+{
+    return cj_router_upstream_state_name(cj_router_upstream_state(j->router));
+}
+
+size_t cj_job_workers(const struct cj_job *j)
+{
+    return cj_router_children(j->router, NULL, 0);
+}
+
+void cj_job_stat_sources(struct cj_job *j, struct cj_stat_sources *s)
+{
+    s->src[CJ_STAT_RELAY] = &j->stats;
+    s->src[CJ_STAT_ROUTER] = cj_router_counters(j->router);
+    cj_flrun_stat_sources(j->fl, s);
+}
+
+const char *cj_job_mode(const struct cj_job *j)
+{
+    return j->cfg.relay.mode == CJ_MODE_SPOOL ? "spool" : "pass_through";
+}
+
+const char *cj_job_fl_state(const struct cj_job *j) { return cj_flrun_state(j->fl); }
+const char *cj_job_upstream_url(const struct cj_job *j) { return j->upstream_url; }
+
+const char *cj_job_upstream_peer(const struct cj_job *j)
+{
+    struct cj_link *up = cj_router_upstream(j->router);
+    return up ? cj_link_peer(up) : "";
+}
+
+void cj_job_show(struct cj_job *j, enum cj_show what, struct cj_out *o)
+{
+    switch (what) {
+    case CJ_SHOW_WORKERS: cj_flrun_show_workers(j->fl, o); break;
+    case CJ_SHOW_TASKS: cj_flrun_show_tasks(j->fl, o); break;
+    case CJ_SHOW_REFS: cj_flrun_show_refs(j->fl, o); break;
+    case CJ_SHOW_METRICS: cj_flrun_show_metrics(j->fl, o); break;
+    default: break;
+    }
+}

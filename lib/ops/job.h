@@ -1,0 +1,81 @@
+/* job.h — one job: the relay cell <site>.<job_id>.
+ *
+ * A job owns everything a stock client-job process would: its server link and
+ * worker listeners (the router), its stream endpoint, its FL run (task loop,
+ * worker sessions, launcher, spool), its counters and its configuration.  The
+ * daemon owns what jobs share: the event loop, the status socket, signals and
+ * timers.  A job ends on its own (the server's end of run, a fatal error) or
+ * when told to (drain, stop now); either way it reports once through ended()
+ * with a JobReturnCode-compatible outcome, and the daemon frees it. */
+#ifndef CJ_OPS_JOB_H
+#define CJ_OPS_JOB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ops/commands.h"
+#include "ops/config.h"
+#include "ops/out.h"
+#include "ops/statreg.h"
+#include "util/err.h"
+
+struct event_base;
+struct cj_job;
+
+/* FLARE's JobReturnCode (doc/protocol/site.md §1): how a job ended. */
+enum cj_job_outcome {
+    CJ_JOB_SUCCESS = 0,          /* the server ended the run */
+    CJ_JOB_EXECUTION_ERROR = 1,  /* the FL loop could not go on */
+    CJ_JOB_ABORTED = 9,          /* stopped by the operator, a signal or the client parent */
+    CJ_JOB_CONFIG_ERROR = 103,
+    CJ_JOB_INFRA_ERROR = 104,    /* e.g. the server never reachable */
+};
+
+enum cj_job_state { CJ_JOB_STARTING, CJ_JOB_RUNNING, CJ_JOB_STOPPING, CJ_JOB_ENDED };
+
+struct cj_job_cbs {
+    void *ctx;
+    /* The job is over and its workers have stopped (outcome and reason set).
+     * Called once, from the loop; the job may be freed from inside. */
+    void (*ended)(void *ctx, struct cj_job *j);
+};
+
+/* Starts the job cfg describes (copied): listeners, stream endpoint, FL run,
+ * then the server link.  NULL with err set when any part cannot start. */
+struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, const struct cj_job_cbs *cbs,
+                          struct cj_err *err);
+void cj_job_free(struct cj_job *j);
+
+const char *cj_job_id(const struct cj_job *j);
+const char *cj_job_fqcn(const struct cj_job *j);
+enum cj_job_state cj_job_state(const struct cj_job *j);
+const char *cj_job_state_name(enum cj_job_state s);
+/* Valid once ended. */
+enum cj_job_outcome cj_job_outcome(const struct cj_job *j);
+const char *cj_job_reason(const struct cj_job *j);
+
+/* Stop / restart pulling new tasks. */
+void cj_job_pause(struct cj_job *j);
+void cj_job_resume(struct cj_job *j);
+/* Graceful end as an abort: no new tasks, in-flight results finish, workers stop. */
+void cj_job_drain(struct cj_job *j, const char *why);
+/* Immediate end as an abort: workers killed. */
+void cj_job_stop_now(struct cj_job *j, const char *why);
+/* Reloadable settings changed in cfg (limits, intervals, spool_max_bytes). */
+void cj_job_reload(struct cj_job *j, const struct cj_config *cfg);
+
+/* The upstream link's state name; the number of connected workers. */
+const char *cj_job_upstream_state(const struct cj_job *j);
+size_t cj_job_workers(const struct cj_job *j);
+/* For the stats registry: the relay counters, the router's and the FL run's. */
+void cj_job_stat_sources(struct cj_job *j, struct cj_stat_sources *s);
+/* For show info: "pass_through" or "spool"; the FL loop's state; the server
+ * URL; the upstream link's peer address ("" while down). */
+const char *cj_job_mode(const struct cj_job *j);
+const char *cj_job_fl_state(const struct cj_job *j);
+const char *cj_job_upstream_url(const struct cj_job *j);
+const char *cj_job_upstream_peer(const struct cj_job *j);
+/* show workers | tasks | refs | metrics for this job. */
+void cj_job_show(struct cj_job *j, enum cj_show what, struct cj_out *o);
+
+#endif
