@@ -11,7 +11,8 @@
 
 int cj_json_bad(struct cj_json *j, const char *what)
 {
-    return cj_fail(j->err, CJ_E_INVALID, j->pos, "%s: invalid JSON header: %s at offset %zu", j->who, what, j->pos);
+    const char *prefix = j->bad_prefix ? j->bad_prefix : "invalid JSON header: ";
+    return cj_fail(j->err, CJ_E_INVALID, j->pos, "%s: %s%s at offset %zu", j->who, prefix, what, j->pos);
 }
 
 static void ws(struct cj_json *j)
@@ -142,6 +143,14 @@ static int literal(struct cj_json *j, const char *word)
     if (j->end - j->pos < n || memcmp(j->p + j->pos, word, n) != 0) return cj_json_bad(j, "unexpected character");
     j->pos += n;
     return 0;
+}
+
+int cj_json_bool(struct cj_json *j, bool *v)
+{
+    int c = cj_json_peek(j);
+    if (c != 't' && c != 'f') return cj_json_bad(j, "expected true or false");
+    *v = c == 't';
+    return literal(j, *v ? "true" : "false");
 }
 
 /* Any JSON number, by the grammar. */

@@ -12,6 +12,7 @@
 #ifndef CJ_UTIL_JSON_H
 #define CJ_UTIL_JSON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,9 +23,11 @@ struct cj_json {
     size_t pos, end;       /* next byte; one past the last byte of the JSON text */
     const char *who;       /* the format, for error texts ("safetensors") */
     struct cj_err *err;
+    const char *bad_prefix;  /* what a CJ_E_INVALID text puts before <what>; NULL: "invalid JSON header: " */
 };
 
-/* A CJ_E_INVALID failure at the cursor: "<who>: invalid JSON header: <what> at offset N". */
+/* A CJ_E_INVALID failure at the cursor: "<who>: invalid JSON header: <what> at offset N"
+ * (or with bad_prefix in place of "invalid JSON header: "). */
 int cj_json_bad(struct cj_json *j, const char *what);
 
 /* Skips whitespace; the next byte, or -1 at the end of the text. */
@@ -40,6 +43,9 @@ int cj_json_string(struct cj_json *j, char *out, size_t cap);
 
 /* A non-negative integer without sign, fraction or exponent, below INT64_MAX. */
 int cj_json_uint(struct cj_json *j, uint64_t *v);
+
+/* true or false (after whitespace). */
+int cj_json_bool(struct cj_json *j, bool *v);
 
 /* Skips one value of any shape, containers nested at most max_depth deep. */
 int cj_json_skip(struct cj_json *j, int max_depth);
