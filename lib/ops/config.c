@@ -451,17 +451,35 @@ union scratch {
     int64_t i;
 };
 
+/* Parses text as a value of key k into field (k->size bytes, or NULL to check
+ * only); on failure the field is unchanged. */
+static int parse_into(const struct cj_cfg_key *k, const char *text, void *field,
+                      const char *base, char *why, size_t whysz)
+{
+    union scratch tmp;
+    if (!cj_text_ok(text)) return cj_why(why, whysz, "contains control characters or invalid UTF-8");
+    if (field) memcpy(tmp.bytes, field, k->size);
+    else memset(tmp.bytes, 0, k->size);
+    if (types[k->type].parse(k, text, tmp.bytes, base, why, whysz) < 0) return -1;
+    if (!in_range(k, tmp.bytes, why, whysz)) return -1;
+    if (field) memcpy(field, tmp.bytes, k->size);
+    return 0;
+}
+
 /* Parses text into the key's field of cfg; on failure the field is unchanged. */
 static int set_field(struct cj_config *cfg, const struct cj_cfg_key *k, const char *text,
                      const char *base, char *why, size_t whysz)
 {
-    union scratch tmp;
-    if (!cj_text_ok(text)) return cj_why(why, whysz, "contains control characters or invalid UTF-8");
-    memcpy(tmp.bytes, cfield_of(cfg, k), k->size);
-    if (types[k->type].parse(k, text, tmp.bytes, base, why, whysz) < 0) return -1;
-    if (!in_range(k, tmp.bytes, why, whysz)) return -1;
-    memcpy(field_of(cfg, k), tmp.bytes, k->size);
-    return 0;
+    return parse_into(k, text, field_of(cfg, k), base, why, whysz);
+}
+
+int cj_config_parse_value(const char *key, const char *text, void *field, size_t size,
+                          char *why, size_t whysz)
+{
+    const struct cj_cfg_key *k = find_full(key);
+    if (!k) return cj_why(why, whysz, "no config key %s", key);
+    if (field && size != k->size) return cj_why(why, whysz, "%s: a field of %zu bytes, not %zu", key, k->size, size);
+    return parse_into(k, text, field, NULL, why, whysz);
 }
 
 static void render_default(const struct cj_cfg_key *k, char *buf, size_t len)
@@ -743,7 +761,8 @@ int cj_config_load(const char *path, struct cj_config *cfg, struct cj_problems *
 
 struct vctx {
     const struct cj_config *cfg;
-    struct cj_problems *pb;
+    cj_config_report_fn report;
+    void *arg;
     int added;
 };
 
@@ -774,8 +793,7 @@ static void rule_fail(struct vctx *v, const char *key, const char *other, const 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    const char *file = v->cfg->origin.file[0] ? v->cfg->origin.file : "(defaults)";
-    cj_problems_add(v->pb, "%s:%d: %s", file, line_of(v->cfg, k), msg);
+    v->report(v->arg, k->key, msg);
     v->added++;
 }
 
@@ -871,14 +889,33 @@ static void rule_stream(struct vctx *v)
               "stream_chunk (%s) must not be larger than stream_window (%s)", a, b);
 }
 
-int cj_config_validate(const struct cj_config *cfg, struct cj_problems *pb)
+int cj_config_check(const struct cj_config *cfg, cj_config_report_fn report, void *arg)
 {
     static void (*const rules[])(struct vctx *) = {
         rule_required, rule_names, rule_heartbeat, rule_reconnect, rule_security, rule_spool, rule_stream,
     };
-    struct vctx v = {cfg, pb, 0};
+    struct vctx v = {cfg, report, arg, 0};
     for (size_t i = 0; i < sizeof rules / sizeof *rules; i++) rules[i](&v);
     return v.added;
+}
+
+struct file_report {
+    const struct cj_config *cfg;
+    struct cj_problems *pb;
+};
+
+/* A cross-key problem as "FILE:LINE: message". */
+static void report_line(void *arg, const char *key, const char *msg)
+{
+    const struct file_report *r = arg;
+    const char *file = r->cfg->origin.file[0] ? r->cfg->origin.file : "(defaults)";
+    cj_problems_add(r->pb, "%s:%d: %s", file, line_of(r->cfg, find_full(key)), msg);
+}
+
+int cj_config_validate(const struct cj_config *cfg, struct cj_problems *pb)
+{
+    struct file_report r = {cfg, pb};
+    return cj_config_check(cfg, report_line, &r);
 }
 
 /* ---- reload ------------------------------------------------------------------------------------- */

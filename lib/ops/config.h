@@ -164,6 +164,20 @@ int cj_config_load(const char *path, struct cj_config *cfg, struct cj_problems *
  * cj_config_load runs it; returns how many problems it added. */
 int cj_config_validate(const struct cj_config *cfg, struct cj_problems *problems);
 
+/* The same rules, each problem handed to report with the key it is about
+ * ("section.name": of the keys a rule relates, one that cfg->origin says was
+ * set, the rule's first otherwise) and its text without a place; returns how
+ * many.  cj_config_validate is this with "FILE:LINE: " in front. */
+typedef void (*cj_config_report_fn)(void *arg, const char *key, const char *msg);
+int cj_config_check(const struct cj_config *cfg, cj_config_report_fn report, void *arg);
+
+/* Parses text as the file's value of key ("section.name") would be: its type's
+ * syntax, range and flags (a relative path stays relative).  Into field (size
+ * bytes: the key's field in struct cj_config) when field is not NULL, else
+ * only checked.  0, or -1 with why (the field is then unchanged). */
+int cj_config_parse_value(const char *key, const char *text, void *field, size_t size,
+                          char *why, size_t whysz);
+
 struct cj_config_change {
     const char *key;                   /* "section.name" (static) */
     bool reloadable;
