@@ -81,4 +81,19 @@ mkdir -p $s/fuzz_grpc
 { printf '\010'; head -c 8000 $V/transports/grpc/s2c.bin; } > $s/fuzz_grpc/s2c-client
 { printf '\011'; head -c 8000 $V/transports/grpc/c2s.bin; } > $s/fuzz_grpc/c2s-server
 { printf '\002'; cat $V/transports/grpc/frames/client-000.bin; } > $s/fuzz_grpc/frame-reader
+# fuzz_jobdesc: job descriptions, a full one, the minimal one and a few refused.
+mkdir -p $s/fuzz_jobdesc
+printf '{"job_id": "J1"}' > $s/fuzz_jobdesc/minimal.json
+cat > $s/fuzz_jobdesc/full.json <<'JSON'
+{"job_id": "3f2a9c1e-7b4d-4e8a-9c2f-1a2b3c4d5e6f", "site": "site-1", "server_url": "grpcs://fl.example.org:8002",
+ "connection_security": "mtls", "ca_file": "/kit/rootCA.pem", "cert_file": "/kit/client.crt", "key_file": "/kit/client.key",
+ "project_name": "proj", "parent_url": "tcp://localhost:8004",
+ "credentials": {"token": "tok-secret", "token_signature": "c2ln", "ssid": "s1"}, "mode": "spool", "workspace": "/ws",
+ "worker": {"argv": ["python3", "-u", "it's \"x\"", ""], "cwd": "/ws/app", "env": {"A": "1\n", "B_2": "x y"},
+  "user": "flare", "group": "1000", "count": 3, "listen": "unix:/run/cjrelay/j1.sock, tcp://127.0.0.1:9000"},
+ "bootstrap": {"task_exchange": {"train_with_eval": true, "exchange_format": "pytorch"}, "memory_gc_rounds": 2,
+  "cuda_empty_cache": true, "extra": [1, {"a": null}, "\u00e9\ud83d\ude00"]}}
+JSON
+printf '{"job_id": "J1", "server_url": "https://h:443", "connection_security": "tls", "ca_file": "/ca"}' > $s/fuzz_jobdesc/tls.json
+printf '{"job_id": "J1", "server_url": "grpcs://h:1", "colour": 1}' > $s/fuzz_jobdesc/refused.json
 exit 0
