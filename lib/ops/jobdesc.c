@@ -132,7 +132,8 @@ static int once(struct jd *p, unsigned bit)
 
 /* ---- values checked by the INI's rules ---------------------------------------------------------- */
 
-/* p->s as a value of INI key (into field when not NULL); "<field>: <prefix><why>". */
+/* p->s as a value of INI key (into field when not NULL); refused as
+ * "<field>: <why>", or "<field>: <prefix> (<why>)". */
 static int ini_rule(struct jd *p, const char *key, void *field, size_t size, const char *prefix)
 {
     char w[256];

@@ -111,7 +111,10 @@ int cj_jobdesc_parse(const char *json, size_t len, struct cj_job_desc *out, char
  * refused.  job->origin marks the keys the description set (key_line 1), as
  * if it were a file of its own.  0, or -1 with why naming the description's
  * field (or the INI key, for a site setting it cannot change) and *job left
- * as it was. */
+ * as it was.  Left to the caller, who knows the job's place: a per-job
+ * worker listener when worker.listen is absent (the site's is kept here), and
+ * credentials from the description in place of [upstream] credentials_file
+ * and the environment. */
 int cj_jobdesc_config(const struct cj_job_desc *d, const struct cj_config *site, struct cj_config *job,
                       char *why, size_t whysz);
 

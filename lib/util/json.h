@@ -1,6 +1,7 @@
 /* json.h — a small bounded JSON cursor (RFC 8259) for the JSON that arrives
  * inside binary formats: the safetensors item header, read by the worker and
- * the simulator (payload/items.c) and checked by the spool (dl/itemcheck.c).
+ * the simulator (payload/items.c) and checked by the spool (dl/itemcheck.c);
+ * and the job description of a status command (ops/jobdesc.c).
  *
  * Like util/mp.h it reads in place, never allocates and never recurses:
  * strings are decoded only into a caller's bounded buffer, any value can be
