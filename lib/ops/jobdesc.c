@@ -416,20 +416,26 @@ static const char *const boot_owned[] = {
     "launch_token", "job_id", "site_name", "secure_mode", NULL,
 };
 
-/* The bootstrap keys whose type the worker's reader checks. */
+/* The bootstrap keys whose type the worker's reader checks: read with the
+ * typed reader, then the cursor goes back, for the value is kept raw. */
 static int boot_type(struct jd *p, const char *key)
 {
-    int c = cj_json_peek(&p->j);
+    int c = cj_json_peek(&p->j), rc = 0;
+    size_t at = p->j.pos;
+    bool b;
+    uint64_t v;
     if (!strcmp(key, "task_exchange")) return want(p, '{', "an object");
-    if (!strcmp(key, "cuda_empty_cache") && c != 't' && c != 'f') return want(p, 't', "true or false");
-    if (!strcmp(key, "memory_gc_rounds")) {
-        size_t at = p->j.pos;
-        uint64_t v;
-        if (c != '-' && (c < '0' || c > '9')) return want(p, '0', "an integer");
-        if (c != '-' && cj_json_uint(&p->j, &v)) return json_fail(p);
+    if (!strcmp(key, "cuda_empty_cache") && cj_json_bool(&p->j, &b)) {
         p->j.pos = at;
+        rc = want(p, 't', "true or false");
     }
-    return 0;
+    if (!strcmp(key, "memory_gc_rounds")) {        /* an int64: a sign, then digits only */
+        size_t digit = at + (c == '-');
+        if (digit >= p->j.end || p->j.p[digit] < '0' || p->j.p[digit] > '9') rc = want(p, '0', "an integer");
+        else if (p->j.pos = digit, cj_json_uint(&p->j, &v)) rc = json_fail(p);
+    }
+    p->j.pos = at;
+    return rc;
 }
 
 static int on_boot(struct jd *p, const char *key)

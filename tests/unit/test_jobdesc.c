@@ -232,6 +232,9 @@ static void test_wrong_types(void **state)
         {"bootstrap", "{\"memory_gc_rounds\": \"2\"}", "bootstrap.memory_gc_rounds", "not an integer"},
         {"bootstrap", "{\"memory_gc_rounds\": 2.5}", "bootstrap.memory_gc_rounds", "not an integer"},
         {"bootstrap", "{\"cuda_empty_cache\": 1}", "bootstrap.cuda_empty_cache", "not true or false"},
+        {"bootstrap", "{\"cuda_empty_cache\": tru}", "bootstrap.cuda_empty_cache", "unexpected character"},
+        {"bootstrap", "{\"memory_gc_rounds\": -2.5}", "bootstrap.memory_gc_rounds", "not an integer"},
+        {"bootstrap", "{\"memory_gc_rounds\": - 2}", "bootstrap.memory_gc_rounds", "not an integer"},
     };
     char json[512];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -326,6 +329,8 @@ static void test_values(void **state)
     refused("{\"job_id\": \"J1\", \"worker\": {\"group\": \"a b\"}}", "worker.group", "not a name or a numeric id");
     refused("{\"job_id\": \"J1\", \"bootstrap\": {\"launch_token\": \"x\"}}", "bootstrap.launch_token", "set by the relay");
     refused("{\"job_id\": \"J1\", \"bootstrap\": {\"a b\": 1}}", "bootstrap.a b", "not a valid key");
+    assert_int_equal(parse("{\"job_id\": \"J1\", \"bootstrap\": {\"memory_gc_rounds\": -1, \"cuda_empty_cache\": false}}"), 0);
+    assert_string_equal(cj_jobdesc_boot(desc, 0, NULL), "memory_gc_rounds");
     assert_int_equal(parse("{\"job_id\": \"J1\", \"worker\": {\"user\": \"svc$\", \"group\": \"0\","
                            " \"listen\": \"unix:/a.sock, tcp://127.0.0.1:9000\"}}"), 0);
 }
