@@ -62,8 +62,9 @@ static int send_all(int fd, const char *buf, size_t n)
     return 0;
 }
 
-/* Reads until the empty line that ends an answer; prints it; 0 OK, 1 ERR, 2 broken. */
-static int read_answer(int fd)
+/* Reads until the empty line that ends an answer (waiting at most
+ * timeout_ms, -1: as long as it takes); prints it; 0 OK, 1 ERR, 2 broken. */
+static int read_answer(int fd, int timeout_ms)
 {
     char buf[8192];
     size_t have = 0;
@@ -71,8 +72,8 @@ static int read_answer(int fd)
     char prev = '\n';
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int pr = poll(&p, 1, ANSWER_TIMEOUT_MS);
-        if (pr == 0) { fprintf(stderr, "cjrelayctl: no answer within %d s\n", ANSWER_TIMEOUT_MS / 1000); return 2; }
+        int pr = poll(&p, 1, timeout_ms);
+        if (pr == 0) { fprintf(stderr, "cjrelayctl: no answer within %d s\n", timeout_ms / 1000); return 2; }
         if (pr < 0) { if (errno == EINTR) continue; return 2; }
         ssize_t r = recv(fd, buf, sizeof buf, 0);
         if (r < 0 && errno == EINTR) continue;
@@ -123,7 +124,8 @@ int main(int argc, char **argv)
         close(fd);
         return 2;
     }
-    int rc = read_answer(fd);
+    /* job wait answers when the job ends, however long that takes */
+    int rc = read_answer(fd, strncmp(line, "job wait ", 9) == 0 ? -1 : ANSWER_TIMEOUT_MS);
     close(fd);
     return rc;
 }

@@ -220,7 +220,7 @@ const char *cj_creds_redact(const char *secret, char *out, size_t outsz)
 
 const char *cj_creds_describe(const struct cj_creds *c, char *out, size_t outsz)
 {
-    static const char *const src[] = {"missing", "from file", "from env"};
+    static const char *const src[] = {"missing", "from file", "from env", "from the job description"};
     snprintf(out, outsz, "token %s, token_signature %s, ssid %s", src[c->token_src], src[c->signature_src],
              src[c->ssid_src]);
     return out;

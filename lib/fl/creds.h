@@ -42,7 +42,7 @@
 #define CJ_CREDS_VALUE_MAX 4095
 #define CJ_CREDS_FILE_MAX (64 * 1024)
 
-enum cj_creds_source { CJ_CREDS_DEFAULT = 0, CJ_CREDS_FILE, CJ_CREDS_ENV };
+enum cj_creds_source { CJ_CREDS_DEFAULT = 0, CJ_CREDS_FILE, CJ_CREDS_ENV, CJ_CREDS_JOB };   /* JOB: a job description */
 
 /* status flags */
 #define CJ_CREDS_TOKEN_MISSING 0x1u      /* token is the "NA" default */

@@ -5,16 +5,22 @@
 #include <string.h>
 
 const struct cj_cmd_def cj_cmds[CJ_CMD_COUNT] = {
-    [CJ_CMD_HELP] = {"help", CJ_ACCESS_READ, "[command]", 0, 1,
+    [CJ_CMD_HELP] = {"help", CJ_ACCESS_READ, "[command]", 0, 1, true,
                      "the command list, or one command's usage and what it does"},
-    [CJ_CMD_SHOW] = {"show", CJ_ACCESS_READ, "[json]", 1, 2,
+    [CJ_CMD_SHOW] = {"show", CJ_ACCESS_READ, "[job ID] [json]", 1, 4, false,
                      "the daemon's state: one target, as text or as one JSON object"},
-    [CJ_CMD_PAUSE] = {"pause", CJ_ACCESS_ADMIN, "", 0, 0, "stop pulling new tasks; work in flight goes on"},
-    [CJ_CMD_RESUME] = {"resume", CJ_ACCESS_ADMIN, "", 0, 0, "pull new tasks again"},
-    [CJ_CMD_RELOAD] = {"reload", CJ_ACCESS_ADMIN, "", 0, 0,
+    [CJ_CMD_PAUSE] = {"pause", CJ_ACCESS_ADMIN, "", 0, 0, false, "stop pulling new tasks; work in flight goes on"},
+    [CJ_CMD_RESUME] = {"resume", CJ_ACCESS_ADMIN, "", 0, 0, false, "pull new tasks again"},
+    [CJ_CMD_RELOAD] = {"reload", CJ_ACCESS_ADMIN, "", 0, 0, false,
                        "re-read the configuration file, as SIGHUP; a bad file keeps the running one"},
-    [CJ_CMD_SHUTDOWN] = {"shutdown", CJ_ACCESS_ADMIN, "[now]", 0, 1,
+    [CJ_CMD_SHUTDOWN] = {"shutdown", CJ_ACCESS_ADMIN, "[now]", 0, 1, false,
                          "drain (no new tasks, work in flight finishes) then exit; now: stop at once"},
+    [CJ_CMD_JOB_START] = {"job start", CJ_ACCESS_ADMIN, "<json>", 1, 1, true,
+                          "start a job from a one-line JSON job description (doc/interface.md)"},
+    [CJ_CMD_JOB_STOP] = {"job stop", CJ_ACCESS_ADMIN, "<job_id> [reason]", 1, 2, true,
+                         "end a job as aborted: workers stopped, the server told"},
+    [CJ_CMD_JOB_WAIT] = {"job wait", CJ_ACCESS_READ, "<job_id>", 1, 1, false,
+                         "answer once the job has ended: its outcome (a JobReturnCode) and reason"},
 };
 
 const struct cj_show_def cj_shows[CJ_SHOW_COUNT] = {
@@ -25,6 +31,7 @@ const struct cj_show_def cj_shows[CJ_SHOW_COUNT] = {
     [CJ_SHOW_REFS] = {"refs", "one row per download ref of the tasks (spool mode: the spool's refs)"},
     [CJ_SHOW_CONFIG] = {"config", "every configuration key: value, default, reloadable"},
     [CJ_SHOW_METRICS] = {"metrics", "the latest training metrics each worker logged"},
+    [CJ_SHOW_JOBS] = {"jobs", "one row per job: id, state, outcome, reason, server, times, workers"},
 };
 
 int cj_cmd_find(const char *name)
@@ -32,6 +39,14 @@ int cj_cmd_find(const char *name)
     for (int i = 0; i < CJ_CMD_COUNT; i++)
         if (strcmp(cj_cmds[i].name, name) == 0) return i;
     return -1;
+}
+
+bool cj_cmd_is_prefix(const char *word)
+{
+    size_t n = strlen(word);
+    for (int i = 0; i < CJ_CMD_COUNT; i++)
+        if (strncmp(cj_cmds[i].name, word, n) == 0 && cj_cmds[i].name[n] == ' ') return true;
+    return false;
 }
 
 int cj_show_find(const char *name)

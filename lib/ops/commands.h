@@ -18,6 +18,9 @@ enum cj_cmd {
     CJ_CMD_RESUME,
     CJ_CMD_RELOAD,
     CJ_CMD_SHUTDOWN,
+    CJ_CMD_JOB_START,
+    CJ_CMD_JOB_STOP,
+    CJ_CMD_JOB_WAIT,
     CJ_CMD_COUNT
 };
 
@@ -27,11 +30,13 @@ enum cj_access {
 };
 
 struct cj_cmd_def {
-    const char *name;
+    const char *name;        /* one word, or two ("job start") */
     enum cj_access access;
     const char *args;        /* the arguments' usage ("[now]"), "" when none; show's
                               * targets are printed before it */
     int min_args, max_args;  /* words after the name */
+    bool rest;               /* the last argument is the rest of the line, blanks and
+                              * all (a JSON text, a reason in words) */
     const char *help;        /* one line: what it does */
 };
 
@@ -43,6 +48,7 @@ enum cj_show {
     CJ_SHOW_REFS,
     CJ_SHOW_CONFIG,
     CJ_SHOW_METRICS,
+    CJ_SHOW_JOBS,
     CJ_SHOW_COUNT
 };
 
@@ -56,6 +62,8 @@ extern const struct cj_show_def cj_shows[CJ_SHOW_COUNT];
 
 /* The entry named name (exact, case-sensitive), or -1. */
 int cj_cmd_find(const char *name);
+/* Whether word is the first word of a two-word command name ("job"). */
+bool cj_cmd_is_prefix(const char *word);
 int cj_show_find(const char *name);
 
 /* One command's usage, "shutdown [now]" or "show info|stats|...|metrics [json]"

@@ -44,8 +44,9 @@ static const char *const securities[] = {"clear", "tls", "mtls", NULL};    /* en
 static const struct cj_cfg_key keys[] = {
     {KEY("relay", "site"), CJ_T_STR, "", 0, 0, NULL, RESTART, REQ | CJ_CFG_FQCN_PART,
      "first FQCN segment; the relay's cell is <site>.<job_id>", FIELD(relay.site)},
-    {KEY("relay", "job_id"), CJ_T_STR, "", 0, 0, NULL, RESTART, REQ | CJ_CFG_FQCN_PART,
-     "the job this relay serves; second FQCN segment, must differ from site", FIELD(relay.job_id)},
+    {KEY("relay", "job_id"), CJ_T_STR, "", 0, 0, NULL, RESTART, CJ_CFG_FQCN_PART,
+     "single-job shorthand: the job this daemon runs from the start (second FQCN segment, not site); "
+     "empty: jobs come through `job start`", FIELD(relay.job_id)},
     {KEY("relay", "mode"), CJ_T_ENUM, "pass_through", 0, 0, modes, RESTART, 0,
      "pass_through: tensors stream through the relay; spool: they are downloaded into spool_dir first",
      FIELD(relay.mode)},
@@ -58,6 +59,10 @@ static const struct cj_cfg_key keys[] = {
     {KEY("relay", "on_end_run"), CJ_T_ENUM, "exit", 0, 0, end_runs, RELOAD, 0,
      "what to do when the server ends the run: exit the daemon, or wait for the next run",
      FIELD(relay.on_end_run)},
+    {KEY("relay", "max_jobs"), CJ_T_INT, "16", 1, 256, NULL, RELOAD, 0,
+     "jobs running at once; job start refuses more (ERR 503)", FIELD(relay.max_jobs)},
+    {KEY("relay", "job_linger"), CJ_T_DURATION, "600", 0, 86400, NULL, RELOAD, 0,
+     "how long an ended job's outcome stays for job wait and show jobs", FIELD(relay.job_linger)},
 
     {KEY("upstream", "url"), CJ_T_URL, "tcp://127.0.0.1:8002", 0, 0, NULL, RESTART, 0,
      "the FL server, with its project's scheme: tcp|http|grpc://HOST:PORT (clear), stcp|https|grpcs://HOST:PORT (TLS)",

@@ -26,7 +26,7 @@
 
 #include "util/parse.h"
 
-#define CJ_CFG_NKEYS     37       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_NKEYS     39       /* rows in the key table (checked in config.c) */
 #define CJ_CFG_PATH_MAX  1024
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
@@ -61,6 +61,8 @@ struct cj_config {
         bool spool_allow_tmpfs;
         int64_t spool_max_bytes;           /* 0 = no limit */
         int on_end_run;                    /* enum cj_on_end_run */
+        int max_jobs;                      /* jobs running at once (job start refuses more) */
+        double job_linger;                 /* seconds an ended job's record stays for job wait, show jobs */
     } relay;
     struct {
         struct cj_endpoint url;            /* any network scheme: tcp/http/grpc (clear), stcp/https/grpcs (TLS) */

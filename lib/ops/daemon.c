@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "ops/commands.h"
-#include "ops/job.h"
+#include "ops/jobs.h"
 #include "ops/notify.h"
 #include "ops/out.h"
 #include "ops/statreg.h"
@@ -31,7 +31,8 @@ struct cj_daemon {
     char config_path[CJ_CFG_PATH_MAX];
     struct cj_config cfg;
     struct cj_status *status;
-    struct cj_job *job;           /* the job [relay] job_id names */
+    struct cj_jobs *jobs;         /* every job: the INI's and those started at run time */
+    struct cj_job *ini;           /* the job [relay] job_id names, or NULL */
     struct event *sig_hup, *sig_term, *sig_int, *sig_quit;
     struct event *watchdog_timer, *status_timer, *drain_timer, *trim_timer;
     enum run_state state;
@@ -66,28 +67,41 @@ static const char *state_name(const struct cj_daemon *d)
     return d->paused ? "paused" : "running";
 }
 
-/* One reading of every counting object, for the stats registry. */
-static void stat_sources(struct cj_daemon *d, struct cj_stat_sources *s)
+/* The one job show and STATUS= speak of when none is named: the INI's, or
+ * the only one in the table; NULL when there are several (or none). */
+static struct cj_job *sole_job(struct cj_daemon *d)
 {
-    memset(s, 0, sizeof *s);
-    if (d->job) cj_job_stat_sources(d->job, s);
+    return d->ini ? d->ini : cj_jobs_count(d->jobs) == 1 ? cj_jobs_at(d->jobs, 0) : NULL;
 }
 
-static unsigned long long stat_named(const struct cj_stat_sources *s, const char *name)
+/* A field summed over every job in the table. */
+static unsigned long long stat_total(struct cj_daemon *d, const char *name)
 {
     const struct cj_stat_field *f = cj_stat_find(name);
-    return f ? (unsigned long long)cj_stat_value(f, s) : 0;
+    unsigned long long v = 0;
+    for (size_t i = 0; f && i < cj_jobs_count(d->jobs); i++) {
+        struct cj_stat_sources s = {0};
+        cj_job_stat_sources(cj_jobs_at(d->jobs, i), &s);
+        v += cj_stat_value(f, &s);
+    }
+    return v;
+}
+
+static size_t workers_total(struct cj_daemon *d)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < cj_jobs_count(d->jobs); i++) n += cj_job_workers(cj_jobs_at(d->jobs, i));
+    return n;
 }
 
 static void send_status_line(struct cj_daemon *d)
 {
-    char line[256];
-    struct cj_stat_sources s;
-    stat_sources(d, &s);
-    snprintf(line, sizeof line, "%s %s; upstream %s; workers %zu; tasks in %llu out %llu; relayed %llu msgs",
-             cj_job_fqcn(d->job), state_name(d), cj_job_upstream_state(d->job), cj_job_workers(d->job),
-             stat_named(&s, "tasks_in"),
-             stat_named(&s, "tasks_out"), stat_named(&s, "msgs_up") + stat_named(&s, "msgs_down"));
+    char line[256], head[160];
+    if (d->ini) snprintf(head, sizeof head, "%s %s; upstream %s", cj_job_fqcn(d->ini), state_name(d),
+                         cj_job_upstream_state(d->ini));
+    else snprintf(head, sizeof head, "%s %s; jobs %zu", d->cfg.relay.site, state_name(d), cj_jobs_live(d->jobs));
+    snprintf(line, sizeof line, "%s; workers %zu; tasks in %llu out %llu; relayed %llu msgs", head, workers_total(d),
+             stat_total(d, "tasks_in"), stat_total(d, "tasks_out"), stat_total(d, "msgs_up") + stat_total(d, "msgs_down"));
     cj_notify_status(line);
 }
 
@@ -96,7 +110,7 @@ static void send_status_line(struct cj_daemon *d)
 static void stop_now(struct cj_daemon *d, const char *why)
 {
     if (d->state != RUN_STOPPED) cj_log_info("stopping now (%s)", why);
-    if (d->job) cj_job_stop_now(d->job, why);   /* harmless after a drain: nothing left to stop */
+    if (d->jobs) cj_jobs_stop_all(d->jobs, why);   /* harmless after a drain: nothing left to stop */
     d->state = RUN_STOPPED;
     cj_notify_stopping();
     event_base_loopexit(d->base, NULL);
@@ -123,14 +137,20 @@ static void start_drain(struct cj_daemon *d, const char *why)
     cj_log_info("draining (%s): no new tasks; in-flight work finishes, then exit", why);
     d->state = RUN_DRAINING;
     cj_notify_stopping();
-    if (cj_job_state(d->job) == CJ_JOB_ENDED) stop_soon(d);
-    else cj_job_drain(d->job, why);   /* ends through on_job_ended */
+    if (cj_jobs_live(d->jobs) == 0) stop_soon(d);
+    else cj_jobs_drain_all(d->jobs, why);   /* each ends through on_job_ended */
 }
 
-/* The job is over and its workers have stopped. */
+/* A job is over and its workers have stopped.  The INI's job ends the daemon
+ * as [relay] on_end_run says (and a fatal error with exit 2); the others end
+ * alone, the daemon stays, unless it is draining and this was the last. */
 static void on_job_ended(void *ctx, struct cj_job *j)
 {
     struct cj_daemon *d = ctx;
+    if (j != d->ini) {
+        if (d->state == RUN_DRAINING && cj_jobs_live(d->jobs) == 0) stop_soon(d);
+        return;
+    }
     if (cj_job_outcome(j) == CJ_JOB_EXECUTION_ERROR) {
         cj_log_error("fatal: %s", cj_job_reason(j));
         d->exit_code = CJ_EXIT_FATAL;
@@ -178,7 +198,8 @@ static int reload(struct cj_daemon *d, char *why, size_t whysz)
     }
     cj_config_apply_reload(&d->cfg, &neu);
     apply_log_settings(&d->cfg);
-    if (d->job) cj_job_reload(d->job, &d->cfg);
+    cj_jobs_set_site(d->jobs, &d->cfg);
+    if (d->ini) cj_job_reload(d->ini, &d->cfg);   /* jobs started at run time keep their settings */
     cj_log_info("reload done: %d key(s) changed", n);
     cj_notify_ready();
     send_status_line(d);
@@ -187,31 +208,52 @@ static int reload(struct cj_daemon *d, char *why, size_t whysz)
 
 /* ---- status socket callbacks ------------------------------------------------------ */
 
-static void show_info(struct cj_daemon *d, struct cj_out *o)
+/* A show target's renderer: j is the job named or the sole one (NULL when
+ * several run and none is named, or there is none). */
+typedef int (*show_fn)(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz);
+
+static int show_info(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
 {
     cj_out_str(o, "version", CJRELAY_VERSION);
     cj_out_u64(o, "pid", (uint64_t)getpid());
     cj_out_dbl(o, "uptime", uptime_secs(d));
-    cj_out_str(o, "fqcn", cj_job_fqcn(d->job));
-    cj_out_str(o, "mode", cj_job_mode(d->job));
+    cj_out_str(o, "fqcn", j ? cj_job_fqcn(j) : d->cfg.relay.site);
+    cj_out_str(o, "mode", j ? cj_job_mode(j) : d->cfg.relay.mode == CJ_MODE_SPOOL ? "spool" : "pass_through");
     cj_out_str(o, "state", state_name(d));
-    cj_out_str(o, "upstream", cj_job_upstream_state(d->job));
-    cj_out_str(o, "fl", cj_job_fl_state(d->job));
-    cj_out_str(o, "upstream_url", cj_job_upstream_url(d->job));
-    cj_out_str(o, "upstream_peer", cj_job_upstream_peer(d->job));
-    cj_out_u64(o, "workers", cj_job_workers(d->job));
+    cj_out_str(o, "upstream", j ? cj_job_upstream_state(j) : "");
+    cj_out_str(o, "fl", j ? cj_job_fl_state(j) : "");
+    cj_out_str(o, "upstream_url", j ? cj_job_upstream_url(j) : "");
+    cj_out_str(o, "upstream_peer", j ? cj_job_upstream_peer(j) : "");
+    cj_out_u64(o, "workers", j ? cj_job_workers(j) : workers_total(d));
+    cj_out_u64(o, "jobs", cj_jobs_live(d->jobs));
     cj_out_u64(o, "rss_bytes", rss_bytes());
     cj_out_str(o, "config", d->config_path);
+    return 0;
 }
 
-static void show_stats(struct cj_daemon *d, struct cj_out *o)
+/* One job's counters, or with several jobs and none named every job's summed
+ * (labelled by a first field, scope). */
+static int show_stats(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
 {
-    struct cj_stat_sources s;
-    stat_sources(d, &s);
-    cj_stat_render(&s, o);
+    size_t n = cj_jobs_count(d->jobs);
+    struct cj_stat_sources *s = calloc(n ? n : 1, sizeof *s);
+    if (!s) { snprintf(msg, msgsz, "out of memory"); return 500; }
+    if (j) {
+        cj_job_stat_sources(j, &s[0]);
+        if (j != d->ini) cj_out_str(o, "scope", cj_job_id(j));
+        cj_stat_render(s, 1, o);
+    } else {
+        for (size_t i = 0; i < n; i++) cj_job_stat_sources(cj_jobs_at(d->jobs, i), &s[i]);
+        char scope[64];
+        snprintf(scope, sizeof scope, "all jobs (%zu)", n);
+        cj_out_str(o, "scope", scope);
+        cj_stat_render(s, n, o);
+    }
+    free(s);
+    return 0;
 }
 
-static void show_config(struct cj_daemon *d, struct cj_out *o)
+static int show_config(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
 {
     static const struct cj_col cols[] = {{"key", 30}, {"value", 34}, {"default", 34}, {"reloadable", 0}};
     cj_out_table_begin(o, "config", cols, 4);
@@ -225,48 +267,84 @@ static void show_config(struct cj_daemon *d, struct cj_out *o)
         cj_out_row_end(o);
     }
     cj_out_table_end(o);
+    return 0;
 }
 
-static void show_workers(struct cj_daemon *d, struct cj_out *o) { cj_job_show(d->job, CJ_SHOW_WORKERS, o); }
-static void show_tasks(struct cj_daemon *d, struct cj_out *o) { cj_job_show(d->job, CJ_SHOW_TASKS, o); }
-static void show_refs(struct cj_daemon *d, struct cj_out *o) { cj_job_show(d->job, CJ_SHOW_REFS, o); }
-static void show_metrics(struct cj_daemon *d, struct cj_out *o) { cj_job_show(d->job, CJ_SHOW_METRICS, o); }
+/* workers, tasks, refs, metrics: one job's table. */
+static int show_job_table(struct cj_daemon *d, struct cj_job *j, enum cj_show what, struct cj_out *o, char *msg,
+                          size_t msgsz)
+{
+    if (!j) {
+        snprintf(msg, msgsz, "%zu jobs: name one (show %s job ID)", cj_jobs_count(d->jobs), cj_shows[what].name);
+        return 400;
+    }
+    cj_job_show(j, what, o);
+    return 0;
+}
+
+static int show_workers(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
+{
+    return show_job_table(d, j, CJ_SHOW_WORKERS, o, msg, msgsz);
+}
+static int show_tasks(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
+{
+    return show_job_table(d, j, CJ_SHOW_TASKS, o, msg, msgsz);
+}
+static int show_refs(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
+{
+    return show_job_table(d, j, CJ_SHOW_REFS, o, msg, msgsz);
+}
+static int show_metrics(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
+{
+    return show_job_table(d, j, CJ_SHOW_METRICS, o, msg, msgsz);
+}
+
+static int show_jobs(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
+{
+    cj_jobs_show(d->jobs, o);
+    return 0;
+}
 
 /* One renderer per show target of ops/commands.c. */
-static void (*const show_handlers[CJ_SHOW_COUNT])(struct cj_daemon *d, struct cj_out *o) = {
+static const show_fn show_handlers[CJ_SHOW_COUNT] = {
     [CJ_SHOW_INFO] = show_info,       [CJ_SHOW_STATS] = show_stats,     [CJ_SHOW_WORKERS] = show_workers,
     [CJ_SHOW_TASKS] = show_tasks,     [CJ_SHOW_REFS] = show_refs,       [CJ_SHOW_CONFIG] = show_config,
-    [CJ_SHOW_METRICS] = show_metrics,
+    [CJ_SHOW_METRICS] = show_metrics, [CJ_SHOW_JOBS] = show_jobs,
 };
 
-static void on_show(void *ctx, enum cj_show what, struct cj_out *o)
+static int on_show(void *ctx, enum cj_show what, const char *job, struct cj_out *o, char *msg, size_t msgsz)
 {
-    show_handlers[what](ctx, o);
+    struct cj_daemon *d = ctx;
+    struct cj_job *j = job ? cj_jobs_find(d->jobs, job) : sole_job(d);
+    if (job && !j) { snprintf(msg, msgsz, "no job '%.64s'", job); return 404; }
+    return show_handlers[what](d, j, o, msg, msgsz);
 }
 
-static int cmd_pause(struct cj_daemon *d, const char *arg, char *msg, size_t msgsz)
+static int cmd_pause(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg, size_t msgsz)
 {
     if (!d->paused) cj_log_info("paused by the status socket: no new tasks will be pulled");
     d->paused = true;
-    if (d->job) cj_job_pause(d->job);
+    for (size_t i = 0; i < cj_jobs_count(d->jobs); i++) cj_job_pause(cj_jobs_at(d->jobs, i));
     return 0;
 }
 
-static int cmd_resume(struct cj_daemon *d, const char *arg, char *msg, size_t msgsz)
+static int cmd_resume(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg, size_t msgsz)
 {
     if (d->paused) cj_log_info("resumed by the status socket");
     d->paused = false;
-    if (d->job) cj_job_resume(d->job);
+    for (size_t i = 0; i < cj_jobs_count(d->jobs); i++) cj_job_resume(cj_jobs_at(d->jobs, i));
     return 0;
 }
 
-static int cmd_reload(struct cj_daemon *d, const char *arg, char *msg, size_t msgsz)
+static int cmd_reload(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg, size_t msgsz)
 {
     return reload(d, msg, msgsz) == 0 ? 0 : 500;
 }
 
-static int cmd_shutdown(struct cj_daemon *d, const char *arg, char *msg, size_t msgsz)
+static int cmd_shutdown(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg,
+                        size_t msgsz)
 {
+    const char *arg = nargs ? args[0] : NULL;
     if (arg && strcmp(arg, "now") != 0) {
         char usage[64];
         snprintf(msg, msgsz, "unknown option; usage: %s", cj_cmd_usage(CJ_CMD_SHUTDOWN, false, usage, sizeof usage));
@@ -277,20 +355,54 @@ static int cmd_shutdown(struct cj_daemon *d, const char *arg, char *msg, size_t 
     return 0;
 }
 
+static int cmd_job_start(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg,
+                         size_t msgsz)
+{
+    if (d->state != RUN_RUNNING) { snprintf(msg, msgsz, "the daemon is %s", state_name(d)); return 503; }
+    return cj_jobs_start_json(d->jobs, args[0], msg, msgsz);
+}
+
+static int cmd_job_stop(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg,
+                        size_t msgsz)
+{
+    return cj_jobs_stop(d->jobs, args[0], nargs > 1 ? args[1] : NULL, msg, msgsz);
+}
+
+static int cmd_job_wait(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg,
+                        size_t msgsz)
+{
+    struct cj_status_wait *w = cj_jobs_find(d->jobs, args[0]) ? cj_status_defer(call) : NULL;
+    int rc = cj_jobs_wait(d->jobs, args[0], w, msg, msgsz);
+    if (rc != CJ_STATUS_DEFERRED && w) cj_status_answer(w, rc, msg);   /* not kept: answered now */
+    else if (rc == 0)   /* no client to answer later: one line after OK */
+        for (char *p = msg; *p; p++) if (*p == '\n') *p = ' ';
+    return rc != CJ_STATUS_DEFERRED && w ? CJ_STATUS_DEFERRED : rc;
+}
+
 /* One handler per command of ops/commands.c but help and show, which the
  * status socket answers itself. */
-static int (*const command_handlers[CJ_CMD_COUNT])(struct cj_daemon *d, const char *arg, char *msg, size_t msgsz) = {
-    [CJ_CMD_PAUSE] = cmd_pause, [CJ_CMD_RESUME] = cmd_resume, [CJ_CMD_RELOAD] = cmd_reload,
-    [CJ_CMD_SHUTDOWN] = cmd_shutdown,
+typedef int (*command_fn)(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg,
+                          size_t msgsz);
+static const command_fn command_handlers[CJ_CMD_COUNT] = {
+    [CJ_CMD_PAUSE] = cmd_pause,         [CJ_CMD_RESUME] = cmd_resume,     [CJ_CMD_RELOAD] = cmd_reload,
+    [CJ_CMD_SHUTDOWN] = cmd_shutdown,   [CJ_CMD_JOB_START] = cmd_job_start, [CJ_CMD_JOB_STOP] = cmd_job_stop,
+    [CJ_CMD_JOB_WAIT] = cmd_job_wait,
 };
 
-static int on_command(void *ctx, enum cj_cmd cmd, const char *arg, char *msg, size_t msgsz)
+static int on_command(void *ctx, enum cj_cmd cmd, char **args, int nargs, struct cj_status_call *call, char *msg,
+                      size_t msgsz)
 {
     if (!command_handlers[cmd]) {
         snprintf(msg, msgsz, "'%s' has no handler in this daemon", cj_cmds[cmd].name);
         return 500;
     }
-    return command_handlers[cmd](ctx, arg, msg, msgsz);
+    return command_handlers[cmd](ctx, args, nargs, call, msg, msgsz);
+}
+
+static void on_cancel(void *ctx, struct cj_status_wait *w)
+{
+    struct cj_daemon *d = ctx;
+    cj_jobs_cancel_wait(d->jobs, w);
 }
 
 /* ---- signals and timers --------------------------------------------------------- */
@@ -377,17 +489,25 @@ struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config 
     d->base = event_base_new();
     if (!d->base) { cj_fail(err, CJ_E_NOMEM, 0, "event_base_new failed"); free(d); return NULL; }
     if (setup_events(d, err) != 0) { cj_daemon_free(d); return NULL; }
-    struct cj_status_ops ops = {.ctx = d, .show = on_show, .command = on_command};
+    struct cj_status_ops ops = {.ctx = d, .show = on_show, .command = on_command, .cancel = on_cancel};
     d->status = cj_status_new(d->base, d->cfg.status.socket, (mode_t)d->cfg.status.socket_mode, &ops, err);
-    struct cj_job_cbs cbs = {.ctx = d, .ended = on_job_ended};
-    if (!d->status || !(d->job = cj_job_new(d->base, &d->cfg, &cbs, err))) { cj_daemon_free(d); return NULL; }
+    struct cj_jobs_cbs cbs = {.ctx = d, .ended = on_job_ended};
+    if (!d->status || !(d->jobs = cj_jobs_new(d->base, &d->cfg, &cbs, err)) ||
+        (d->cfg.relay.job_id[0] && !(d->ini = cj_jobs_start_config(d->jobs, err)))) {
+        cj_daemon_free(d);
+        return NULL;
+    }
     return d;
 }
 
 int cj_daemon_run(struct cj_daemon *d)
 {
-    cj_log_info("cjrelayd %s started as %s (pid %d, %s mode), status socket %s", CJRELAY_VERSION,
-                cj_job_fqcn(d->job), (int)getpid(), cj_job_mode(d->job), d->cfg.status.socket);
+    if (d->ini)
+        cj_log_info("cjrelayd %s started as %s (pid %d, %s mode), status socket %s", CJRELAY_VERSION,
+                    cj_job_fqcn(d->ini), (int)getpid(), cj_job_mode(d->ini), d->cfg.status.socket);
+    else
+        cj_log_info("cjrelayd %s started for site %s (pid %d), no job yet: waiting for job start on %s",
+                    CJRELAY_VERSION, d->cfg.relay.site, (int)getpid(), d->cfg.status.socket);
     cj_notify_ready();
     send_status_line(d);
     event_base_dispatch(d->base);
@@ -399,7 +519,7 @@ void cj_daemon_free(struct cj_daemon *d)
 {
     if (!d) return;
     cj_status_free(d->status);
-    cj_job_free(d->job);
+    cj_jobs_free(d->jobs);
     struct event *evs[] = {d->sig_hup, d->sig_term, d->sig_int, d->sig_quit,
                            d->watchdog_timer, d->status_timer, d->drain_timer, d->trim_timer};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)

@@ -332,9 +332,11 @@ static int load_launch_tokens(struct cj_flrun *f, const struct cj_config *cfg, s
 static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, struct cj_err *err)
 {
     if (!cfg->workers.command[0]) return 0;
-    char tmp[CJ_CFG_PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", cfg->status.socket);
-    snprintf(f->runtime_dir, sizeof f->runtime_dir, "%s", dirname(tmp));
+    if (!f->runtime_dir[0]) {
+        char tmp[CJ_CFG_PATH_MAX];
+        snprintf(tmp, sizeof tmp, "%s", cfg->status.socket);
+        snprintf(f->runtime_dir, sizeof f->runtime_dir, "%s", dirname(tmp));
+    }
     cj_endpoint_format(&cfg->workers.listen.ep[0], f->connect_url, sizeof f->connect_url);
     struct cj_launcher_cfg lc = {
         .command = cfg->workers.command, .count = cfg->workers.count, .runtime_dir = f->runtime_dir,
@@ -348,7 +350,8 @@ static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, struct
 }
 
 struct cj_flrun *cj_flrun_new(struct event_base *base, struct cj_stream_ep *ep, struct cj_router *router,
-                              const struct cj_config *cfg, const struct cj_flrun_cbs *cbs, struct cj_err *err)
+                              const struct cj_config *cfg, const struct cj_flrun_opts *opts,
+                              const struct cj_flrun_cbs *cbs, struct cj_err *err)
 {
     struct cj_flrun *f = calloc(1, sizeof *f);
     if (!f) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); return NULL; }
@@ -359,7 +362,10 @@ struct cj_flrun *cj_flrun_new(struct event_base *base, struct cj_stream_ep *ep, 
     snprintf(f->job, sizeof f->job, "%s", cfg->relay.job_id);
     snprintf(f->project, sizeof f->project, "%s", cfg->upstream.project_name);
     f->last_bytes = calloc(CJ_FL_MAX_WORKERS, sizeof *f->last_bytes);
-    if (!f->last_bytes || cj_creds_load(cfg->upstream.credentials_file, &f->creds, err) != 0) goto fail;
+    if (!f->last_bytes) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); goto fail; }
+    if (opts && opts->creds) f->creds = *opts->creds;
+    else if (cj_creds_load(cfg->upstream.credentials_file, &f->creds, err) != 0) goto fail;
+    if (opts && opts->runtime_dir) snprintf(f->runtime_dir, sizeof f->runtime_dir, "%s", opts->runtime_dir);
     char desc[256];
     cj_log_info("credentials: %s", cj_creds_describe(&f->creds, desc, sizeof desc));
     if (!(f->tasks = cj_task_table_new())) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); goto fail; }

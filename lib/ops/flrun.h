@@ -22,6 +22,7 @@ struct event_base;
 struct cj_stream_ep;
 struct cj_router;
 struct cj_flrun;
+struct cj_creds;
 
 struct cj_flrun_cbs {
     void *ctx;
@@ -29,8 +30,17 @@ struct cj_flrun_cbs {
     void (*fatal)(void *ctx, const char *why);   /* cannot go on: exit 2 */
 };
 
+/* What a job started at run time brings beyond its configuration. */
+struct cj_flrun_opts {
+    const struct cj_creds *creds;   /* the job's credentials; NULL: [upstream] credentials_file, then the
+                                       environment */
+    const char *runtime_dir;        /* the workers' bootstrap files; NULL: the status socket's directory */
+};
+
+/* opts may be NULL. */
 struct cj_flrun *cj_flrun_new(struct event_base *base, struct cj_stream_ep *ep, struct cj_router *router,
-                              const struct cj_config *cfg, const struct cj_flrun_cbs *cbs, struct cj_err *err);
+                              const struct cj_config *cfg, const struct cj_flrun_opts *opts,
+                              const struct cj_flrun_cbs *cbs, struct cj_err *err);
 void cj_flrun_free(struct cj_flrun *f);
 
 void cj_flrun_pause(struct cj_flrun *f);

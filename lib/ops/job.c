@@ -1,11 +1,17 @@
 /* job.c — one job's relay cell (see job.h). */
 #include "ops/job.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cell/router.h"
+#include "fl/creds.h"
 #include "net/link.h"
 #include "net/tls.h"
 #include "ops/flrun.h"
@@ -31,6 +37,14 @@ struct cj_job {
     bool aborting;                /* told to end: the outcome is ABORTED whatever the run says */
     enum cj_job_outcome outcome;
     char reason[256];
+    double started, ended_at;
+    struct cj_creds creds;        /* the description's credentials (has_creds), wiped at free */
+    bool has_creds;
+    char dir[CJ_CFG_PATH_MAX];    /* its own runtime directory, "" for none */
+    char workspace[CJ_CFG_PATH_MAX];
+    bool released;                /* the cell is gone; final holds the counters as they ended */
+    struct cj_router_counters router_final;
+    struct cj_stat_sources final;
 };
 
 /* ---- the cell's parts ----------------------------------------------------------- */
@@ -131,13 +145,39 @@ static int start_stream(struct cj_job *j, struct cj_err *err)
 
 /* ---- ending ---------------------------------------------------------------------- */
 
+/* As FLARE's client job does: <workspace>/<job_id>/_process_rc.txt holds the
+ * return code as a bare integer, for the client parent; a file already there
+ * (written by a component) wins. */
+static void write_rc_file(const struct cj_job *j)
+{
+    if (!j->workspace[0]) return;
+    char dir[CJ_CFG_PATH_MAX + CJ_CFG_NAME_MAX + 2], path[sizeof dir + 32];
+    snprintf(dir, sizeof dir, "%s/%s", j->workspace, j->cfg.relay.job_id);
+    snprintf(path, sizeof path, "%s/_process_rc.txt", dir);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        cj_log_warning("job %s: cannot create %s: %s", j->cfg.relay.job_id, dir, strerror(errno));
+        return;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        if (errno != EEXIST) cj_log_warning("job %s: cannot write %s: %s", j->cfg.relay.job_id, path, strerror(errno));
+        return;
+    }
+    char rc[16];
+    int n = snprintf(rc, sizeof rc, "%d", (int)j->outcome);
+    if (write(fd, rc, (size_t)n) != n) cj_log_warning("job %s: short write to %s", j->cfg.relay.job_id, path);
+    close(fd);
+}
+
 static void end_job(struct cj_job *j, enum cj_job_outcome outcome, const char *why)
 {
     if (j->state == CJ_JOB_ENDED) return;
     j->state = CJ_JOB_ENDED;
+    j->ended_at = cj_now();
     j->outcome = j->aborting ? CJ_JOB_ABORTED : outcome;
     snprintf(j->reason, sizeof j->reason, "%s", why);
     cj_log_info("job %s ended: outcome %d (%s)", j->cfg.relay.job_id, (int)j->outcome, j->reason);
+    write_rc_file(j);
     if (j->cbs.ended) j->cbs.ended(j->cbs.ctx, j);
 }
 
@@ -174,12 +214,13 @@ static int start_cell(struct cj_job *j, struct cj_err *err)
     if (!(j->router = cj_router_new(j->base, &rc, err))) return -1;
     if (start_stream(j, err) != 0 || open_worker_listeners(j, err) != 0) return -1;
     struct cj_flrun_cbs cbs = {.ctx = j, .ended = on_fl_ended, .fatal = on_fl_fatal};
-    if (!(j->fl = cj_flrun_new(j->base, j->stream, j->router, &j->cfg, &cbs, err))) return -1;
+    struct cj_flrun_opts fo = {.creds = j->has_creds ? &j->creds : NULL, .runtime_dir = j->dir[0] ? j->dir : NULL};
+    if (!(j->fl = cj_flrun_new(j->base, j->stream, j->router, &j->cfg, &fo, &cbs, err))) return -1;
     return start_upstream(j, err);
 }
 
-struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, const struct cj_job_cbs *cbs,
-                          struct cj_err *err)
+struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, const struct cj_job_opts *opts,
+                          const struct cj_job_cbs *cbs, struct cj_err *err)
 {
     struct cj_job *j = calloc(1, sizeof *j);
     if (!j) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); return NULL; }
@@ -187,25 +228,83 @@ struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, 
     j->cfg = *cfg;
     j->cbs = *cbs;
     j->state = CJ_JOB_STARTING;
+    j->started = cj_now();
     snprintf(j->fqcn, sizeof j->fqcn, "%s.%s", cfg->relay.site, cfg->relay.job_id);
+    if (opts && opts->creds) { j->creds = *opts->creds; j->has_creds = true; }
+    if (opts && opts->workspace) snprintf(j->workspace, sizeof j->workspace, "%s", opts->workspace);
+    if (opts && opts->dir) {
+        snprintf(j->dir, sizeof j->dir, "%s", opts->dir);
+        if (mkdir(j->dir, 0711) != 0) {   /* the worker socket's own mode decides who connects */
+            cj_fail(err, CJ_E_INVALID, 0, "cannot create the job's directory %s: %s", j->dir, strerror(errno));
+            j->dir[0] = '\0';
+            cj_job_free(j);
+            return NULL;
+        }
+    }
     if (start_cell(j, err) != 0) { cj_job_free(j); return NULL; }
     return j;
 }
 
-void cj_job_free(struct cj_job *j)
+/* The job's runtime directory holds only files of its own (bootstrap files,
+ * the worker socket): they go, then the directory. */
+void cj_job_remove_dir(const char *dir)
 {
-    if (!j) return;
+    DIR *dp = opendir(dir);
+    if (dp) {
+        for (struct dirent *e; (e = readdir(dp));) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            if (unlinkat(dirfd(dp), e->d_name, 0) != 0)
+                cj_log_warning("cannot remove %s/%s: %s", dir, e->d_name, strerror(errno));
+        }
+        closedir(dp);
+    }
+    if (rmdir(dir) != 0 && errno != ENOENT) cj_log_warning("cannot remove %s: %s", dir, strerror(errno));
+}
+
+static void free_cell(struct cj_job *j)
+{
     cj_flrun_free(j->fl);
     cj_stream_free(j->stream);
     cj_router_free(j->router);
     if (j->tls) cj_tls_ctx_free(j->tls);
+    j->fl = NULL;
+    j->stream = NULL;
+    j->router = NULL;
+    j->tls = NULL;
+    if (j->dir[0]) cj_job_remove_dir(j->dir);
+    j->dir[0] = '\0';
+}
+
+void cj_job_release(struct cj_job *j)
+{
+    if (j->released) return;
+    memset(&j->final, 0, sizeof j->final);
+    cj_job_stat_sources(j, &j->final);
+    j->router_final = *cj_router_counters(j->router);
+    j->final.src[CJ_STAT_ROUTER] = &j->router_final;
+    if (j->final.src[CJ_STAT_SESSIONS]) j->final.src[CJ_STAT_SESSIONS] = &j->final.sessions;
+    if (j->final.src[CJ_STAT_SPOOL]) j->final.src[CJ_STAT_SPOOL] = &j->final.spool;
+    if (j->final.src[CJ_STAT_STAGE]) j->final.src[CJ_STAT_STAGE] = &j->final.stage;
+    free_cell(j);
+    j->released = true;
+}
+
+bool cj_job_released(const struct cj_job *j) { return j->released; }
+double cj_job_started(const struct cj_job *j) { return j->started; }
+double cj_job_ended_at(const struct cj_job *j) { return j->ended_at; }
+
+void cj_job_free(struct cj_job *j)
+{
+    if (!j) return;
+    free_cell(j);
+    cj_creds_clear(&j->creds);
     free(j);
 }
 
 /* ---- control ------------------------------------------------------------------------ */
 
-void cj_job_pause(struct cj_job *j) { cj_flrun_pause(j->fl); }
-void cj_job_resume(struct cj_job *j) { cj_flrun_resume(j->fl); }
+void cj_job_pause(struct cj_job *j) { if (j->fl) cj_flrun_pause(j->fl); }
+void cj_job_resume(struct cj_job *j) { if (j->fl) cj_flrun_resume(j->fl); }
 
 void cj_job_drain(struct cj_job *j, const char *why)
 {
@@ -219,14 +318,14 @@ void cj_job_stop_now(struct cj_job *j, const char *why)
 {
     if (j->state == CJ_JOB_ENDED) return;
     j->aborting = true;
-    cj_flrun_stop_now(j->fl);
+    if (j->fl) cj_flrun_stop_now(j->fl);
     end_job(j, CJ_JOB_ABORTED, why);
 }
 
 void cj_job_reload(struct cj_job *j, const struct cj_config *cfg)
 {
     cj_config_apply_reload(&j->cfg, cfg);
-    cj_flrun_reload(j->fl, &j->cfg);
+    if (j->fl) cj_flrun_reload(j->fl, &j->cfg);
 }
 
 /* ---- state ---------------------------------------------------------------------------- */
@@ -238,7 +337,7 @@ const char *cj_job_reason(const struct cj_job *j) { return j->reason; }
 
 enum cj_job_state cj_job_state(const struct cj_job *j)
 {
-    if (j->state == CJ_JOB_STARTING && cj_router_upstream_state(j->router) == CJ_UP_UP)
+    if (j->state == CJ_JOB_STARTING && j->router && cj_router_upstream_state(j->router) == CJ_UP_UP)
         ((struct cj_job *)j)->state = CJ_JOB_RUNNING;   /* the server link came up once */
     return j->state;
 }
@@ -251,16 +350,20 @@ const char *cj_job_state_name(enum cj_job_state s)
 
 const char *cj_job_upstream_state(const struct cj_job *j)
 {
-    return cj_router_upstream_state_name(cj_router_upstream_state(j->router));
+    return j->router ? cj_router_upstream_state_name(cj_router_upstream_state(j->router)) : "closed";
 }
 
 size_t cj_job_workers(const struct cj_job *j)
 {
-    return cj_router_children(j->router, NULL, 0);
+    return j->router ? cj_router_children(j->router, NULL, 0) : 0;
 }
 
 void cj_job_stat_sources(struct cj_job *j, struct cj_stat_sources *s)
 {
+    if (j->released) {
+        *s = j->final;
+        return;
+    }
     s->src[CJ_STAT_RELAY] = &j->stats;
     s->src[CJ_STAT_ROUTER] = cj_router_counters(j->router);
     cj_flrun_stat_sources(j->fl, s);
@@ -271,17 +374,18 @@ const char *cj_job_mode(const struct cj_job *j)
     return j->cfg.relay.mode == CJ_MODE_SPOOL ? "spool" : "pass_through";
 }
 
-const char *cj_job_fl_state(const struct cj_job *j) { return cj_flrun_state(j->fl); }
+const char *cj_job_fl_state(const struct cj_job *j) { return j->fl ? cj_flrun_state(j->fl) : "ended"; }
 const char *cj_job_upstream_url(const struct cj_job *j) { return j->upstream_url; }
 
 const char *cj_job_upstream_peer(const struct cj_job *j)
 {
-    struct cj_link *up = cj_router_upstream(j->router);
+    struct cj_link *up = j->router ? cj_router_upstream(j->router) : NULL;
     return up ? cj_link_peer(up) : "";
 }
 
 void cj_job_show(struct cj_job *j, enum cj_show what, struct cj_out *o)
 {
+    if (!j->fl) return;
     switch (what) {
     case CJ_SHOW_WORKERS: cj_flrun_show_workers(j->fl, o); break;
     case CJ_SHOW_TASKS: cj_flrun_show_tasks(j->fl, o); break;

@@ -33,6 +33,14 @@ enum cj_job_outcome {
 
 enum cj_job_state { CJ_JOB_STARTING, CJ_JOB_RUNNING, CJ_JOB_STOPPING, CJ_JOB_ENDED };
 
+/* What a job started at run time brings beyond its configuration (all optional). */
+struct cj_job_opts {
+    const struct cj_creds *creds;   /* its credentials, else the site's (file, environment) */
+    const char *dir;                /* its own runtime directory (bootstrap files, worker socket):
+                                       created 0711 at start, removed when the job is released */
+    const char *workspace;          /* FLARE's workspace: <workspace>/<job_id>/_process_rc.txt at the end */
+};
+
 struct cj_job_cbs {
     void *ctx;
     /* The job is over and its workers have stopped (outcome and reason set).
@@ -41,10 +49,21 @@ struct cj_job_cbs {
 };
 
 /* Starts the job cfg describes (copied): listeners, stream endpoint, FL run,
- * then the server link.  NULL with err set when any part cannot start. */
-struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, const struct cj_job_cbs *cbs,
-                          struct cj_err *err);
+ * then the server link.  opts may be NULL.  NULL with err set when any part
+ * cannot start (nothing of it is left behind). */
+struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, const struct cj_job_opts *opts,
+                          const struct cj_job_cbs *cbs, struct cj_err *err);
 void cj_job_free(struct cj_job *j);
+/* An ended job lets go of its cell (links, listeners, workers' files, spool,
+ * runtime directory) and keeps its record: id, outcome, reason, times and
+ * its counters as they ended.  Never from inside ended(). */
+void cj_job_release(struct cj_job *j);
+bool cj_job_released(const struct cj_job *j);
+/* Removes a job's runtime directory and the files in it (it holds no others). */
+void cj_job_remove_dir(const char *dir);
+/* cj_now() at start and at the end (0 while running). */
+double cj_job_started(const struct cj_job *j);
+double cj_job_ended_at(const struct cj_job *j);
 
 const char *cj_job_id(const struct cj_job *j);
 const char *cj_job_fqcn(const struct cj_job *j);

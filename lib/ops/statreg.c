@@ -119,11 +119,18 @@ const struct cj_stat_field *cj_stat_find(const char *name)
     return NULL;
 }
 
-void cj_stat_render(const struct cj_stat_sources *s, struct cj_out *o)
+void cj_stat_render(const struct cj_stat_sources *s, size_t n, struct cj_out *o)
 {
     for (size_t i = 0; i < cj_stat_nsections; i++)
         for (size_t j = 0; j < cj_stat_sections[i].nfields; j++) {
             const struct cj_stat_field *f = &cj_stat_sections[i].fields[j];
-            if (cj_stat_present(f, s)) cj_out_u64(o, f->name, cj_stat_value(f, s));
+            bool present = false;
+            uint64_t v = 0;
+            for (size_t k = 0; k < n; k++)
+                if (cj_stat_present(f, &s[k])) {
+                    present = true;
+                    v += cj_stat_value(f, &s[k]);
+                }
+            if (present) cj_out_u64(o, f->name, v);
         }
 }

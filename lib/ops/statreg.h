@@ -72,7 +72,8 @@ bool cj_stat_present(const struct cj_stat_field *f, const struct cj_stat_sources
 uint64_t cj_stat_value(const struct cj_stat_field *f, const struct cj_stat_sources *s);
 /* The field named name in any section, or NULL. */
 const struct cj_stat_field *cj_stat_find(const char *name);
-/* show stats: every present field of every section in table order, as "name: value". */
-void cj_stat_render(const struct cj_stat_sources *s, struct cj_out *o);
+/* show stats: every field present in any of the n readings, in table order,
+ * as "name: value" with the value summed over them (one job, or several). */
+void cj_stat_render(const struct cj_stat_sources *s, size_t n, struct cj_out *o);
 
 #endif

@@ -25,6 +25,15 @@ struct client {
     uid_t uid;
     bool admin;
     bool closing;    /* answer queued, close once flushed */
+    struct cj_status_wait *waiting;   /* a deferred answer: the next commands wait for it */
+};
+
+struct cj_status_call {
+    struct client *c;
+};
+
+struct cj_status_wait {
+    struct client *c;
 };
 
 struct cj_status {
@@ -100,6 +109,10 @@ int cj_unix_listen(const char *path, mode_t mode, struct cj_err *err)
 static void client_free(struct client *c)
 {
     struct cj_status *st = c->st;
+    if (c->waiting) {
+        if (st->ops.cancel) st->ops.cancel(st->ops.ctx, c->waiting);
+        free(c->waiting);
+    }
     for (struct client **pp = &st->clients; *pp; pp = &(*pp)->next)
         if (*pp == c) { *pp = c->next; break; }
     st->nclients--;
@@ -141,6 +154,15 @@ static void help_list(struct evbuffer *out)
 static void help_one(struct evbuffer *out, const char *name)
 {
     int c = cj_cmd_find(name);
+    if (c < 0 && cj_cmd_is_prefix(name)) {   /* "help job": the job commands' usage lines */
+        char usage[256];
+        size_t n = strlen(name);
+        for (int i = 0; i < CJ_CMD_COUNT; i++)
+            if (strncmp(cj_cmds[i].name, name, n) == 0 && cj_cmds[i].name[n] == ' ')
+                evbuffer_add_printf(out, "%s\n", cj_cmd_usage((enum cj_cmd)i, true, usage, sizeof usage));
+        evbuffer_add(out, "\n", 1);
+        return;
+    }
     if (c < 0) { evbuffer_add_printf(out, "ERR 400 unknown command '%.*s'; try: help\n\n", QUOTE_MAX, name); return; }
     char usage[256];
     const struct cj_cmd_def *d = &cj_cmds[c];
@@ -151,6 +173,7 @@ static void help_one(struct evbuffer *out, const char *name)
     evbuffer_add(out, "\n", 1);
 }
 
+/* show <what> [job ID] [json] */
 static void cmd_show(const struct cj_status_ops *ops, struct evbuffer *out, char **args, int nargs)
 {
     int what = cj_show_find(args[0]);
@@ -158,22 +181,34 @@ static void cmd_show(const struct cj_status_ops *ops, struct evbuffer *out, char
         evbuffer_add_printf(out, "ERR 400 unknown show target '%.*s'; try: help show\n\n", QUOTE_MAX, args[0]);
         return;
     }
-    if (nargs == 2 && strcmp(args[1], "json") != 0) { reply_usage(out, "unknown option", CJ_CMD_SHOW); return; }
+    bool json = nargs > 1 && strcmp(args[nargs - 1], "json") == 0;
+    int rest = nargs - 1 - json;
+    const char *job = NULL;
+    if (rest == 2 && strcmp(args[1], "job") == 0) job = args[2];
+    else if (rest != 0) { reply_usage(out, "unknown option", CJ_CMD_SHOW); return; }
     if (!ops->show) { reply_err(out, 500, "no show handler"); return; }
     struct evbuffer *tmp = evbuffer_new();
     if (!tmp) { reply_err(out, 500, "out of memory"); return; }
     struct cj_out o;
-    cj_out_begin(&o, tmp, nargs == 2);
-    ops->show(ops->ctx, (enum cj_show)what, &o);
-    cj_out_end(&o);
-    evbuffer_add_buffer(out, tmp);
+    char msg[256] = "";
+    cj_out_begin(&o, tmp, json);
+    int rc = ops->show(ops->ctx, (enum cj_show)what, job, &o, msg, sizeof msg);
+    if (rc) {
+        msg[sizeof msg - 1] = '\0';
+        reply_err(out, rc, msg[0] ? msg : "failed");
+    } else {
+        cj_out_end(&o);
+        evbuffer_add_buffer(out, tmp);
+    }
     evbuffer_free(tmp);
 }
 
-static void cmd_other(const struct cj_status_ops *ops, enum cj_cmd c, struct evbuffer *out, const char *arg)
+static void cmd_other(const struct cj_status_ops *ops, enum cj_cmd c, struct cj_status_call *call,
+                      struct evbuffer *out, char **args, int nargs)
 {
-    char msg[256] = "";
-    int rc = ops->command ? ops->command(ops->ctx, c, arg, msg, sizeof msg) : 500;
+    char msg[512] = "";
+    int rc = ops->command ? ops->command(ops->ctx, c, args, nargs, call, msg, sizeof msg) : 500;
+    if (rc == CJ_STATUS_DEFERRED) return;
     msg[sizeof msg - 1] = '\0';
     /* The answer is one line: a message with a newline would break the protocol. */
     for (char *p = msg; *p; p++)
@@ -182,23 +217,99 @@ static void cmd_other(const struct cj_status_ops *ops, enum cj_cmd c, struct evb
     else evbuffer_add_printf(out, "OK%s%s\n\n", msg[0] ? " " : "", msg);
 }
 
-/* The table decides: the name, then who may run it, then how many arguments. */
-static void run_command(const struct cj_status_ops *ops, bool admin, char **argv, int argc, struct evbuffer *out)
+/* A word of the line: [start, start + len). */
+struct span {
+    size_t start, len;
+};
+
+static bool is_blank(char ch) { return ch == ' ' || ch == '\t' || ch == '\r'; }
+
+/* The spans of up to max words from pos on; returns how many (max + 1 when
+ * there are more). */
+static int find_words(const char *line, size_t len, size_t pos, struct span *w, int max)
 {
-    int c = cj_cmd_find(argv[0]);
-    if (c < 0) { evbuffer_add_printf(out, "ERR 400 unknown command '%.*s'; try: help\n\n", QUOTE_MAX, argv[0]); return; }
+    int n = 0;
+    while (pos < len) {
+        while (pos < len && is_blank(line[pos])) pos++;
+        if (pos == len) break;
+        if (n == max) return max + 1;
+        w[n].start = pos;
+        while (pos < len && !is_blank(line[pos])) pos++;
+        w[n].len = pos - w[n].start;
+        n++;
+    }
+    return n;
+}
+
+/* Word i as a C string in buf (cut to its size), the line left as it is. */
+static const char *word(const char *line, const struct span *w, char *buf, size_t size)
+{
+    snprintf(buf, size, "%.*s", (int)w->len, line + w->start);
+    return buf;
+}
+
+/* Which command the first words name: one word, or two ("job start").
+ * Returns the index and sets *used to the words of the name, or -1. */
+static int name_command(const char *line, const struct span *w, int nw, int *used)
+{
+    char one[64], two[160];
+    *used = 1;
+    int c = cj_cmd_find(word(line, &w[0], one, sizeof one));
+    if (c >= 0 || nw < 2) return c;
+    snprintf(two, sizeof two, "%s %.*s", one, (int)w[1].len, line + w[1].start);
+    *used = 2;
+    return cj_cmd_find(two);
+}
+
+/* The table decides: the name, then who may run it, then how many arguments. */
+static void run_command(const struct cj_status_ops *ops, bool admin, struct cj_status_call *call, char *line,
+                        size_t len, struct evbuffer *out)
+{
+    struct span w[CJ_STATUS_MAX_WORDS + 1];
+    int nw = find_words(line, len, 0, w, CJ_STATUS_MAX_WORDS);
+    if (nw == 0) { reply_err(out, 400, "empty command; try: help"); return; }
+    int used, c = name_command(line, w, nw, &used);
+    if (c < 0) {
+        char first[64], second[64];
+        word(line, &w[0], first, sizeof first);
+        if (nw >= 2 && cj_cmd_is_prefix(first))
+            evbuffer_add_printf(out, "ERR 400 unknown command '%s %s'; try: help %s\n\n", first,
+                                word(line, &w[1], second, sizeof second), first);
+        else evbuffer_add_printf(out, "ERR 400 unknown command '%.*s'; try: help\n\n", QUOTE_MAX, first);
+        return;
+    }
     const struct cj_cmd_def *d = &cj_cmds[c];
     if (d->access == CJ_ACCESS_ADMIN && !admin) { reply_err(out, 403, "permission denied: read-only client"); return; }
-    int nargs = argc - 1;
-    if (nargs > d->max_args) { reply_usage(out, "too many arguments", (enum cj_cmd)c); return; }
+    char *args[CJ_STATUS_MAX_WORDS];
+    int nargs = 0;
+    if (d->rest && nw - used >= d->max_args) {
+        /* the words before the last argument, then the rest of the line as it is */
+        nargs = d->max_args;
+        size_t from = w[used + nargs - 1].start, to = len;
+        while (to > from && is_blank(line[to - 1])) to--;
+        line[to] = '\0';
+        args[nargs - 1] = line + from;
+        for (int i = 0; i < nargs - 1; i++) {
+            args[i] = line + w[used + i].start;
+            line[w[used + i].start + w[used + i].len] = '\0';
+        }
+    } else {
+        if (nw > CJ_STATUS_MAX_WORDS) { reply_err(out, 400, "too many words; try: help"); return; }
+        nargs = nw - used;
+        if (nargs > d->max_args) { reply_usage(out, "too many arguments", (enum cj_cmd)c); return; }
+        for (int i = 0; i < nargs; i++) {
+            args[i] = line + w[used + i].start;
+            line[w[used + i].start + w[used + i].len] = '\0';
+        }
+    }
     if (nargs < d->min_args) { reply_usage(out, "missing argument", (enum cj_cmd)c); return; }
     if (c == CJ_CMD_HELP) {
-        if (nargs) help_one(out, argv[1]);
+        if (nargs) help_one(out, args[0]);
         else help_list(out);
     } else if (c == CJ_CMD_SHOW) {
-        cmd_show(ops, out, argv + 1, nargs);
+        cmd_show(ops, out, args, nargs);
     } else {
-        cmd_other(ops, (enum cj_cmd)c, out, nargs ? argv[1] : NULL);
+        cmd_other(ops, (enum cj_cmd)c, call, out, args, nargs);
     }
 }
 
@@ -221,14 +332,39 @@ static bool has_control(const char *line, size_t len)
     return false;
 }
 
-void cj_status_dispatch(const struct cj_status_ops *ops, bool admin, char *line, size_t len, struct evbuffer *out)
+void cj_status_dispatch(const struct cj_status_ops *ops, bool admin, struct cj_status_call *call, char *line,
+                        size_t len, struct evbuffer *out)
 {
-    char *argv[CJ_STATUS_MAX_WORDS];
     if (has_control(line, len)) { reply_err(out, 400, "control character in command; try: help"); return; }
-    int argc = cj_status_parse(line, argv, CJ_STATUS_MAX_WORDS);
-    if (argc < 0) { reply_err(out, 400, "too many words; try: help"); return; }
-    if (argc == 0) { reply_err(out, 400, "empty command; try: help"); return; }
-    run_command(ops, admin, argv, argc, out);
+    run_command(ops, admin, call, line, len, out);
+}
+
+/* ---- deferred answers -------------------------------------------------------------- */
+
+struct cj_status_wait *cj_status_defer(struct cj_status_call *call)
+{
+    if (!call || !call->c || call->c->waiting) return NULL;
+    struct cj_status_wait *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->c = call->c;
+    call->c->waiting = w;
+    bufferevent_set_timeouts(w->c->bev, NULL, NULL);   /* waiting is not idling */
+    return w;
+}
+
+void cj_status_answer(struct cj_status_wait *w, int code, const char *text)
+{
+    struct client *c = w->c;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (code) evbuffer_add_printf(out, "ERR %d %s\n\n", code, text);
+    else evbuffer_add_printf(out, "%s\n", text);
+    c->waiting = NULL;
+    free(w);
+    struct timeval idle = {CJ_STATUS_IDLE_SECS, 0};
+    bufferevent_set_timeouts(c->bev, &idle, &idle);
+    /* the client's next commands run from the loop, not from inside the caller */
+    bufferevent_enable(c->bev, EV_READ);
+    bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
 /* ---- socket callbacks --------------------------------------------------------- */
@@ -238,7 +374,7 @@ static void on_read(struct bufferevent *bev, void *arg)
     struct client *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     struct evbuffer *out = bufferevent_get_output(bev);
-    while (!c->closing && evbuffer_get_length(out) < CJ_STATUS_MAX_OUTPUT) {
+    while (!c->closing && !c->waiting && evbuffer_get_length(out) < CJ_STATUS_MAX_OUTPUT) {
         size_t n;
         char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_LF);
         if (!line) break;
@@ -250,10 +386,11 @@ static void on_read(struct bufferevent *bev, void *arg)
             close_after_flush(c);
             return;
         }
-        cj_status_dispatch(&c->st->ops, c->admin, line, n, out);
+        struct cj_status_call call = {c};
+        cj_status_dispatch(&c->st->ops, c->admin, &call, line, n, out);
         free(line);
     }
-    if (c->closing) return;
+    if (c->closing || c->waiting) return;
     if (evbuffer_get_length(in) >= CJ_STATUS_MAX_LINE) {   /* no newline in sight */
         reply_err(out, 413, "line too long");
         cj_log(CJ_LOG_WARNING, "status: client pid %d uid %u sent over %d bytes without a newline; closing",

@@ -19,7 +19,8 @@
 #include "ops/out.h"
 #include "util/err.h"
 
-#define CJ_STATUS_MAX_LINE    4096
+/* A line carries at most one job description (64 KiB of JSON, ops/jobdesc.h). */
+#define CJ_STATUS_MAX_LINE    (65 * 1024)
 #define CJ_STATUS_MAX_OUTPUT  (256 * 1024)
 #define CJ_STATUS_MAX_CLIENTS 64
 #define CJ_STATUS_IDLE_SECS   60
@@ -27,17 +28,38 @@
 struct event_base;
 struct evbuffer;
 struct cj_status;
+/* The client a command came from, as the command handler sees it. */
+struct cj_status_call;
+/* An answer given later (job wait): until it is, the client's next commands wait. */
+struct cj_status_wait;
+
+/* A command handler's return value when it deferred its answer. */
+#define CJ_STATUS_DEFERRED 1
 
 struct cj_status_ops {
     void *ctx;
-    /* Renders "show <what>". */
-    void (*show)(void *ctx, enum cj_show what, struct cj_out *o);
+    /* Renders "show <what> [job ID]" (job NULL when not named): 0, or an ERR
+     * code with its text in msg (the rendering is then dropped). */
+    int (*show)(void *ctx, enum cj_show what, const char *job, struct cj_out *o, char *msg, size_t msgsz);
     /* Runs a command other than help and show, for a client its access level
-     * admits, with as many arguments as its table entry allows (arg: the one
-     * argument, or NULL).  0 = OK (msg, if set, follows "OK "), else an ERR
-     * code with its text in msg. */
-    int (*command)(void *ctx, enum cj_cmd cmd, const char *arg, char *msg, size_t msgsz);
+     * admits, with as many arguments as its table entry allows (args[0..nargs),
+     * the last one the rest of the line for a `rest` command).  0 = OK (msg, if
+     * set, follows "OK "), else an ERR code with its text in msg, or
+     * CJ_STATUS_DEFERRED after cj_status_defer(call). */
+    int (*command)(void *ctx, enum cj_cmd cmd, char **args, int nargs, struct cj_status_call *call, char *msg,
+                   size_t msgsz);
+    /* A deferred answer's client went away: forget w (it is freed after this). */
+    void (*cancel)(void *ctx, struct cj_status_wait *w);
 };
+
+/* From inside a command handler: the answer comes later, through
+ * cj_status_answer.  NULL when the call cannot wait (no client: a test, the
+ * fuzzer); the handler then answers at once. */
+struct cj_status_wait *cj_status_defer(struct cj_status_call *call);
+/* The deferred answer: code 0 and body (lines of "key: value", each ending
+ * with a newline) or an ERR code and its one-line text.  Frees w; the client's
+ * waiting commands run next. */
+void cj_status_answer(struct cj_status_wait *w, int code, const char *text);
 
 /* Creates the socket at path with mode (replacing a stale file, refusing a live one). */
 struct cj_status *cj_status_new(struct event_base *base, const char *path, mode_t mode,
@@ -51,10 +73,13 @@ int cj_status_clients(const struct cj_status *st);
  * argv[0..max) and returns the word count, or -1 when there are more than max. */
 int cj_status_parse(char *line, char **argv, int max);
 /* Runs one command line of len bytes (no newline; modified in place) from a
- * client and appends the whole answer, ending with the empty line, to out.
- * admin: the client may change things.  A line holding a NUL or another control
- * character (other than tab and CR) is refused with ERR 400. */
-void cj_status_dispatch(const struct cj_status_ops *ops, bool admin, char *line, size_t len, struct evbuffer *out);
+ * client and appends the whole answer, ending with the empty line, to out
+ * (nothing when the handler deferred it).  admin: the client may change
+ * things; call: the client, NULL where nothing can wait.  A line holding a
+ * NUL or another control character (other than tab and CR) is refused with
+ * ERR 400. */
+void cj_status_dispatch(const struct cj_status_ops *ops, bool admin, struct cj_status_call *call, char *line,
+                        size_t len, struct evbuffer *out);
 
 /* Shared with the worker listener: bind a Unix stream socket at path with mode,
  * replacing a stale socket file but never one a live process still answers on. */

@@ -15,8 +15,8 @@
  *     has no other empty line before it; an answer starting "ERR " is one line
  *     "ERR <3 digits> <text>";
  *   - the command callback is reached only with a command of the table other
- *     than help and show, for a client its access level admits, and with an
- *     argument only when the table allows one;
+ *     than help and show, for a client its access level admits, and with as
+ *     many arguments as the table allows, each a word but a `rest` one;
  *   - show is called only with a target of the table;
  *   - a JSON answer ("show X json" accepted) is one line starting '{' and
  *     ending '}' with no raw control byte in it;
@@ -51,12 +51,17 @@ static bool is_word(const char *w)
     return true;
 }
 
-static void dummy_show(void *ctx, enum cj_show what_id, struct cj_out *o)
+static int dummy_show(void *ctx, enum cj_show what_id, const char *job, struct cj_out *o, char *msg, size_t msgsz)
 {
     (void)ctx;
     g_shows++;
     if ((int)what_id < 0 || what_id >= CJ_SHOW_COUNT) die("show called with a target out of the table", NULL, NULL);
     const char *what = cj_shows[what_id].name;
+    if (job && !is_word(job)) die("show called with a job that is not a word", job, NULL);
+    if (job && job[0] == 'x') {   /* an unknown job: an ERR answer, the rendering dropped */
+        snprintf(msg, msgsz, "no job '%s'", job);
+        return 404;
+    }
     cj_out_str(o, "what", what);
     cj_out_str(o, "line", g_line_copy);
     cj_out_u64(o, "n", UINT64_MAX);
@@ -73,9 +78,11 @@ static void dummy_show(void *ctx, enum cj_show what_id, struct cj_out *o)
         cj_out_row_end(o);
     }
     cj_out_table_end(o);
+    return 0;
 }
 
-static int dummy_command(void *ctx, enum cj_cmd cmd, const char *arg, char *err, size_t errsz)
+static int dummy_command(void *ctx, enum cj_cmd cmd, char **args, int nargs, struct cj_status_call *call, char *err,
+                         size_t errsz)
 {
     (void)ctx;
     g_commands++;
@@ -83,8 +90,13 @@ static int dummy_command(void *ctx, enum cj_cmd cmd, const char *arg, char *err,
         die("command callback with a command it does not handle", NULL, NULL);
     const char *name = cj_cmds[cmd].name;
     if (cj_cmds[cmd].access == CJ_ACCESS_ADMIN && !g_admin) die("admin command reached for a read-only client", name, NULL);
-    if (arg && cj_cmds[cmd].max_args < 1) die("command callback with an argument it takes none of", name, arg);
-    if (arg && !is_word(arg)) die("command callback with a non-word argument", name, arg);
+    if (nargs < cj_cmds[cmd].min_args || nargs > cj_cmds[cmd].max_args)
+        die("command callback with an argument count its table entry does not allow", name, NULL);
+    for (int i = 0; i < nargs; i++) {
+        bool rest = cj_cmds[cmd].rest && i == nargs - 1;   /* the rest of the line: blanks inside allowed */
+        if (!args[i][0] || (!rest && !is_word(args[i]))) die("command callback with a bad argument", name, args[i]);
+    }
+    if (call) die("a call handle where no client can wait", name, NULL);
     if (g_fail) {
         /* longer than err, with a newline: must still be one line */
         memset(err, 'x', errsz);
@@ -144,7 +156,7 @@ static void one_line(const struct cj_status_ops *ops, const uint8_t *p, size_t l
     g_line_copy = raw;
     check_parse(raw, len);
     int before = g_commands;
-    cj_status_dispatch(ops, g_admin, line, len, out);
+    cj_status_dispatch(ops, g_admin, NULL, line, len, out);
     size_t n = evbuffer_get_length(out);
     char *ans = malloc(n + 1);
     if (!ans) abort();

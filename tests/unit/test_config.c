@@ -100,11 +100,11 @@ static void test_table_sane(void **state)
     assert_string_equal(cj_config_find("relay", "on_end_run")->allowed[CJ_END_WAIT], "wait");
     assert_string_equal(cj_config_find("upstream", "connection_security")->allowed[CJ_SEC_MTLS], "mtls");
     assert_string_equal(cj_config_find("log", "level")->allowed[CJ_LOG_DEBUG], "debug");
-    /* Defaults alone miss only the two required names. */
+    /* Defaults alone miss only the required site name (without job_id the
+     * daemon waits for job start). */
     cj_problems_init(&pb);
-    assert_int_equal(cj_config_validate(&cfg, &pb), 2);
+    assert_int_equal(cj_config_validate(&cfg, &pb), 1);
     assert_non_null(strstr(pb.msg[0], "[relay] site is required"));
-    assert_non_null(strstr(pb.msg[1], "[relay] job_id is required"));
 }
 
 static char *read_text(const char *path)
@@ -370,13 +370,15 @@ static void test_contradictions(void **state)
                "stream_chunk (64M) must not be larger than stream_window (1M)");
     expect_one("[relay]\nsite = same\njob_id = same\n", 3, "site and job_id must differ (both 'same')");
     expect_one("[relay]\njob_id = J1\n[log]\n", 1, "[relay] site is required");
-    expect_one("[relay]\nsite = s\njob_id =\n", 3, "job_id must not be empty");
-    /* No [relay] at all: both problems point at the end of the file. */
+    /* No job_id (or an empty one): a site daemon that waits for job start. */
     struct cj_config cfg;
+    assert_int_equal(load_text("[relay]\nsite = s\njob_id =\n", &cfg), 0);
+    assert_string_equal(cfg.relay.job_id, "");
+    assert_int_equal(load_text("[relay]\nsite = s\n", &cfg), 0);
+    /* No [relay] at all: the problem points at the end of the file. */
     assert_int_equal(load_text("[log]\nlevel = info\n\n", &cfg), -1);
-    assert_int_equal(pb.n, 2);
+    assert_int_equal(pb.n, 1);
     expect_problem(0, 3, "[relay] site is required");
-    expect_problem(1, 3, "[relay] job_id is required");
 }
 
 /* mode = spool refuses a spool_dir on tmpfs (here /dev/shm, a directory that

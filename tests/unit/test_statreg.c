@@ -69,7 +69,7 @@ static char *render(const struct cj_stat_sources *s, bool json)
     struct evbuffer *buf = evbuffer_new();
     struct cj_out o;
     cj_out_begin(&o, buf, json);
-    cj_stat_render(s, &o);
+    cj_stat_render(s, 1, &o);
     cj_out_end(&o);
     size_t n = evbuffer_get_length(buf);
     char *text = malloc(n + 1);
@@ -105,12 +105,41 @@ static void test_render_leaves_out_absent_objects(void **state)
     free(t);
 }
 
+static void test_render_sums_readings(void **state)
+{
+    (void)state;
+    struct cj_stats a = {.tasks_in = 2}, b = {.tasks_in = 3};
+    struct cj_router_counters ra = {.drops = 1}, rb = {.drops = 4};
+    struct cj_stat_sources s[2];
+    memset(s, 0, sizeof s);
+    s[0].src[CJ_STAT_RELAY] = &a;
+    s[0].src[CJ_STAT_ROUTER] = &ra;
+    s[1].src[CJ_STAT_RELAY] = &b;
+    s[1].src[CJ_STAT_ROUTER] = &rb;
+    s[1].sessions.workers_lost = 2;
+    s[1].src[CJ_STAT_SESSIONS] = &s[1].sessions;   /* present in one reading: shown */
+    struct evbuffer *buf = evbuffer_new();
+    struct cj_out o;
+    cj_out_begin(&o, buf, false);
+    cj_stat_render(s, 2, &o);
+    cj_out_end(&o);
+    char text[4096];
+    size_t n = evbuffer_remove(buf, text, sizeof text - 1);
+    text[n] = '\0';
+    evbuffer_free(buf);
+    assert_non_null(strstr(text, "tasks_in: 5\n"));
+    assert_non_null(strstr(text, "drops: 5\n"));
+    assert_non_null(strstr(text, "workers_lost: 2\n"));
+    assert_null(strstr(text, "spool_"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fields_are_sound),
         cmocka_unit_test(test_values_and_sums),
         cmocka_unit_test(test_render_leaves_out_absent_objects),
+        cmocka_unit_test(test_render_sums_readings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,403 @@
+/* jobs.c — the site daemon's table of jobs (see jobs.h). */
+#include "ops/jobs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fl/creds.h"
+#include "ops/jobdesc.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+_Static_assert(CJ_JOBDESC_LINE_MAX <= CJ_STATUS_MAX_LINE, "a job start line must fit the status socket's line");
+
+/* Ended jobs kept at once beyond the live ones, whatever job_linger says. */
+#define ENDED_KEEP_MAX 256
+#define SWEEP_SECS 1
+
+struct slot {
+    struct cj_job *job;
+    bool ini;               /* the INI's job: kept whole after its end (show tasks, refs) */
+    bool ended;             /* its ended() came: release it from the loop */
+    time_t started, ended_at;   /* wall clock, for show jobs */
+};
+
+struct waiter {
+    struct cj_status_wait *w;
+    char id[CJ_CFG_NAME_MAX];
+};
+
+struct cj_jobs {
+    struct event_base *base;
+    struct cj_config site;
+    struct cj_jobs_cbs cbs;
+    char dir[CJ_CFG_PATH_MAX];      /* <dir of the status socket>/jobs */
+    struct slot *slots;             /* start order */
+    size_t n, cap;
+    struct waiter *waiters;
+    size_t nwait, capwait;
+    struct event *reap;             /* made active when a job ends: its cell goes from the loop */
+    struct event *sweep;            /* drops records past job_linger */
+};
+
+/* ---- records ---------------------------------------------------------------------- */
+
+static struct slot *slot_of(struct cj_jobs *js, const struct cj_job *j)
+{
+    for (size_t i = 0; i < js->n; i++)
+        if (js->slots[i].job == j) return &js->slots[i];
+    return NULL;
+}
+
+static void drop_slot(struct cj_jobs *js, size_t i)
+{
+    cj_job_free(js->slots[i].job);
+    memmove(&js->slots[i], &js->slots[i + 1], (js->n - i - 1) * sizeof *js->slots);
+    js->n--;
+}
+
+static int add_slot(struct cj_jobs *js, struct cj_job *j, bool ini)
+{
+    if (js->n == js->cap) {
+        size_t cap = js->cap ? 2 * js->cap : 8;
+        struct slot *s = realloc(js->slots, cap * sizeof *s);
+        if (!s) return -1;
+        js->slots = s;
+        js->cap = cap;
+    }
+    js->slots[js->n++] = (struct slot){.job = j, .ini = ini, .started = time(NULL)};
+    return 0;
+}
+
+struct cj_job *cj_jobs_find(struct cj_jobs *js, const char *id)
+{
+    for (size_t i = js->n; i-- > 0;)
+        if (!strcmp(cj_job_id(js->slots[i].job), id)) return js->slots[i].job;
+    return NULL;
+}
+
+size_t cj_jobs_live(const struct cj_jobs *js)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < js->n; i++) n += cj_job_state(js->slots[i].job) != CJ_JOB_ENDED;
+    return n;
+}
+
+size_t cj_jobs_count(const struct cj_jobs *js) { return js->n; }
+struct cj_job *cj_jobs_at(struct cj_jobs *js, size_t i) { return i < js->n ? js->slots[i].job : NULL; }
+
+/* ---- job wait ------------------------------------------------------------------------- */
+
+static void outcome_text(const struct cj_job *j, char *buf, size_t size)
+{
+    snprintf(buf, size, "job_id: %s\noutcome: %d\nreason: %s\n", cj_job_id(j), (int)cj_job_outcome(j),
+             cj_job_reason(j));
+}
+
+int cj_jobs_wait(struct cj_jobs *js, const char *id, struct cj_status_wait *w, char *msg, size_t msgsz)
+{
+    struct cj_job *j = cj_jobs_find(js, id);
+    if (!j) { snprintf(msg, msgsz, "no job '%.64s'", id); return 404; }
+    if (cj_job_state(j) == CJ_JOB_ENDED) {
+        char text[512];
+        outcome_text(j, text, sizeof text);
+        if (!w) { snprintf(msg, msgsz, "%s", text); return 0; }
+        cj_status_answer(w, 0, text);   /* the same answer as at the end */
+        return CJ_STATUS_DEFERRED;
+    }
+    if (!w) { snprintf(msg, msgsz, "job %s has not ended; this client cannot wait", id); return 409; }
+    if (js->nwait == js->capwait) {
+        size_t cap = js->capwait ? 2 * js->capwait : 8;
+        struct waiter *nw = realloc(js->waiters, cap * sizeof *nw);
+        if (!nw) { snprintf(msg, msgsz, "out of memory"); return 500; }
+        js->waiters = nw;
+        js->capwait = cap;
+    }
+    js->waiters[js->nwait].w = w;
+    snprintf(js->waiters[js->nwait].id, sizeof js->waiters[js->nwait].id, "%s", id);
+    js->nwait++;
+    return CJ_STATUS_DEFERRED;
+}
+
+void cj_jobs_cancel_wait(struct cj_jobs *js, struct cj_status_wait *w)
+{
+    for (size_t i = 0; i < js->nwait; i++)
+        if (js->waiters[i].w == w) {
+            js->waiters[i] = js->waiters[--js->nwait];
+            return;
+        }
+}
+
+static void answer_waiters(struct cj_jobs *js, const struct cj_job *j)
+{
+    char text[512];
+    outcome_text(j, text, sizeof text);
+    for (size_t i = 0; i < js->nwait;) {
+        if (strcmp(js->waiters[i].id, cj_job_id(j))) { i++; continue; }
+        struct cj_status_wait *w = js->waiters[i].w;
+        js->waiters[i] = js->waiters[--js->nwait];
+        cj_status_answer(w, 0, text);
+    }
+}
+
+/* ---- ending ------------------------------------------------------------------------------ */
+
+static void on_job_ended(void *ctx, struct cj_job *j)
+{
+    struct cj_jobs *js = ctx;
+    struct slot *s = slot_of(js, j);
+    if (!s) return;
+    s->ended = true;
+    s->ended_at = time(NULL);
+    answer_waiters(js, j);
+    event_active(js->reap, EV_TIMEOUT, 0);   /* the cell goes from the loop, not from inside it */
+    if (js->cbs.ended) js->cbs.ended(js->cbs.ctx, j);
+}
+
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    struct cj_jobs *js = arg;
+    for (size_t i = 0; i < js->n; i++) {
+        struct slot *s = &js->slots[i];
+        if (s->ended && !s->ini && !cj_job_released(s->job)) {
+            cj_job_release(s->job);
+            cj_log_info("job %s: cell closed, record kept %g s", cj_job_id(s->job), js->site.relay.job_linger);
+        }
+    }
+}
+
+/* Records past job_linger go; so do the oldest beyond ENDED_KEEP_MAX. */
+static void on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    struct cj_jobs *js = arg;
+    double now = cj_now();
+    size_t ended = 0;
+    for (size_t i = 0; i < js->n; i++) ended += cj_job_released(js->slots[i].job);
+    for (size_t i = 0; i < js->n;) {
+        struct cj_job *j = js->slots[i].job;
+        if (cj_job_released(j) && (now - cj_job_ended_at(j) >= js->site.relay.job_linger || ended > ENDED_KEEP_MAX)) {
+            ended--;
+            drop_slot(js, i);
+        } else {
+            i++;
+        }
+    }
+}
+
+/* ---- starting ------------------------------------------------------------------------------ */
+
+/* Left by a daemon that did not end cleanly: job directories (bootstrap
+ * files, worker sockets) of jobs no one runs any more. */
+static void clean_stale(const char *dir)
+{
+    char path[CJ_CFG_PATH_MAX + 320];
+    struct stat sb;
+    DIR *dp = opendir(dir);
+    if (!dp) return;
+    for (struct dirent *e; (e = readdir(dp));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+        cj_log_warning("removing the stale directory of job %s (%s), left by an earlier daemon", e->d_name, path);
+        cj_job_remove_dir(path);
+    }
+    closedir(dp);
+}
+
+struct cj_jobs *cj_jobs_new(struct event_base *base, const struct cj_config *site, const struct cj_jobs_cbs *cbs,
+                            struct cj_err *err)
+{
+    struct cj_jobs *js = calloc(1, sizeof *js);
+    if (!js) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); return NULL; }
+    js->base = base;
+    js->site = *site;
+    js->cbs = *cbs;
+    char tmp[CJ_CFG_PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", site->status.socket);
+    if ((size_t)snprintf(js->dir, sizeof js->dir, "%s/jobs", dirname(tmp)) >= sizeof js->dir) {
+        cj_fail(err, CJ_E_LIMIT, 0, "status socket path too long for a jobs directory beside it");
+        free(js);
+        return NULL;
+    }
+    if (mkdir(js->dir, 0700) != 0 && errno != EEXIST) {
+        cj_fail(err, CJ_E_INVALID, 0, "cannot create %s: %s", js->dir, strerror(errno));
+        free(js);
+        return NULL;
+    }
+    clean_stale(js->dir);
+    js->reap = event_new(base, -1, 0, on_reap, js);
+    js->sweep = event_new(base, -1, EV_PERSIST, on_sweep, js);
+    struct timeval every = {SWEEP_SECS, 0};
+    if (!js->reap || !js->sweep || event_add(js->sweep, &every) != 0) {
+        cj_fail(err, CJ_E_NOMEM, 0, "cannot create the job table's events");
+        cj_jobs_free(js);
+        return NULL;
+    }
+    return js;
+}
+
+void cj_jobs_free(struct cj_jobs *js)
+{
+    if (!js) return;
+    while (js->n) drop_slot(js, js->n - 1);
+    free(js->slots);
+    free(js->waiters);   /* their clients go with the status socket */
+    if (js->reap) event_free(js->reap);
+    if (js->sweep) event_free(js->sweep);
+    rmdir(js->dir);   /* empty unless another daemon shares it */
+    free(js);
+}
+
+void cj_jobs_set_site(struct cj_jobs *js, const struct cj_config *site) { js->site = *site; }
+
+struct cj_job *cj_jobs_start_config(struct cj_jobs *js, struct cj_err *err)
+{
+    struct cj_job_cbs cbs = {.ctx = js, .ended = on_job_ended};
+    struct cj_job *j = cj_job_new(js->base, &js->site, NULL, &cbs, err);
+    if (j && add_slot(js, j, true) != 0) {
+        cj_job_free(j);
+        cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
+        return NULL;
+    }
+    return j;
+}
+
+/* The job's own directory, and its worker socket there unless the
+ * description names a listener. */
+static int place_job(struct cj_jobs *js, const struct cj_job_desc *d, struct cj_config *cfg, char *dir, size_t dirsz,
+                     char *msg, size_t msgsz)
+{
+    if ((size_t)snprintf(dir, dirsz, "%s/%s", js->dir, d->job_id) >= dirsz) {
+        snprintf(msg, msgsz, "job_id: the job's directory under %s would be too long", js->dir);
+        return 400;
+    }
+    if (d->has & CJ_JD_LISTEN) return 0;
+    char url[CJ_CFG_PATH_MAX + 32], why[256];
+    snprintf(url, sizeof url, "unix:%s/workers.sock", dir);
+    if (cj_config_parse_value("workers.listen", url, &cfg->workers.listen, sizeof cfg->workers.listen, why,
+                              sizeof why) != 0) {
+        snprintf(msg, msgsz, "worker.listen: the default %s cannot be used: %s", url, why);
+        return 400;
+    }
+    return 0;
+}
+
+static void desc_creds(const struct cj_job_desc *d, struct cj_creds *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->token, sizeof c->token, "%s", d->credentials.token);
+    snprintf(c->signature, sizeof c->signature, "%s", d->credentials.token_signature);
+    snprintf(c->ssid, sizeof c->ssid, "%s", d->credentials.ssid);
+    c->token_src = c->signature_src = c->ssid_src = CJ_CREDS_JOB;
+    if (!c->ssid[0]) c->flags |= CJ_CREDS_SSID_MISSING;
+}
+
+static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg, size_t msgsz)
+{
+    struct cj_job *old = cj_jobs_find(js, d->job_id);
+    if (old && cj_job_state(old) != CJ_JOB_ENDED) { snprintf(msg, msgsz, "job %s is running", d->job_id); return 409; }
+    if (cj_jobs_live(js) >= (size_t)js->site.relay.max_jobs) {
+        snprintf(msg, msgsz, "%zu jobs are running, the most [relay] max_jobs allows", cj_jobs_live(js));
+        return 503;
+    }
+    struct cj_config *cfg = malloc(sizeof *cfg);
+    if (!cfg) { snprintf(msg, msgsz, "out of memory"); return 500; }
+    char dir[CJ_CFG_PATH_MAX];
+    int rc = cj_jobdesc_config(d, &js->site, cfg, msg, msgsz) != 0 ? 400 : place_job(js, d, cfg, dir, sizeof dir, msg,
+                                                                                         msgsz);
+    if (rc) { free(cfg); return rc; }
+    if (old) drop_slot(js, (size_t)(slot_of(js, old) - js->slots));   /* the same id again: the old record goes */
+    struct cj_creds creds;
+    if (d->has & CJ_JD_CREDENTIALS) desc_creds(d, &creds);
+    struct cj_job_opts opts = {.creds = (d->has & CJ_JD_CREDENTIALS) ? &creds : NULL, .dir = dir,
+                               .workspace = (d->has & CJ_JD_WORKSPACE) ? d->workspace : NULL};
+    struct cj_job_cbs cbs = {.ctx = js, .ended = on_job_ended};
+    struct cj_err err = {0};
+    struct cj_job *j = cj_job_new(js->base, cfg, &opts, &cbs, &err);
+    cj_creds_clear(&creds);
+    free(cfg);
+    if (!j) { snprintf(msg, msgsz, "job %s could not start: %s", d->job_id, err.msg); return 500; }
+    if (add_slot(js, j, false) != 0) { cj_job_free(j); snprintf(msg, msgsz, "out of memory"); return 500; }
+    char line[512];
+    cj_jobdesc_describe(d, line, sizeof line);
+    cj_log_info("job start: %s", line);
+    snprintf(msg, msgsz, "job %s started", d->job_id);
+    return 0;
+}
+
+int cj_jobs_start_json(struct cj_jobs *js, const char *json, char *msg, size_t msgsz)
+{
+    struct cj_job_desc *d = malloc(sizeof *d);
+    if (!d) { snprintf(msg, msgsz, "out of memory"); return 500; }
+    int rc = cj_jobdesc_parse(json, strlen(json), d, msg, msgsz) != 0 ? 400 : start_desc(js, d, msg, msgsz);
+    if (rc) cj_log_warning("job start refused (%d): %s", rc, msg);
+    cj_jobdesc_clear(d);
+    free(d);
+    return rc;
+}
+
+/* ---- stopping ------------------------------------------------------------------------------- */
+
+int cj_jobs_stop(struct cj_jobs *js, const char *id, const char *reason, char *msg, size_t msgsz)
+{
+    struct cj_job *j = cj_jobs_find(js, id);
+    if (!j) { snprintf(msg, msgsz, "no job '%.64s'", id); return 404; }
+    if (cj_job_state(j) == CJ_JOB_ENDED) { snprintf(msg, msgsz, "job %s has ended already", id); return 409; }
+    char why[300];
+    snprintf(why, sizeof why, "job stop%s%.256s", reason && reason[0] ? ": " : "", reason ? reason : "");
+    cj_log_info("job %s: %s", id, why);
+    cj_job_drain(j, why);
+    return 0;
+}
+
+void cj_jobs_drain_all(struct cj_jobs *js, const char *why)
+{
+    for (size_t i = 0; i < js->n; i++)
+        if (cj_job_state(js->slots[i].job) != CJ_JOB_ENDED) cj_job_drain(js->slots[i].job, why);
+}
+
+void cj_jobs_stop_all(struct cj_jobs *js, const char *why)
+{
+    for (size_t i = 0; i < js->n; i++) cj_job_stop_now(js->slots[i].job, why);
+}
+
+/* ---- show jobs -------------------------------------------------------------------------------- */
+
+static const char *wall(time_t t, char *buf, size_t size)
+{
+    struct tm tm;
+    if (!t || !gmtime_r(&t, &tm) || !strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm)) snprintf(buf, size, "-");
+    return buf;
+}
+
+void cj_jobs_show(struct cj_jobs *js, struct cj_out *o)
+{
+    static const struct cj_col cols[] = {{"job_id", 38}, {"state", 9}, {"outcome", 8}, {"workers", 8},
+                                         {"started", 21}, {"ended", 21}, {"server", 32}, {"reason", 0}};
+    cj_out_table_begin(o, "jobs", cols, 8);
+    for (size_t i = 0; i < js->n; i++) {
+        struct slot *s = &js->slots[i];
+        enum cj_job_state st = cj_job_state(s->job);
+        char t1[32], t2[32], rc[16];
+        snprintf(rc, sizeof rc, st == CJ_JOB_ENDED ? "%d" : "-", (int)cj_job_outcome(s->job));
+        cj_out_row_begin(o);
+        cj_out_cell_str(o, cj_job_id(s->job));
+        cj_out_cell_str(o, cj_job_state_name(st));
+        cj_out_cell_str(o, rc);
+        cj_out_cell_u64(o, cj_job_workers(s->job));
+        cj_out_cell_str(o, wall(s->started, t1, sizeof t1));
+        cj_out_cell_str(o, wall(s->ended_at, t2, sizeof t2));
+        cj_out_cell_str(o, cj_job_upstream_url(s->job));
+        cj_out_cell_str(o, st == CJ_JOB_ENDED ? cj_job_reason(s->job) : "");
+        cj_out_row_end(o);
+    }
+    cj_out_table_end(o);
+}

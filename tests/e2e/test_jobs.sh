@@ -1,0 +1,135 @@
+#!/bin/sh
+# The site daemon: one cjrelayd with no [relay] job_id runs the jobs `job start` hands it.
+#   3 simulators (server.J1 over tcp, server.J2 over http, server.J3 over grpc in spool mode)
+#   <- cjrelayd (site-1) <- a cjrelay-worker per job, launched in the job's own directory
+# (a) three jobs at once, each verified by its simulator; job wait gives outcome 0 each;
+#     show jobs / show stats job ID / show workers job ID; the totals are labelled
+# (b) every kind of mistake in a description refused with the field named, nothing started;
+#     a second job with a live job's id (409); the job limit (503); read-only clients (403)
+# (c) job stop mid-run: outcome 9 (aborted), reason given, _process_rc.txt in the workspace
+# (d) the description's credentials appear in no log, argv or show output
+# (e) SIGTERM with a job running: it drains, the daemon exits 0, no job directory is left;
+#     a stale job directory from an earlier daemon is removed (and logged) at start
+. "$(dirname "$0")/lib.sh"
+D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim
+W=$(mktemp -d); SIMS=; RELAY=
+cleanup() {
+    for p in $RELAY $SIMS; do kill -TERM "$p" 2>/dev/null; done
+    sleep 0.3
+    for p in $RELAY $SIMS; do kill -KILL "$p" 2>/dev/null; done
+    pkill -KILL -f "$W/" 2>/dev/null
+    rm -rf "$W"
+}
+trap cleanup EXIT
+CTL="$C -s $W/status.sock"
+ctl() { $CTL "$@"; }
+TOKEN=cjtest-jobtoken-7d21c0e94f; SIG=cjtest-jobsig-0b93e7a2; SSID=cjtest-jobssid-55c1
+
+# sim NAME SCHEME JOB ARGS...: a simulator for one job; sets PORT
+sim() {
+    n=$1; scheme=$2; job=$3; shift 3
+    $S --listen "$scheme://127.0.0.1:0" --job-id "$job" --download-log "$W/$n.downloads" "$@" > "$W/$n.sim" 2> "$W/$n.simlog" &
+    SIMS="$SIMS $!"
+    eval "PID_$n=$!"
+    PORT=$(sim_port "$W/$n.sim")
+}
+# job JSON: job start; prints the answer
+job() { ctl job start "$1"; }
+
+mkdir -p "$W/jobs/OLD" && touch "$W/jobs/OLD/client_api_bootstrap_1.json"   # left by an earlier daemon
+relay_ini "$W/site.ini" relay.job_id= relay.max_jobs=3 relay.job_linger=60 relay.spool_dir="$W/spool" \
+    relay.spool_allow_tmpfs=true workers.command="$BUILD/cjrelay-worker" workers.count=1 \
+    workers.heartbeat_interval=1 workers.heartbeat_timeout=5 workers.shutdown_grace=2 \
+    status.socket="$W/status.sock" status.socket_mode=0666 log.level=info
+mkdir -p "$W/spool" "$W/ws"
+chmod 755 "$W"
+$D -c "$W/site.ini" > "$W/relay.log" 2>&1 & RELAY=$!
+wait_for 10 test -S "$W/status.sock"
+check "the daemon starts with no job" sh -c "$CTL show jobs | wc -l | grep -qx 1"
+check "(e) a stale job directory is removed at start, and logged" sh -c "[ ! -e $W/jobs/OLD ] && grep -q 'stale directory of job OLD' $W/relay.log"
+check "show info: no job, site fqcn" sh -c "$CTL show info | grep -qx 'fqcn: site-1' && $CTL show info | grep -qx 'jobs: 0'"
+
+# ---- (a) three jobs at once ------------------------------------------------------------
+sim 1 tcp J1 --rounds 2 --model-size 8M --tensors 4; P1=$PORT
+sim 2 http J2 --rounds 2 --model-size 8M --tensors 4 --format numpy; P2=$PORT
+sim 3 grpc J3 --rounds 2 --model-size 8M --tensors 4; P3=$PORT
+a1=$(job "{\"job_id\": \"J1\", \"server_url\": \"tcp://127.0.0.1:$P1\", \"workspace\": \"$W/ws\"}")
+a2=$(job "{\"job_id\": \"J2\", \"server_url\": \"http://127.0.0.1:$P2\", \"credentials\": {\"token\": \"$TOKEN\", \"token_signature\": \"$SIG\", \"ssid\": \"$SSID\"}}")
+a3=$(job "{\"job_id\": \"J3\", \"server_url\": \"grpc://127.0.0.1:$P3\", \"mode\": \"spool\"}")
+check "(a) job start J1 (tcp): $a1" [ "$a1" = "OK job J1 started" ]
+check "(a) job start J2 (http, credentials): $a2" [ "$a2" = "OK job J2 started" ]
+check "(a) job start J3 (grpc, spool): $a3" [ "$a3" = "OK job J3 started" ]
+check "(a) each job has its own directory and worker socket" sh -c "test -S $W/jobs/J1/workers.sock && test -S $W/jobs/J2/workers.sock && test -S $W/jobs/J3/workers.sock"
+ctl show jobs > "$W/jobs.txt"
+check "(a) show jobs lists the three" sh -c "grep -c '^J[123] ' $W/jobs.txt | grep -qx 3"
+# (b) while they run
+r=$(job '{"job_id": "J9"}'); check "(b) the job limit: $r" sh -c "printf '%s' '$r' | grep -q '^ERR 503 .*max_jobs'"
+r=$(job "{\"job_id\": \"J1\", \"server_url\": \"tcp://127.0.0.1:$P1\"}"); check "(b) a live job's id: $r" sh -c "printf '%s' '$r' | grep -q '^ERR 409 job J1 is running'"
+for i in 1 2 3; do wait_for 60 sh -c "grep -q '^SIM OK\|^SIM FAIL' $W/$i.sim"; done
+for i in 1 2 3; do
+    eval "p=\$PID_$i"; wait "$p"; rc=$?
+    check "(a) simulator $i verified its job (rc $rc): $(tail -1 $W/$i.sim)" sh -c "[ $rc -eq 0 ] && grep -q '^SIM OK rounds=2' $W/$i.sim"
+done
+SIMS=
+for j in J1 J2 J3; do
+    out=$(timeout 30 $C -s "$W/status.sock" job wait $j | tr '\n' ' ')
+    check "(a) job wait $j: outcome 0 ($out)" sh -c "printf '%s' '$out' | grep -q '^job_id: $j outcome: 0 reason: '"
+done
+check "(a) show stats job J1: its own counters" sh -c "$CTL show stats job J1 | grep -qx 'tasks_in: 2' && $CTL show stats job J1 | grep -qx 'scope: J1'"
+check "(a) show stats: totals labelled" sh -c "$CTL show stats | head -1 | grep -qx 'scope: all jobs (3)' && $CTL show stats | grep -qx 'tasks_in: 6'"
+check "(a) show stats job J3: the spool section" sh -c "$CTL show stats job J3 | grep -q '^spool_results_spooled: 2'"
+check "(a) show tasks without a job: name one" sh -c "$CTL show tasks | grep -q '^ERR 400 3 jobs: name one'"
+check "(a) show tasks job NOPE: 404" sh -c "$CTL show tasks job NOPE | grep -q '^ERR 404'"
+wait_for 5 sh -c "[ -z \"\$(ls $W/jobs)\" ]"
+check "(a) ended jobs' directories removed" sh -c "[ -z \"\$(ls $W/jobs)\" ]"
+check "(a) _process_rc.txt is 0 for J1" sh -c "[ \"\$(cat $W/ws/J1/_process_rc.txt)\" = 0 ]"
+
+# ---- (b) mistakes ------------------------------------------------------------------------
+bad() { # bad NAME JSON REGEX
+    r=$(job "$2")
+    if printf '%s' "$r" | grep -Eq "$3"; then pass "(b) $1: $r"; else fail "(b) $1: $r"; fi
+}
+bad "unknown key" '{"job_id": "B1", "colour": "red"}' '^ERR 400 colour: unknown'
+bad "missing job_id" '{"mode": "spool"}' '^ERR 400 job_id: '
+bad "bad job_id" '{"job_id": "a.b"}' '^ERR 400 job_id: '
+bad "wrong type" '{"job_id": "B1", "worker": {"argv": "python"}}' '^ERR 400 worker.argv: '
+bad "bad scheme" '{"job_id": "B1", "server_url": "ftp://h:1"}' '^ERR 400 server_url: '
+bad "scheme vs security" '{"job_id": "B1", "server_url": "grpcs://h:1"}' '^ERR 400 server_url: .*connection_security'
+bad "not JSON" 'job_id=B1' '^ERR 400 description: '
+bad "trailing bytes" '{"job_id": "B1"} x' '^ERR 400 description: '
+bad "another site" '{"job_id": "B1", "site": "site-2"}' '^ERR 400 site: '
+check "(b) nothing started by a refused description" sh -c "! $CTL show jobs | grep -q '^B1 '"
+check "(b) a read-only client cannot start or stop a job" sh -c "setpriv --reuid=65534 --regid=65534 --clear-groups $CTL job start '{\"job_id\": \"R1\"}' | grep -q '^ERR 403' && setpriv --reuid=65534 --regid=65534 --clear-groups $CTL job stop J1 | grep -q '^ERR 403'"
+check "(b) a read-only client may wait for a job" sh -c "setpriv --reuid=65534 --regid=65534 --clear-groups $CTL job wait J1 | grep -qx 'outcome: 0'"
+
+# ---- (c) job stop mid-run -----------------------------------------------------------------
+sim 4 tcp J4 --rounds 50 --model-size 8M --tensors 4; P4=$PORT
+r=$(job "{\"job_id\": \"J4\", \"server_url\": \"tcp://127.0.0.1:$P4\", \"workspace\": \"$W/ws\"}")
+check "(c) job start J4: $r" [ "$r" = "OK job J4 started" ]
+wait_for 30 grep -q '^ROUND 1 .*verified' "$W/4.sim"
+r=$(ctl job stop J4 operator asked)
+check "(c) job stop J4: $r" [ "$r" = "OK" ]
+out=$(timeout 30 $C -s "$W/status.sock" job wait J4 | tr '\n' ' ')
+check "(c) job wait J4: outcome 9 with the reason ($out)" sh -c "printf '%s' '$out' | grep -q 'outcome: 9' && printf '%s' '$out' | grep -q 'operator asked'"
+check "(c) _process_rc.txt is 9 for J4" sh -c "[ \"\$(cat $W/ws/J4/_process_rc.txt)\" = 9 ]"
+r=$($CTL job stop J4); check "(c) stopping an ended job: $r" sh -c "printf '%s' '$r' | grep -q '^ERR 409'"
+kill -TERM $SIMS 2>/dev/null; SIMS=
+
+# ---- (d) credentials ----------------------------------------------------------------------
+for w in info stats jobs config; do ctl show $w; ctl show $w json; done > "$W/shows.txt" 2>&1
+check "(d) credentials in no log line" sh -c "! grep -qF -e $TOKEN -e $SIG -e $SSID $W/relay.log"
+check "(d) credentials in no show output" sh -c "! grep -qF -e $TOKEN -e $SIG -e $SSID $W/shows.txt"
+check "(d) the log says where J2's credentials came from" grep -q "from the job description" "$W/relay.log"
+
+# ---- (e) SIGTERM with a job running ---------------------------------------------------------
+sim 5 tcp J5 --rounds 50 --model-size 8M --tensors 4; P5=$PORT
+r=$(job "{\"job_id\": \"J5\", \"server_url\": \"tcp://127.0.0.1:$P5\"}")
+check "(e) job start J5: $r" [ "$r" = "OK job J5 started" ]
+wait_for 30 grep -q '^ROUND 1 .*verified' "$W/5.sim"
+kill -TERM "$RELAY"
+wait_for 30 sh -c "! kill -0 $RELAY"
+wait "$RELAY"; rc=$?; RELAY=
+check "(e) SIGTERM drains the jobs and exits 0 (rc $rc)" [ "$rc" -eq 0 ]
+check "(e) J5 ended as aborted" grep -q "job J5 ended: outcome 9" "$W/relay.log"
+check "(e) no job directory left" sh -c "[ ! -e $W/jobs ] || [ -z \"\$(ls $W/jobs)\" ]"
+finish
