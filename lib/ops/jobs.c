@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,13 +219,16 @@ struct cj_jobs *cj_jobs_new(struct event_base *base, const struct cj_config *sit
     js->base = base;
     js->site = *site;
     js->cbs = *cbs;
-    char tmp[CJ_CFG_PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", site->status.socket);
-    if ((size_t)snprintf(js->dir, sizeof js->dir, "%s/jobs", dirname(tmp)) >= sizeof js->dir) {
+    /* Named after the status socket, which only one live daemon can hold, so
+     * two daemons sharing a runtime directory never touch each other's jobs. */
+    size_t n = strlen(site->status.socket);
+    if (n > 5 && !strcmp(site->status.socket + n - 5, ".sock")) n -= 5;
+    if (n + sizeof ".jobs" > sizeof js->dir) {
         cj_fail(err, CJ_E_LIMIT, 0, "status socket path too long for a jobs directory beside it");
         free(js);
         return NULL;
     }
+    snprintf(js->dir, sizeof js->dir, "%.*s.jobs", (int)n, site->status.socket);
     if (mkdir(js->dir, 0700) != 0 && errno != EEXIST) {
         cj_fail(err, CJ_E_INVALID, 0, "cannot create %s: %s", js->dir, strerror(errno));
         free(js);

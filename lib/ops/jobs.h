@@ -6,9 +6,9 @@
  * with a live job's id, answers `job wait` when a job ends, and keeps an
  * ended job's record (outcome, reason, counters) for [relay] job_linger
  * seconds after letting go of its cell.  A job started at run time gets its
- * own directory, <dir of the status socket>/jobs/<job_id>/ (bootstrap files,
- * the default worker socket), removed when it ends; a daemon starting up
- * removes what an earlier one left there. */
+ * own directory, <status socket without .sock>.jobs/<job_id>/ (bootstrap
+ * files, the default worker socket), removed when it ends; a daemon starting
+ * up removes what an earlier one left there. */
 #ifndef CJ_OPS_JOBS_H
 #define CJ_OPS_JOBS_H
 

@@ -36,7 +36,7 @@ sim() {
 # job JSON: job start; prints the answer
 job() { ctl job start "$1"; }
 
-mkdir -p "$W/jobs/OLD" && touch "$W/jobs/OLD/client_api_bootstrap_1.json"   # left by an earlier daemon
+mkdir -p "$W/status.jobs/OLD" && touch "$W/status.jobs/OLD/client_api_bootstrap_1.json"   # left by an earlier daemon
 relay_ini "$W/site.ini" relay.job_id= relay.max_jobs=3 relay.job_linger=60 relay.spool_dir="$W/spool" \
     relay.spool_allow_tmpfs=true workers.command="$BUILD/cjrelay-worker" workers.count=1 \
     workers.heartbeat_interval=1 workers.heartbeat_timeout=5 workers.shutdown_grace=2 \
@@ -46,7 +46,7 @@ chmod 755 "$W"
 $D -c "$W/site.ini" > "$W/relay.log" 2>&1 & RELAY=$!
 wait_for 10 test -S "$W/status.sock"
 check "the daemon starts with no job" sh -c "$CTL show jobs | wc -l | grep -qx 1"
-check "(e) a stale job directory is removed at start, and logged" sh -c "[ ! -e $W/jobs/OLD ] && grep -q 'stale directory of job OLD' $W/relay.log"
+check "(e) a stale job directory is removed at start, and logged" sh -c "[ ! -e $W/status.jobs/OLD ] && grep -q 'stale directory of job OLD' $W/relay.log"
 check "show info: no job, site fqcn" sh -c "$CTL show info | grep -qx 'fqcn: site-1' && $CTL show info | grep -qx 'jobs: 0'"
 
 # ---- (a) three jobs at once ------------------------------------------------------------
@@ -59,7 +59,7 @@ a3=$(job "{\"job_id\": \"J3\", \"server_url\": \"grpc://127.0.0.1:$P3\", \"mode\
 check "(a) job start J1 (tcp): $a1" [ "$a1" = "OK job J1 started" ]
 check "(a) job start J2 (http, credentials): $a2" [ "$a2" = "OK job J2 started" ]
 check "(a) job start J3 (grpc, spool): $a3" [ "$a3" = "OK job J3 started" ]
-check "(a) each job has its own directory and worker socket" sh -c "test -S $W/jobs/J1/workers.sock && test -S $W/jobs/J2/workers.sock && test -S $W/jobs/J3/workers.sock"
+check "(a) each job has its own directory and worker socket" sh -c "test -S $W/status.jobs/J1/workers.sock && test -S $W/status.jobs/J2/workers.sock && test -S $W/status.jobs/J3/workers.sock"
 ctl show jobs > "$W/jobs.txt"
 check "(a) show jobs lists the three" sh -c "grep -c '^J[123] ' $W/jobs.txt | grep -qx 3"
 # (b) while they run
@@ -80,8 +80,8 @@ check "(a) show stats: totals labelled" sh -c "$CTL show stats | head -1 | grep 
 check "(a) show stats job J3: the spool section" sh -c "$CTL show stats job J3 | grep -q '^spool_results_spooled: 2'"
 check "(a) show tasks without a job: name one" sh -c "$CTL show tasks | grep -q '^ERR 400 3 jobs: name one'"
 check "(a) show tasks job NOPE: 404" sh -c "$CTL show tasks job NOPE | grep -q '^ERR 404'"
-wait_for 5 sh -c "[ -z \"\$(ls $W/jobs)\" ]"
-check "(a) ended jobs' directories removed" sh -c "[ -z \"\$(ls $W/jobs)\" ]"
+wait_for 5 sh -c "[ -z \"\$(ls $W/status.jobs)\" ]"
+check "(a) ended jobs' directories removed" sh -c "[ -z \"\$(ls $W/status.jobs)\" ]"
 check "(a) _process_rc.txt is 0 for J1" sh -c "[ \"\$(cat $W/ws/J1/_process_rc.txt)\" = 0 ]"
 
 # ---- (b) mistakes ------------------------------------------------------------------------
@@ -131,5 +131,5 @@ wait_for 30 sh -c "! kill -0 $RELAY"
 wait "$RELAY"; rc=$?; RELAY=
 check "(e) SIGTERM drains the jobs and exits 0 (rc $rc)" [ "$rc" -eq 0 ]
 check "(e) J5 ended as aborted" grep -q "job J5 ended: outcome 9" "$W/relay.log"
-check "(e) no job directory left" sh -c "[ ! -e $W/jobs ] || [ -z \"\$(ls $W/jobs)\" ]"
+check "(e) no job directory left" sh -c "[ ! -e $W/status.jobs ] || [ -z \"\$(ls $W/status.jobs)\" ]"
 finish
