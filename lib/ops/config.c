@@ -98,6 +98,9 @@ static const struct cj_cfg_key keys[] = {
     {KEY("upstream", "reconnect_max"), CJ_T_DURATION, "30", 0.1, 86400, NULL, RELOAD, 0,
      "longest back-off pause after a lost connection (the pause doubles up to here)",
      FIELD(upstream.reconnect_max)},
+    {KEY("upstream", "first_connect_timeout"), CJ_T_DURATION, "300", 0, 86400, NULL, RELOAD, 0,
+     "a job from job start whose server link has not come up this long after its start ends with 104; 0 = wait",
+     FIELD(upstream.first_connect_timeout)},
 
     {KEY("workers", "listen"), CJ_T_LISTEN, "unix:/run/cjrelay/workers.sock", 0, 0, NULL, RESTART, 0,
      "comma-separated unix:PATH and/or tcp://127.0.0.1:PORT (loopback only); the first is the "

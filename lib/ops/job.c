@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "cell/router.h"
 #include "fl/creds.h"
 #include "net/link.h"
@@ -42,6 +44,8 @@ struct cj_job {
     bool has_creds;
     char dir[CJ_CFG_PATH_MAX];    /* its own runtime directory, "" for none */
     char workspace[CJ_CFG_PATH_MAX];
+    double connect_timeout;
+    struct event *connect_timer;  /* connect_timeout */
     bool released;                /* the cell is gone; final holds the counters as they ended */
     struct cj_router_counters router_final;
     struct cj_stat_sources final;
@@ -195,6 +199,19 @@ static void on_fl_fatal(void *ctx, const char *why)
     end_job(j, CJ_JOB_EXECUTION_ERROR, why);
 }
 
+/* The server was never reachable: FLARE's client parent reads 104 as an
+ * infrastructure error, not the job's fault. */
+static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct cj_job *j = arg;
+    if (cj_job_state(j) != CJ_JOB_STARTING) return;
+    char why[CJ_CFG_PATH_MAX + 64];
+    snprintf(why, sizeof why, "the server %s was not reachable within %g s", j->upstream_url, j->connect_timeout);
+    cj_log_error("job %s: %s", j->cfg.relay.job_id, why);
+    cj_flrun_stop_now(j->fl);
+    end_job(j, CJ_JOB_INFRA_ERROR, why);
+}
+
 /* ---- life cycle -------------------------------------------------------------------- */
 
 static int start_cell(struct cj_job *j, struct cj_err *err)
@@ -242,6 +259,15 @@ struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, 
         }
     }
     if (start_cell(j, err) != 0) { cj_job_free(j); return NULL; }
+    if (opts && opts->connect_timeout > 0) {
+        j->connect_timeout = opts->connect_timeout;
+        struct timeval tv = cj_tv(opts->connect_timeout);
+        if (!(j->connect_timer = evtimer_new(base, on_connect_timeout, j)) || evtimer_add(j->connect_timer, &tv) != 0) {
+            cj_fail(err, CJ_E_NOMEM, 0, "cannot create a timer");
+            cj_job_free(j);
+            return NULL;
+        }
+    }
     return j;
 }
 
@@ -263,6 +289,8 @@ void cj_job_remove_dir(const char *dir)
 
 static void free_cell(struct cj_job *j)
 {
+    if (j->connect_timer) event_free(j->connect_timer);
+    j->connect_timer = NULL;
     cj_flrun_free(j->fl);
     cj_stream_free(j->stream);
     cj_router_free(j->router);

@@ -39,6 +39,8 @@ struct cj_job_opts {
     const char *dir;                /* its own runtime directory (bootstrap files, worker socket):
                                        created 0711 at start, removed when the job is released */
     const char *workspace;          /* FLARE's workspace: <workspace>/<job_id>/_process_rc.txt at the end */
+    double connect_timeout;         /* the server link not up this long after the start: the job ends
+                                       with 104 (infrastructure error); 0 = it waits */
 };
 
 struct cj_job_cbs {

@@ -320,7 +320,8 @@ static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg
     struct cj_creds creds;
     if (d->has & CJ_JD_CREDENTIALS) desc_creds(d, &creds);
     struct cj_job_opts opts = {.creds = (d->has & CJ_JD_CREDENTIALS) ? &creds : NULL, .dir = dir,
-                               .workspace = (d->has & CJ_JD_WORKSPACE) ? d->workspace : NULL};
+                               .workspace = (d->has & CJ_JD_WORKSPACE) ? d->workspace : NULL,
+                               .connect_timeout = cfg->upstream.first_connect_timeout};
     struct cj_job_cbs cbs = {.ctx = js, .ended = on_job_ended};
     struct cj_err err = {0};
     struct cj_job *j = cj_job_new(js->base, cfg, &opts, &cbs, &err);

@@ -10,6 +10,8 @@
 # (d) the description's credentials appear in no log, argv or show output
 # (e) SIGTERM with a job running: it drains, the daemon exits 0, no job directory is left;
 #     a stale job directory from an earlier daemon is removed (and logged) at start
+# (f) a job whose server never answers ends with 104 after [upstream] first_connect_timeout
+# (g) 100 short jobs in sequence: RSS and open fds flat; 20 idle jobs: the per-job cost
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim
 W=$(mktemp -d); SIMS=; RELAY=
@@ -121,6 +123,15 @@ check "(d) credentials in no log line" sh -c "! grep -qF -e $TOKEN -e $SIG -e $S
 check "(d) credentials in no show output" sh -c "! grep -qF -e $TOKEN -e $SIG -e $SSID $W/shows.txt"
 check "(d) the log says where J2's credentials came from" grep -q "from the job description" "$W/relay.log"
 
+# ---- (f) a server that never answers ----------------------------------------------------------
+sed -i 's/^\[upstream\]$/[upstream]\nfirst_connect_timeout = 1/' "$W/site.ini"
+grep -q '^first_connect_timeout' "$W/site.ini" || printf '[upstream]\nfirst_connect_timeout = 1\n' >> "$W/site.ini"
+check "(f) reload with first_connect_timeout = 1" sh -c "$CTL reload | grep -qx OK"
+r=$(job '{"job_id": "J6", "server_url": "tcp://127.0.0.1:1"}')
+check "(f) job start J6 (nothing listens): $r" [ "$r" = "OK job J6 started" ]
+out=$(timeout 30 $C -s "$W/status.sock" job wait J6 | tr '\n' ' ')
+check "(f) job wait J6: outcome 104, the server named ($out)" sh -c "printf '%s' '$out' | grep -q 'outcome: 104 reason: the server tcp://127.0.0.1:1 was not reachable within 1 s'"
+
 # ---- (e) SIGTERM with a job running ---------------------------------------------------------
 sim 5 tcp J5 --rounds 50 --model-size 8M --tensors 4; P5=$PORT
 r=$(job "{\"job_id\": \"J5\", \"server_url\": \"tcp://127.0.0.1:$P5\"}")
@@ -132,4 +143,36 @@ wait "$RELAY"; rc=$?; RELAY=
 check "(e) SIGTERM drains the jobs and exits 0 (rc $rc)" [ "$rc" -eq 0 ]
 check "(e) J5 ended as aborted" grep -q "job J5 ended: outcome 9" "$W/relay.log"
 check "(e) no job directory left" sh -c "[ ! -e $W/status.jobs ] || [ -z \"\$(ls $W/status.jobs)\" ]"
+
+# ---- (g) many jobs: a daemon whose workers start on their own (nothing launched) --------------
+relay_ini "$W/g.ini" relay.job_id= relay.max_jobs=32 relay.job_linger=0 status.socket="$W/g.sock" log.level=warning
+$D -c "$W/g.ini" > "$W/g.log" 2>&1 & RELAY=$!
+wait_for 10 test -S "$W/g.sock"
+G="$C -s $W/g.sock"
+short_job() { # short_job ID: start (its server does not listen), stop, wait; prints the outcome
+    $G job start "{\"job_id\": \"$1\", \"server_url\": \"tcp://127.0.0.1:1\"}" >/dev/null
+    $G job stop "$1" >/dev/null
+    $G job wait "$1" | sed -n 's/^outcome: //p'
+}
+fds() { ls /proc/$RELAY/fd | wc -l; }
+for i in $(seq 1 10); do short_job W$i; done > /dev/null
+sleep 1.5   # job_linger = 0: the records go at the next sweep (every second)
+rss0=$(kb "$RELAY" VmRSS); fd0=$(fds)
+bad=0
+for i in $(seq 1 100); do [ "$(short_job S$i)" = 9 ] || bad=$((bad + 1)); done
+sleep 1.5
+rss1=$(kb "$RELAY" VmRSS); fd1=$(fds)
+check "(g) ended records dropped after job_linger" sh -c "[ \$($G show jobs | wc -l) -eq 1 ]"
+check "(g) 100 short jobs in sequence, each ended aborted (9): $bad not" [ "$bad" -eq 0 ]
+check "(g) open fds flat over 100 jobs: $fd0 -> $fd1" [ "$fd1" -le "$fd0" ]
+check_mem "(g) RSS flat over 100 jobs: $rss0 -> $rss1 KiB (< 1 MiB growth)" [ $((rss1 - rss0)) -lt 1024 ]
+for i in $(seq 1 20); do $G job start "{\"job_id\": \"I$i\", \"server_url\": \"tcp://127.0.0.1:1\"}" > /dev/null; done
+sleep 0.5
+rss2=$(kb "$RELAY" VmRSS); fd2=$(fds)
+per_kb=$(((rss2 - rss1) / 20)); per_fd=$(((fd2 - fd1 + 19) / 20))
+check "(g) 20 idle jobs running" sh -c "$G show jobs | grep -c ' starting ' | grep -qx 20"
+check_mem "(g) idle cost per job: $per_kb KiB RSS (<= 512)" [ "$per_kb" -le 512 ]
+check "(g) idle cost per job: $per_fd fds (<= 8)" [ "$per_fd" -le 8 ]
+kill -TERM "$RELAY"; wait_for 20 sh -c "! kill -0 $RELAY"; wait "$RELAY"; rc=$?; RELAY=
+check "(g) SIGTERM with 20 jobs: exit 0 (rc $rc)" [ "$rc" -eq 0 ]
 finish
