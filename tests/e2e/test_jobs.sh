@@ -145,7 +145,7 @@ check "(e) J5 ended as aborted" grep -q "job J5 ended: outcome 9" "$W/relay.log"
 check "(e) no job directory left" sh -c "[ ! -e $W/status.jobs ] || [ -z \"\$(ls $W/status.jobs)\" ]"
 
 # ---- (g) many jobs: a daemon whose workers start on their own (nothing launched) --------------
-relay_ini "$W/g.ini" relay.job_id= relay.max_jobs=32 relay.job_linger=0 status.socket="$W/g.sock" log.level=warning
+relay_ini "$W/g.ini" relay.job_id= relay.max_jobs=32 relay.job_linger=2 status.socket="$W/g.sock" log.level=warning
 $D -c "$W/g.ini" > "$W/g.log" 2>&1 & RELAY=$!
 wait_for 10 test -S "$W/g.sock"
 G="$C -s $W/g.sock"
@@ -156,11 +156,11 @@ short_job() { # short_job ID: start (its server does not listen), stop, wait; pr
 }
 fds() { ls /proc/$RELAY/fd | wc -l; }
 for i in $(seq 1 10); do short_job W$i; done > /dev/null
-sleep 1.5   # job_linger = 0: the records go at the next sweep (every second)
+sleep 3   # job_linger = 2: the records go at a sweep (every second) after that
 rss0=$(kb "$RELAY" VmRSS); fd0=$(fds)
 bad=0
 for i in $(seq 1 100); do [ "$(short_job S$i)" = 9 ] || bad=$((bad + 1)); done
-sleep 1.5
+sleep 3
 rss1=$(kb "$RELAY" VmRSS); fd1=$(fds)
 check "(g) ended records dropped after job_linger" sh -c "[ \$($G show jobs | wc -l) -eq 1 ]"
 check "(g) 100 short jobs in sequence, each ended aborted (9): $bad not" [ "$bad" -eq 0 ]
