@@ -8,6 +8,7 @@
 #include <wslay/wslay.h>
 
 #include "net/chunks.h"
+#include "net/wsframe.h"
 #include "net/wsupgrade.h"
 #include "util/text.h"
 #include "wire/frame.h"
@@ -19,41 +20,30 @@ enum ws_state { WS_UPGRADE, WS_OPEN, WS_CLOSED };
 struct cj_ws {
     enum cj_ws_role role;
     enum ws_state state;
-    wslay_frame_context_ptr fr;
-    /* the buffers of the call in progress, for wslay's callbacks */
-    struct evbuffer *in, *out;
+    wslay_frame_context_ptr fr;  /* writes the control frames */
+    struct evbuffer *out;        /* the buffer of the call in progress, for wslay's send_cb */
     uint64_t consumed; /* bytes taken from in since the upgrade: error offsets */
     char host[256];
     char key[CJ_WSUP_KEY_LEN + 1];
     uint64_t max_msg;
-    /* the frame being received */
+    /* the frame being received: its header, payload bytes taken so far */
     bool mid_frame;
-    uint8_t op;
-    bool fin;
-    uint64_t flen, foff;
+    struct cj_wsf_head fh;
+    uint64_t foff;
     /* the data message being received (one SFM frame) */
     bool in_msg;
     uint64_t msg_len;
     uint8_t sfm_len[4]; /* its first 4 bytes: the SFM frame's length */
-    struct cj_chunks chunks;     /* the SFM bytes, into pooled blocks */
+    struct cj_chunks chunks;     /* SFM bytes copied (not moved as chains), into pooled blocks */
     struct cj_chunks out_chunks; /* a client's masked payloads, likewise */
     /* a control frame's payload */
     uint8_t ctl[125];
-    size_t ctl_len;
     /* mask keys for what a client sends */
     uint8_t keys[KEY_STOCK];
     size_t keys_used;
 };
 
 /* ---- wslay's callbacks ----------------------------------------------------------------- */
-
-static ssize_t recv_cb(uint8_t *buf, size_t len, int flags, void *user)
-{
-    struct cj_ws *ws = user;
-    int n = evbuffer_remove(ws->in, buf, len);
-    if (n > 0) ws->consumed += (uint64_t)n;
-    return n > 0 ? n : 0; /* 0: wslay reports WANT_READ */
-}
 
 static ssize_t send_cb(const uint8_t *data, size_t len, int flags, void *user)
 {
@@ -83,7 +73,7 @@ struct cj_ws *cj_ws_new(enum cj_ws_role role, const char *host, const char *key)
 {
     struct cj_ws *ws = calloc(1, sizeof *ws);
     if (!ws) return NULL;
-    static const struct wslay_frame_callbacks cbs = {send_cb, recv_cb, genmask_cb};
+    static const struct wslay_frame_callbacks cbs = {send_cb, NULL, genmask_cb};
     if (wslay_frame_context_init(&ws->fr, &cbs, ws) != 0) {
         free(ws);
         return NULL;
@@ -148,29 +138,6 @@ static void send_control(struct cj_ws *ws, uint8_t op, const uint8_t *data, size
     ws->out = NULL;
 }
 
-/* The header of a binary message of len bytes; a client's carries key. */
-static size_t data_header(uint8_t h[14], uint64_t len, bool masked, const uint8_t key[4])
-{
-    size_t n = 0;
-    uint8_t m = masked ? 0x80 : 0;
-    h[n++] = 0x80 | WSLAY_BINARY_FRAME;
-    if (len < 126) {
-        h[n++] = m | (uint8_t)len;
-    } else if (len < 65536) {
-        h[n++] = m | 126;
-        h[n++] = (uint8_t)(len >> 8);
-        h[n++] = (uint8_t)len;
-    } else {
-        h[n++] = m | 127;
-        for (int s = 56; s >= 0; s -= 8) h[n++] = (uint8_t)(len >> s);
-    }
-    if (masked) {
-        memcpy(h + n, key, 4);
-        n += 4;
-    }
-    return n;
-}
-
 /* Copies len bytes of src into out masked, in one pass, into pooled blocks
  * (chunks.h); src drained. */
 static int move_masked(struct cj_ws *ws, struct evbuffer *src, size_t len, struct evbuffer *out, const uint8_t key[4])
@@ -194,12 +161,11 @@ static int move_masked(struct cj_ws *ws, struct evbuffer *src, size_t len, struc
 int cj_ws_write(struct cj_ws *ws, struct evbuffer *src, size_t len, struct evbuffer *out)
 {
     if (ws->state != WS_OPEN || evbuffer_get_length(src) < len) return -1;
-    uint8_t h[14], key[4] = {0};
-    bool masked = ws->role == CJ_WS_CLIENT;
-    if (masked && next_key(ws, key) < 0) return -1;
-    size_t hn = data_header(h, len, masked, key);
-    if (evbuffer_add(out, h, hn) != 0) return -1;
-    if (masked) return move_masked(ws, src, len, out, key);
+    struct cj_wsf_head h = {.fin = true, .opcode = CJ_WSF_BINARY, .masked = ws->role == CJ_WS_CLIENT, .len = len};
+    if (h.masked && next_key(ws, h.key) < 0) return -1;
+    uint8_t b[CJ_WSF_MAX_HEAD];
+    if (evbuffer_add(out, b, cj_wsf_encode(b, &h)) != 0) return -1;
+    if (h.masked) return move_masked(ws, src, len, out, h.key);
     return evbuffer_remove_buffer(src, out, len) == (int)len ? 0 : -1;
 }
 
@@ -222,51 +188,137 @@ static int proto_error(struct cj_ws *ws, struct evbuffer *out, uint16_t code, in
     return rc;
 }
 
-/* The first chunk of a frame: its header's rules. */
-static int frame_start(struct cj_ws *ws, const struct wslay_frame_iocb *io, struct evbuffer *sfm,
-                       struct evbuffer *out, struct cj_err *err)
+/* A control frame's own rules (§5.5): whole (FIN) and at most 125 bytes. */
+static int control_start(struct cj_ws *ws, struct evbuffer *out, struct cj_err *err)
 {
+    const struct cj_wsf_head *h = &ws->fh;
+    const char *name = cj_wsf_opcode_name(h->opcode);
+    if (h->opcode != CJ_WSF_PING && h->opcode != CJ_WSF_PONG && h->opcode != CJ_WSF_CLOSE)
+        return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, ws->consumed, "WebSocket opcode %u (reserved)", h->opcode));
+    if (!h->fin)
+        return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, ws->consumed,
+                                                  "fragmented %s frame from the %s (a control frame comes whole)", name, peer_side(ws)));
+    if (h->len > sizeof ws->ctl)
+        return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, ws->consumed,
+                                                  "%s frame of %llu bytes from the %s (a control frame carries at most 125)",
+                                                  name, (unsigned long long)h->len, peer_side(ws)));
+    return 0;
+}
+
+/* A data frame's place in the message (one SFM frame) and its size. */
+static int data_start(struct cj_ws *ws, struct evbuffer *out, struct cj_err *err)
+{
+    const struct cj_wsf_head *h = &ws->fh;
     uint64_t at = ws->consumed;
-    if (io->rsv)
-        return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, at, "WebSocket frame with reserved bits %u set (no extension agreed)", io->rsv));
-    if (io->mask != (ws->role == CJ_WS_SERVER))
-        return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, at, "%s frame from the %s", io->mask ? "masked" : "unmasked", peer_side(ws)));
-    ws->op = io->opcode;
-    ws->fin = io->fin;
-    ws->flen = io->payload_length;
-    ws->foff = 0;
-    ws->ctl_len = 0;
-    ws->mid_frame = true;
-    switch (io->opcode) {
-    case WSLAY_PING: case WSLAY_PONG: case WSLAY_CONNECTION_CLOSE:
-        return 0; /* wslay checked: fin set, at most 125 bytes */
-    case WSLAY_TEXT_FRAME:
+    switch (h->opcode) {
+    case CJ_WSF_TEXT:
         return proto_error(ws, out, 1003, cj_fail(err, CJ_E_INVALID, at, "text message from the %s (FLARE sends each frame as a binary message)", peer_side(ws)));
-    case WSLAY_BINARY_FRAME:
+    case CJ_WSF_BINARY:
         if (ws->in_msg)
             return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, at, "new message inside an unfinished fragmented one"));
         ws->in_msg = true;
         ws->msg_len = 0;
         break;
-    case WSLAY_CONTINUATION_FRAME:
+    case CJ_WSF_CONTINUATION:
         if (!ws->in_msg)
             return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, at, "continuation frame with no message open"));
         break;
     default:
-        return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, at, "WebSocket opcode %u (reserved)", io->opcode));
+        return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, at, "WebSocket opcode %u (reserved)", h->opcode));
     }
-    if (io->payload_length > ws->max_msg - ws->msg_len)
+    if (h->len > ws->max_msg - ws->msg_len)
         return proto_error(ws, out, 1009, cj_fail(err, CJ_E_LIMIT, at, "WebSocket message over %llu bytes",
                                                   (unsigned long long)ws->max_msg));
     return 0;
 }
 
-/* Payload bytes of a data frame: to sfm, the SFM length noted. */
-static int data_bytes(struct cj_ws *ws, const uint8_t *p, size_t n, struct evbuffer *sfm)
+/* The header of the next frame, once whole in in: decoded, checked, taken.
+ * 1: a frame is open; 0: its header has not all arrived; <0 refused. */
+static int frame_start(struct cj_ws *ws, struct evbuffer *in, struct evbuffer *out, struct cj_err *err)
 {
-    for (size_t i = 0; i < n && ws->msg_len + i < 4; i++) ws->sfm_len[ws->msg_len + i] = p[i];
+    uint8_t b[CJ_WSF_MAX_HEAD];
+    ev_ssize_t n = evbuffer_copyout(in, b, sizeof b);
+    int r = cj_wsf_decode(b, n > 0 ? (size_t)n : 0, ws->consumed, &ws->fh, err);
+    if (r < 0) return proto_error(ws, out, 1002, r);
+    if (r == 0) return 0;
+    const struct cj_wsf_head *h = &ws->fh;
+    uint64_t at = ws->consumed;
+    if (h->rsv)
+        return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, at, "WebSocket frame with reserved bits %u set (no extension agreed)", h->rsv));
+    if (h->masked != (ws->role == CJ_WS_SERVER))
+        return proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, at, "%s frame from the %s", h->masked ? "masked" : "unmasked", peer_side(ws)));
+    r = cj_wsf_is_control(h->opcode) ? control_start(ws, out, err) : data_start(ws, out, err);
+    if (r < 0) return r;
+    evbuffer_drain(in, h->size);
+    ws->consumed += h->size;
+    ws->foff = 0;
+    ws->mid_frame = true;
+    return 1;
+}
+
+/* The first 4 bytes of a message (the SFM frame's length), from the next n
+ * payload bytes at the head of in. */
+static void note_prefix(struct cj_ws *ws, struct evbuffer *in, size_t n)
+{
+    if (ws->msg_len >= 4) return;
+    uint8_t p[4];
+    size_t k = 4 - (size_t)ws->msg_len < n ? 4 - (size_t)ws->msg_len : n;
+    evbuffer_copyout(in, p, k);
+    if (ws->fh.masked) cj_ws_mask(p, p, k, ws->fh.key, ws->foff);
+    memcpy(ws->sfm_len + ws->msg_len, p, k);
+}
+
+/* Copies n payload bytes from in to sfm through pooled blocks (chunks.h),
+ * unmasked in the same pass when the frame is masked. */
+static int copy_payload(struct cj_ws *ws, struct evbuffer *in, size_t n, struct evbuffer *sfm)
+{
+    uint64_t off = ws->foff;
+    while (n > 0) {
+        size_t room;
+        uint8_t *d = cj_chunks_space(&ws->chunks, sfm, &room);
+        if (!d) return -1;
+        int k = evbuffer_remove(in, d, n < room ? n : room);
+        if (k <= 0) return -1;
+        if (ws->fh.masked) cj_ws_mask(d, d, (size_t)k, ws->fh.key, off);
+        cj_chunks_wrote(&ws->chunks, (size_t)k);
+        off += (uint64_t)k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Moves n unmasked payload bytes from in to sfm: each chain of in that lies
+ * wholly inside them is relinked into sfm, not copied; only the part of a
+ * chain before the frame's end is copied, the rest of that chain being the
+ * next frame's. */
+static int move_payload(struct cj_ws *ws, struct evbuffer *in, size_t n, struct evbuffer *sfm)
+{
+    while (n > 0) {
+        struct evbuffer_iovec v;
+        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1) return -1;
+        if (v.iov_len == 0 || v.iov_len > n) return copy_payload(ws, in, n, sfm);
+        /* what was copied goes first: sfm keeps the stream's order */
+        if (cj_chunks_flush(&ws->chunks, sfm) < 0) return -1;
+        if (evbuffer_remove_buffer(in, sfm, v.iov_len) != (int)v.iov_len) return -1;
+        n -= v.iov_len;
+    }
+    return 0;
+}
+
+/* Payload bytes of a data frame: to sfm, the SFM length noted. */
+static int data_bytes(struct cj_ws *ws, struct evbuffer *in, size_t n, struct evbuffer *sfm)
+{
+    note_prefix(ws, in, n);
     ws->msg_len += n;
-    return n ? cj_chunks_add(&ws->chunks, sfm, p, n) : 0;
+    return ws->fh.masked ? copy_payload(ws, in, n, sfm) : move_payload(ws, in, n, sfm);
+}
+
+/* Payload bytes of a control frame: kept, unmasked, until it is whole. */
+static void control_bytes(struct cj_ws *ws, struct evbuffer *in, size_t n)
+{
+    uint8_t *d = ws->ctl + ws->foff; /* foff + n <= len <= 125 */
+    evbuffer_remove(in, d, n);
+    if (ws->fh.masked) cj_ws_mask(d, d, n, ws->fh.key, ws->foff);
 }
 
 /* A message ended: it must have carried exactly one SFM frame. */
@@ -284,30 +336,30 @@ static int message_end(struct cj_ws *ws, struct evbuffer *out, struct cj_err *er
 /* A control frame is whole: PING answered, CLOSE answered and ends the carrier. */
 static int control_end(struct cj_ws *ws, struct evbuffer *out)
 {
-    if (ws->op == WSLAY_PING) send_control(ws, WSLAY_PONG, ws->ctl, ws->ctl_len, out);
-    if (ws->op != WSLAY_CONNECTION_CLOSE) return CJ_WS_MORE;
-    cj_ws_close(ws, ws->ctl_len >= 2 ? (uint16_t)(ws->ctl[0] << 8 | ws->ctl[1]) : 1000, out);
+    size_t n = (size_t)ws->fh.len;
+    if (ws->fh.opcode == CJ_WSF_PING) send_control(ws, WSLAY_PONG, ws->ctl, n, out);
+    if (ws->fh.opcode != CJ_WSF_CLOSE) return CJ_WS_MORE;
+    cj_ws_close(ws, n >= 2 ? (uint16_t)(ws->ctl[0] << 8 | ws->ctl[1]) : 1000, out);
     return CJ_WS_CLOSED;
 }
 
-/* One chunk wslay handed us. */
-static int on_chunk(struct cj_ws *ws, const struct wslay_frame_iocb *io, struct evbuffer *sfm,
-                    struct evbuffer *out, struct cj_err *err)
+/* What has arrived of the open frame's payload; its end when all of it has. */
+static int frame_payload(struct cj_ws *ws, struct evbuffer *in, struct evbuffer *sfm, struct evbuffer *out,
+                         struct cj_err *err)
 {
-    int rc;
-    if (!ws->mid_frame && (rc = frame_start(ws, io, sfm, out, err)) < 0) return rc;
-    bool control = wslay_is_ctrl_frame(ws->op);
-    if (control) {
-        memcpy(ws->ctl + ws->ctl_len, io->data, io->data_length); /* flen <= 125 */
-        ws->ctl_len += io->data_length;
-    } else if (data_bytes(ws, io->data, io->data_length, sfm) != 0) {
+    uint64_t left = ws->fh.len - ws->foff;
+    size_t have = evbuffer_get_length(in);
+    size_t n = left < have ? (size_t)left : have;
+    bool control = cj_wsf_is_control(ws->fh.opcode);
+    if (control) control_bytes(ws, in, n);
+    else if (n && data_bytes(ws, in, n, sfm) != 0)
         return cj_fail(err, CJ_E_NOMEM, ws->consumed, "out of memory for a WebSocket message");
-    }
-    ws->foff += io->data_length;
-    if (ws->foff < ws->flen) return CJ_WS_MORE;
+    ws->foff += n;
+    ws->consumed += n;
+    if (ws->foff < ws->fh.len) return CJ_WS_MORE;
     ws->mid_frame = false;
     if (control) return control_end(ws, out);
-    return ws->fin ? message_end(ws, out, err) : CJ_WS_MORE;
+    return ws->fh.fin ? message_end(ws, out, err) : CJ_WS_MORE;
 }
 
 static int upgrade(struct cj_ws *ws, struct evbuffer *in, struct evbuffer *out, struct cj_err *err)
@@ -326,21 +378,18 @@ int cj_ws_read(struct cj_ws *ws, struct evbuffer *in, struct evbuffer *sfm, stru
         int r = upgrade(ws, in, out, err);
         if (r <= 0) return r;
     }
-    ws->in = in;
     int rc = CJ_WS_MORE;
     while (rc == CJ_WS_MORE && ws->state == WS_OPEN) {
-        struct wslay_frame_iocb io;
-        memset(&io, 0, sizeof io);
-        ssize_t r = wslay_frame_recv(ws->fr, &io);
-        if (r == WSLAY_ERR_WANT_READ) break;
-        if (r < 0) {
-            rc = proto_error(ws, out, 1002, cj_fail(err, CJ_E_INVALID, ws->consumed, "bad WebSocket frame from the %s (%s)",
-                                                    peer_side(ws), r == WSLAY_ERR_PROTO ? "length or control-frame rule" : "parser error"));
-            break;
+        if (!ws->mid_frame) {
+            int r = frame_start(ws, in, out, err);
+            if (r <= 0) {
+                rc = r;
+                break;
+            }
         }
-        rc = on_chunk(ws, &io, sfm, out, err);
+        rc = frame_payload(ws, in, sfm, out, err);
+        if (rc == CJ_WS_MORE && ws->mid_frame) break; /* the rest of the frame has not arrived */
     }
-    ws->in = NULL;
     if (cj_chunks_flush(&ws->chunks, sfm) < 0 && rc >= 0)
         rc = cj_fail(err, CJ_E_NOMEM, ws->consumed, "out of memory for a WebSocket message");
     if (rc == CJ_WS_MORE && ws->state == WS_CLOSED) rc = CJ_WS_CLOSED;

@@ -8,12 +8,16 @@
  * is the same SFM byte stream a `tcp` link carries, so the link layer above
  * reads it unchanged.
  *
- * Receiving uses wslay's frame parser (header forms, lengths, unmasking, control
- * frame rules), which copies payload through its 4 KiB buffer.  Sending a data
- * message builds the header here and masks the payload in one word-wide pass
- * while copying it (wslay masks byte by byte); control frames (PONG, CLOSE) go
- * out through wslay.  A server (cjrelay-sim) sends payload unmasked, moved as
- * evbuffer chains without a copy. */
+ * Receiving: frame headers are decoded here (wsframe.c) and the payload of a
+ * server's binary frames, which is unmasked, moves from the input to the SFM
+ * bytes as evbuffer chains: a chain that lies wholly inside a payload is
+ * relinked, and only the part of a chain before a frame's end is copied (into
+ * pooled blocks, chunks.h).  A client's masked payload is unmasked word-wide
+ * while copied.  Control frames (at most 125 bytes) are gathered here too.
+ * Sending a data message builds the header here and masks the payload in one
+ * word-wide pass while copying it; control frames (PONG, CLOSE) go out through
+ * wslay.  A server (cjrelay-sim) sends payload unmasked, moved as evbuffer
+ * chains without a copy. */
 #ifndef CJ_NET_WS_H
 #define CJ_NET_WS_H
 

@@ -1,10 +1,11 @@
 /* test_ws.c — the WebSocket carrier (lib/net/ws.c, wsupgrade.c): FLARE's own
  * http driver's bytes (tests/vectors/transports/http) in pieces of any size give
- * exactly the captured SFM frames; what we send re-parses; every refusal names
- * what the peer did. */
+ * exactly the captured SFM frames; what we send re-parses; frame headers decode
+ * in every length form and at every split; every refusal names what the peer did. */
 #include "sfmcap.h"
 
 #include "net/ws.h"
+#include "net/wsframe.h"
 #include "net/wsupgrade.h"
 
 #define CAPTURE_KEY "HzV3lDT22+FOtv14YTRaog=="
@@ -211,7 +212,7 @@ static void test_bad_frames(void **state)
 {
     const uint8_t text[] = {0x81, 0x02, 'h', 'i'};
     expect_client_error(text, sizeof text, 0, "text message", 1003);
-    const uint8_t big[] = {0x82, 0x7E, 0x00, 0xC8, 0}; /* wslay reports a frame with its first payload byte */
+    const uint8_t big[] = {0x82, 0x7E, 0x00, 0xC8}; /* refused on its header alone */
     expect_client_error(big, sizeof big, 100, "over 100 bytes", 1009);
     const uint8_t masked[] = {0x82, 0x84, 1, 2, 3, 4, 0, 0, 0, 4};
     expect_client_error(masked, sizeof masked, 0, "masked frame from the server", 1002);
@@ -224,7 +225,17 @@ static void test_bad_frames(void **state)
     const uint8_t misaligned[] = {0x82, 0x05, 0, 0, 0, 16, 9}; /* prefix says 16, message has 5 */
     expect_client_error(misaligned, sizeof misaligned, 0, "does not hold one SFM frame", 1002);
     const uint8_t long_ping[] = {0x89, 0x7E, 0x00, 0x80};
-    expect_client_error(long_ping, sizeof long_ping, 0, "control-frame rule", 1002);
+    expect_client_error(long_ping, sizeof long_ping, 0, "PING frame of 128 bytes from the server (a control frame carries at most 125)", 1002);
+    const uint8_t frag_ping[] = {0x09, 0x00};
+    expect_client_error(frag_ping, sizeof frag_ping, 0, "fragmented PING frame from the server", 1002);
+    const uint8_t top_bit[] = {0x82, 0x7F, 0x80, 0, 0, 0, 0, 0, 0, 0x10};
+    expect_client_error(top_bit, sizeof top_bit, 0, "top bit of its 64-bit form set", 1002);
+    const uint8_t long16[] = {0x82, 0x7E, 0x00, 0x05, 0, 0, 0, 5, 0};
+    expect_client_error(long16, sizeof long16, 0, "length 5 in the 16-bit form", 1002);
+    const uint8_t nested[] = {0x02, 0x01, 0, 0x82, 0x00};
+    expect_client_error(nested, sizeof nested, 0, "new message inside an unfinished fragmented one", 1002);
+    const uint8_t ctl_op[] = {0x8B, 0x00};
+    expect_client_error(ctl_op, sizeof ctl_op, 0, "opcode 11", 1002);
 }
 
 static void test_fragments_ping_close(void **state)
@@ -253,6 +264,190 @@ static void test_fragments_ping_close(void **state)
     assert_int_equal((o[15] ^ o[11]) << 8 | (o[16] ^ o[12]), 1000);
     evbuffer_free(sfm);
     evbuffer_free(out);
+}
+
+/* ---- frame headers (wsframe.c) and the receive path ------------------------------------ */
+
+static void test_header_forms(void **state)
+{
+    static const uint64_t lens[] = {0, 1, 125, 126, 127, 65535, 65536, 70000, (uint64_t)1 << 40, ((uint64_t)1 << 63) - 1};
+    static const size_t sizes[] = {2, 2, 2, 4, 4, 4, 10, 10, 10, 10};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        for (int m = 0; m < 2; m++) {
+            struct cj_wsf_head h = {.fin = i & 1, .opcode = (uint8_t)(i & 1 ? CJ_WSF_BINARY : CJ_WSF_CONTINUATION),
+                                    .masked = m, .key = {9, 8, 7, 6}, .len = lens[i]}, d;
+            uint8_t b[CJ_WSF_MAX_HEAD];
+            size_t n = cj_wsf_encode(b, &h);
+            assert_int_equal(n, sizes[i] + (m ? 4 : 0));
+            struct cj_err err = {0};
+            for (size_t k = 0; k < n; k++) assert_int_equal(cj_wsf_decode(b, k, 0, &d, &err), 0); /* not whole yet */
+            assert_int_equal(cj_wsf_decode(b, n, 0, &d, &err), 1);
+            assert_int_equal(d.size, n);
+            assert_true(d.len == lens[i]);
+            assert_int_equal(d.fin, h.fin);
+            assert_int_equal(d.opcode, h.opcode);
+            assert_int_equal(d.masked, m);
+            assert_int_equal(d.rsv, 0);
+            if (m) assert_memory_equal(d.key, h.key, 4);
+        }
+    /* RSV bits and opcode come through for the carrier to judge */
+    const uint8_t rsv[] = {0x7A, 0x00};
+    struct cj_wsf_head d;
+    assert_int_equal(cj_wsf_decode(rsv, 2, 0, &d, NULL), 1);
+    assert_int_equal(d.rsv, 7);
+    assert_int_equal(d.opcode, 0xA);
+    assert_false(d.fin);
+}
+
+/* Lengths not in their shortest form, and 2^63 or more, are refused (RFC 6455
+ * §5.2 requires the minimal form; wslay refused them too). */
+static void test_header_refusals(void **state)
+{
+    static const struct {
+        uint8_t b[10];
+        size_t n;
+        const char *why;
+    } cases[] = {
+        {{0x82, 126, 0x00, 0x7D}, 4, "length 125 in the 16-bit form"},
+        {{0x82, 126, 0x00, 0x00}, 4, "length 0 in the 16-bit form"},
+        {{0x82, 127, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF}, 10, "length 65535 in the 64-bit form"},
+        {{0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 0}, 10, "top bit of its 64-bit form set"},
+        {{0x82, 127, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, 10, "top bit"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct cj_wsf_head d;
+        struct cj_err err = {0};
+        assert_true(cj_wsf_decode(cases[i].b, cases[i].n, 100, &d, &err) < 0);
+        if (!strstr(err.msg, cases[i].why)) fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err.msg, cases[i].why);
+        assert_int_equal(err.offset, 102);
+    }
+}
+
+/* A client past the upgrade, to be fed frame bytes. */
+static struct cj_ws *open_client(struct evbuffer *out)
+{
+    struct cj_ws *ws = cj_ws_new(CJ_WS_CLIENT, "h:1", CAPTURE_KEY);
+    struct evbuffer *in = evbuffer_new(), *sfm = evbuffer_new();
+    struct cj_err err = {0};
+    evbuffer_add_printf(in, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n"
+                            "Sec-WebSocket-Accept: %s\r\n\r\n", CAPTURE_ACCEPT);
+    assert_int_equal(cj_ws_read(ws, in, sfm, out, &err), CJ_WS_MORE);
+    assert_true(cj_ws_is_open(ws));
+    assert_int_equal(evbuffer_get_length(in), 0);
+    evbuffer_free(in);
+    evbuffer_free(sfm);
+    return ws;
+}
+
+/* Appends an unmasked frame to b. */
+static void add_frame(struct evbuffer *b, bool fin, uint8_t op, const uint8_t *p, size_t n)
+{
+    struct cj_wsf_head h = {.fin = fin, .opcode = op, .len = n};
+    uint8_t hb[CJ_WSF_MAX_HEAD];
+    evbuffer_add(b, hb, cj_wsf_encode(hb, &h));
+    evbuffer_add(b, p, n);
+}
+
+/* A server's stream with every length form, a message in fragments with a PING
+ * and a PONG between them, an empty fragment, and a CLOSE; the SFM bytes it carries. */
+static void server_stream(struct evbuffer *wire, struct evbuffer *want)
+{
+    sfm_frame(want, 100, 0x11);     /* 7-bit */
+    sfm_frame(want, 300, 0x22);     /* 16-bit */
+    sfm_frame(want, 70000, 0x33);   /* 64-bit */
+    sfm_frame(want, 1000, 0x44);    /* in fragments */
+    const uint8_t *w = evbuffer_pullup(want, -1);
+    add_frame(wire, true, CJ_WSF_BINARY, w, 100);
+    add_frame(wire, true, CJ_WSF_BINARY, w + 100, 300);
+    add_frame(wire, true, CJ_WSF_BINARY, w + 400, 70000);
+    const uint8_t *f = w + 70400;
+    add_frame(wire, false, CJ_WSF_BINARY, f, 2); /* the SFM prefix itself split */
+    add_frame(wire, true, CJ_WSF_PING, (const uint8_t *)"ping!", 5);
+    add_frame(wire, false, CJ_WSF_CONTINUATION, f + 2, 500);
+    add_frame(wire, true, CJ_WSF_PONG, NULL, 0);
+    add_frame(wire, false, CJ_WSF_CONTINUATION, NULL, 0);
+    add_frame(wire, true, CJ_WSF_CONTINUATION, f + 502, 498);
+    const uint8_t close[] = {0x03, 0xE8, 'b', 'y', 'e'};
+    add_frame(wire, true, CJ_WSF_CLOSE, close, sizeof close);
+}
+
+/* What the client answered: a masked PONG "ping!", then a masked CLOSE 1000. */
+static void check_answers(struct evbuffer *out)
+{
+    uint8_t o[19];
+    assert_int_equal(evbuffer_get_length(out), 11 + 8);
+    evbuffer_copyout(out, o, sizeof o);
+    assert_int_equal(o[0], 0x8A);
+    assert_int_equal(o[1], 0x85);
+    for (int i = 0; i < 5; i++) assert_int_equal(o[6 + i] ^ o[2 + i % 4], "ping!"[i]);
+    assert_int_equal(o[11], 0x88);
+    assert_int_equal(o[12], 0x82);
+    assert_int_equal((o[17] ^ o[13]) << 8 | (o[18] ^ o[14]), 1000);
+}
+
+/* The same stream whole, one byte at a time, and cut in two at every point of
+ * its first and last stretches: the same SFM bytes and answers each way. */
+static void test_split_everywhere(void **state)
+{
+    struct evbuffer *wire = evbuffer_new(), *want = evbuffer_new();
+    server_stream(wire, want);
+    size_t n = evbuffer_get_length(wire), wn = evbuffer_get_length(want);
+    const uint8_t *w = evbuffer_pullup(wire, -1), *sfm_want = evbuffer_pullup(want, -1);
+    for (size_t cut = 0; cut <= n; cut += cut < 600 || cut > n - 1100 ? 1 : 997) {
+        for (int bytewise = 0; bytewise < 2 && (cut == 0 || !bytewise); bytewise++) {
+            struct evbuffer *in = evbuffer_new(), *sfm = evbuffer_new(), *out = evbuffer_new();
+            struct cj_ws *ws = open_client(out);
+            struct cj_err err = {0};
+            int rc = CJ_WS_MORE;
+            for (size_t off = 0; off < n && rc == CJ_WS_MORE;) {
+                size_t k = bytewise ? 1 : off < cut ? cut - off : n - off;
+                evbuffer_add(in, w + off, k);
+                off += k;
+                rc = cj_ws_read(ws, in, sfm, out, &err);
+                if (rc < 0) fail_msg("cut %zu: %s", cut, err.msg);
+                assert_true(rc == CJ_WS_MORE || off == n);
+            }
+            assert_int_equal(rc, CJ_WS_CLOSED);
+            assert_int_equal(evbuffer_get_length(sfm), wn);
+            assert_memory_equal(evbuffer_pullup(sfm, -1), sfm_want, wn);
+            check_answers(out);
+            cj_ws_free(ws);
+            evbuffer_free(in);
+            evbuffer_free(sfm);
+            evbuffer_free(out);
+        }
+    }
+    evbuffer_free(wire);
+    evbuffer_free(want);
+}
+
+static void release_nothing(const void *data, size_t len, void *arg) { (void)data, (void)len, (void)arg; }
+
+/* A server's payload that arrives as a chain of its own reaches the SFM bytes
+ * as that same memory, not a copy. */
+static void test_payload_moved(void **state)
+{
+    struct evbuffer *in = evbuffer_new(), *sfm = evbuffer_new(), *out = evbuffer_new(), *frame = evbuffer_new();
+    struct cj_ws *ws = open_client(out);
+    sfm_frame(frame, 200000, 0x5A);
+    const uint8_t *p = evbuffer_pullup(frame, -1);
+    struct cj_wsf_head h = {.fin = true, .opcode = CJ_WSF_BINARY, .len = 200000};
+    uint8_t hb[CJ_WSF_MAX_HEAD];
+    evbuffer_add(in, hb, cj_wsf_encode(hb, &h));
+    evbuffer_add_reference(in, p, 200000, release_nothing, NULL);
+    struct cj_err err = {0};
+    assert_int_equal(cj_ws_read(ws, in, sfm, out, &err), CJ_WS_MORE);
+    assert_int_equal(evbuffer_get_length(in), 0);
+    assert_int_equal(evbuffer_get_length(sfm), 200000);
+    struct evbuffer_iovec v;
+    assert_int_equal(evbuffer_peek(sfm, -1, NULL, &v, 1), 1);
+    assert_ptr_equal(v.iov_base, p);
+    assert_int_equal(v.iov_len, 200000);
+    cj_ws_free(ws);
+    evbuffer_free(sfm); /* the reference goes before the memory it names */
+    evbuffer_free(in);
+    evbuffer_free(out);
+    evbuffer_free(frame);
 }
 
 static int client_upgrade(const char *response, struct cj_err *err)
@@ -339,6 +534,10 @@ int main(void)
         cmocka_unit_test(test_round_trip_sizes),
         cmocka_unit_test(test_bad_frames),
         cmocka_unit_test(test_fragments_ping_close),
+        cmocka_unit_test(test_header_forms),
+        cmocka_unit_test(test_header_refusals),
+        cmocka_unit_test(test_split_everywhere),
+        cmocka_unit_test(test_payload_moved),
         cmocka_unit_test(test_refused_upgrades),
         cmocka_unit_test(test_server_refusals),
     };
