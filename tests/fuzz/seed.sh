@@ -75,6 +75,11 @@ mkdir -p $s/fuzz_ws
 { printf '\016\001'; head -c 6000 $V/transports/http/s2c.bin; } > $s/fuzz_ws/s2c-client
 { printf '\017\000'; head -c 6000 $V/transports/http/c2s.bin; } > $s/fuzz_ws/c2s-server
 { printf '\000\000'; tail -c 2000 $V/transports/http/s2c.bin; } > $s/fuzz_ws/s2c-tail-client
+# every length form (7, 16, 64 bits: the last message's start only, to keep the input short), a
+# message in fragments with a PING between them
+{ printf '\006\000\202\010\000\000\000\010abcd\202\176\000\200\000\000\000\200'; head -c 124 /dev/zero
+  printf '\002\002\000\000\211\001p\000\003\000\012\001\200\005xxxxx'
+  printf '\202\177\000\000\000\000\000\001\000\000\000\001\000\000'; head -c 200 /dev/zero; } > $s/fuzz_ws/forms-client
 # fuzz_grpc: byte 0 = flags (bit 0: server; bit 1: message reader alone; bits 2-7: piece
 # size / 4 + 1), then what the peer sends (the grpc capture's starts).
 mkdir -p $s/fuzz_grpc
