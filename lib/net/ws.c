@@ -7,6 +7,7 @@
 
 #include <wslay/wslay.h>
 
+#include "net/chainsplit.h"
 #include "net/chunks.h"
 #include "net/wsframe.h"
 #include "net/wsupgrade.h"
@@ -287,22 +288,16 @@ static int copy_payload(struct cj_ws *ws, struct evbuffer *in, size_t n, struct 
     return 0;
 }
 
-/* Moves n unmasked payload bytes from in to sfm: each chain of in that lies
- * wholly inside them is relinked into sfm, not copied; only the part of a
- * chain before the frame's end is copied, the rest of that chain being the
- * next frame's. */
+/* Moves n unmasked payload bytes from in to sfm without copying them: all of
+ * in as its own chains, or the first n as references on them (chainsplit.h).
+ * A run under CJ_CHUNKS_SMALL is copied into pooled blocks instead, so a small
+ * message kept long pins no large block. */
 static int move_payload(struct cj_ws *ws, struct evbuffer *in, size_t n, struct evbuffer *sfm)
 {
-    while (n > 0) {
-        struct evbuffer_iovec v;
-        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1) return -1;
-        if (v.iov_len == 0 || v.iov_len > n) return copy_payload(ws, in, n, sfm);
-        /* what was copied goes first: sfm keeps the stream's order */
-        if (cj_chunks_flush(&ws->chunks, sfm) < 0) return -1;
-        if (evbuffer_remove_buffer(in, sfm, v.iov_len) != (int)v.iov_len) return -1;
-        n -= v.iov_len;
-    }
-    return 0;
+    if (n < CJ_CHUNKS_SMALL) return copy_payload(ws, in, n, sfm);
+    if (cj_chunks_flush(&ws->chunks, sfm) < 0) return -1; /* what was copied goes first */
+    if (n == evbuffer_get_length(in)) return evbuffer_add_buffer(sfm, in);
+    return cj_chain_split(in, n, sfm, CJ_CHUNKS_SMALL);
 }
 
 /* Payload bytes of a data frame: to sfm, the SFM length noted. */

@@ -10,10 +10,9 @@
  *
  * Receiving: frame headers are decoded here (wsframe.c) and the payload of a
  * server's binary frames, which is unmasked, moves from the input to the SFM
- * bytes as evbuffer chains: a chain that lies wholly inside a payload is
- * relinked, and only the part of a chain before a frame's end is copied (into
- * pooled blocks, chunks.h).  A client's masked payload is unmasked word-wide
- * while copied.  Control frames (at most 125 bytes) are gathered here too.
+ * bytes as evbuffer chains, a chain cut at a frame's end by reference on both
+ * sides (chainsplit.h); a run under 32 KiB is copied into pooled blocks
+ * (chunks.h).  A client's masked payload is unmasked word-wide while copied.  Control frames (at most 125 bytes) are gathered here too.
  * Sending a data message builds the header here and masks the payload in one
  * word-wide pass while copying it; control frames (PONG, CLOSE) go out through
  * wslay.  A server (cjrelay-sim) sends payload unmasked, moved as evbuffer

@@ -450,6 +450,58 @@ static void test_payload_moved(void **state)
     evbuffer_free(frame);
 }
 
+/* Two frames in one chain, as one read brings them: the first payload reaches
+ * the SFM bytes as references into that chain (no copy), the second too, and
+ * the chain is released only when both are. */
+static int released;
+static void note_release(const void *data, size_t len, void *arg) { (void)data, (void)len, (void)arg, released++; }
+
+static void test_payload_split(void **state)
+{
+    struct evbuffer *in = evbuffer_new(), *sfm = evbuffer_new(), *out = evbuffer_new();
+    struct evbuffer *wire = evbuffer_new(), *want = evbuffer_new();
+    struct cj_ws *ws = open_client(out);
+    sfm_frame(want, 100000, 0x61);
+    sfm_frame(want, 40000, 0x62);
+    sfm_frame(want, 50, 0x63); /* small: copied */
+    const uint8_t *w = evbuffer_pullup(want, -1);
+    add_frame(wire, true, CJ_WSF_BINARY, w, 100000);
+    add_frame(wire, true, CJ_WSF_BINARY, w + 100000, 40000);
+    add_frame(wire, true, CJ_WSF_BINARY, w + 140000, 50);
+    size_t n = evbuffer_get_length(wire);
+    const uint8_t *p = evbuffer_pullup(wire, -1);
+    released = 0;
+    evbuffer_add_reference(in, p, n - 20, note_release, NULL); /* the last frame still arriving */
+    struct cj_err err = {0};
+    assert_int_equal(cj_ws_read(ws, in, sfm, out, &err), CJ_WS_MORE);
+    evbuffer_add(in, p + n - 20, 20);
+    assert_int_equal(cj_ws_read(ws, in, sfm, out, &err), CJ_WS_MORE);
+    assert_int_equal(evbuffer_get_length(in), 0);
+    assert_int_equal(evbuffer_get_length(sfm), 140050);
+    struct evbuffer_iovec v[8];
+    int k = evbuffer_peek(sfm, -1, NULL, v, 8);
+    assert_true(k >= 3 && k <= 8);
+    assert_ptr_equal(v[0].iov_base, p + 10); /* after the 64-bit form header */
+    assert_int_equal(v[0].iov_len, 100000);
+    assert_ptr_equal(v[1].iov_base, p + 10 + 100000 + 4); /* and the 16-bit one */
+    assert_int_equal(v[1].iov_len, 40000);
+    uint8_t *got = malloc(140050);
+    assert_int_equal(evbuffer_copyout(sfm, got, 140050), 140050); /* a pullup would copy and release */
+    assert_memory_equal(got, w, 140050);
+    free(got);
+    assert_int_equal(released, 0);
+    evbuffer_drain(sfm, 100000);
+    assert_int_equal(released, 0); /* the second frame still refers to the chain */
+    evbuffer_drain(sfm, 40050);
+    assert_int_equal(released, 1);
+    cj_ws_free(ws);
+    evbuffer_free(in);
+    evbuffer_free(sfm);
+    evbuffer_free(out);
+    evbuffer_free(wire);
+    evbuffer_free(want);
+}
+
 static int client_upgrade(const char *response, struct cj_err *err)
 {
     struct cj_ws *ws = cj_ws_new(CJ_WS_CLIENT, "h:1", CAPTURE_KEY);
@@ -538,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_header_refusals),
         cmocka_unit_test(test_split_everywhere),
         cmocka_unit_test(test_payload_moved),
+        cmocka_unit_test(test_payload_split),
         cmocka_unit_test(test_refused_upgrades),
         cmocka_unit_test(test_server_refusals),
     };
