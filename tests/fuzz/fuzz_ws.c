@@ -12,11 +12,17 @@
  *  - what a client writes, a server reads back identically (round trip of the
  *    SFM bytes the fuzz input produced);
  *  - a frame header decoded at the start of the peer's bytes encodes back to
- *    the same bytes (lengths are only accepted in their shortest form). */
+ *    the same bytes (lengths are only accepted in their shortest form);
+ *  - cutting the peer's bytes, held in chains of the piece size (copies and
+ *    references), at a point byte 1 picks (chainsplit.c: the carrier's cut at
+ *    a frame's end, which the short inputs here do not reach through it)
+ *    gives the bytes before and after in order, and frees them in either
+ *    order. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "net/chainsplit.h"
 #include "net/ws.h"
 #include "net/wsframe.h"
 #include "net/wsupgrade.h"
@@ -117,6 +123,36 @@ static void header_round_trip(const uint8_t *p, size_t n)
     CHECK(memcmp(b, p, h.size) == 0);
 }
 
+static void no_release(const void *p, size_t n, void *arg) { (void)p, (void)n, (void)arg; }
+
+static void chain_split(const uint8_t *p, size_t n, size_t piece, uint8_t at)
+{
+    if (n < 3) return; /* 2 bytes at least after the first is dropped */
+    struct evbuffer *src = evbuffer_new(), *dst = evbuffer_new();
+    evbuffer_add(dst, "x", 1); /* dst already holds something */
+    for (size_t off = 0, i = 0; off < n; off += piece, i++) {
+        size_t k = n - off < piece ? n - off : piece;
+        if (i & 1) evbuffer_add_reference(src, p + off, k, no_release, NULL);
+        else evbuffer_add(src, p + off, k);
+    }
+    evbuffer_drain(src, 1); /* a chain begun part-way */
+    size_t len = n - 1, cut = 1 + (len - 1) * at / 256;
+    CHECK(cj_chain_split(src, cut, dst, piece) == 0);
+    CHECK(evbuffer_get_length(dst) == 1 + cut && evbuffer_get_length(src) == len - cut);
+    uint8_t *got = malloc(len + 1);
+    CHECK(evbuffer_copyout(dst, got, cut + 1) == (ev_ssize_t)(cut + 1));
+    CHECK(evbuffer_copyout(src, got + cut + 1, len - cut) == (ev_ssize_t)(len - cut));
+    CHECK(memcmp(got + 1, p + 1, len) == 0);
+    free(got);
+    if (at & 1) {
+        evbuffer_free(dst);
+        evbuffer_free(src);
+    } else {
+        evbuffer_free(src);
+        evbuffer_free(dst);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2) return 0;
@@ -125,6 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bool prepend = !server && !(data[1] & 1);
     struct run whole, pieces;
     header_round_trip(data + 2, size - 2);
+    chain_split(data + 2, size - 2, piece, data[1]);
     run(server, data + 2, size - 2, size, prepend, &whole);
     run(server, data + 2, size - 2, piece, prepend, &pieces);
     CHECK((whole.rc < 0) == (pieces.rc < 0));
