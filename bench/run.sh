@@ -115,6 +115,9 @@ up_tls() { case $(up_scheme) in stcp|https|grpcs) return 0 ;; esac; return 1; }
 # start_sim NAME SIM-ARGS...: sets SIM PORT
 start_sim() {
     _n=$1; shift
+    # The background child truncates the file only after the fork: a file left by
+    # an earlier run of the same name would be read first, with its stale port.
+    rm -f "$W/$_n.sim"
     if up_tls; then
         "$S" --listen "$(up_scheme)://127.0.0.1:0" --tls-dir "$W/certs" --job-id J1 "$@" $SIM_EXTRA > "$W/$_n.sim" 2> "$W/$_n.simlog" & SIM=$!
     else
