@@ -87,32 +87,4 @@ int cj_bootstrap_parse(const char *json, size_t len, struct cj_bootstrap *b, str
 /* Reads and parses a file (a regular file, at most CJ_BOOTSTRAP_MAX_SIZE). */
 int cj_bootstrap_read(const char *path, struct cj_bootstrap *b, struct cj_err *err);
 
-/* ---- small JSON object reader ------------------------------------------------- */
-
-#define CJ_JSON_MAX_DEPTH 32   /* nesting of skipped values */
-
-enum cj_json_type { CJ_JSON_NULL = 1, CJ_JSON_BOOL, CJ_JSON_NUMBER, CJ_JSON_STRING, CJ_JSON_OBJECT, CJ_JSON_ARRAY };
-
-struct cj_json_val {
-    enum cj_json_type type;
-    bool b;                 /* BOOL */
-    bool is_int;            /* NUMBER written without fraction/exponent and fitting int64 */
-    int64_t i;              /* NUMBER when is_int */
-    double d;               /* NUMBER */
-    const char *s;          /* STRING: decoded UTF-8, NUL-terminated, valid during the callback */
-    size_t s_len;
-    const char *raw;        /* every type: the value's JSON text in the input */
-    size_t raw_len;
-};
-
-/* Called per member of the object, in order.  Non-zero stops the walk and is returned. */
-typedef int (*cj_json_member_cb)(void *ud, const char *key, size_t key_len, const struct cj_json_val *v,
-                                 struct cj_err *err);
-
-/* Walks [json, json+len): optional whitespace, one JSON object, optional
- * whitespace.  RFC 8259 strictly (UTF-8 checked, escapes decoded with surrogate
- * pairs, no NUL in strings or keys), nesting bounded by CJ_JSON_MAX_DEPTH.
- * Nested objects are handed over raw: walk them with another call. */
-int cj_json_object_walk(const char *json, size_t len, cj_json_member_cb cb, void *ud, struct cj_err *err);
-
 #endif

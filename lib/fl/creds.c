@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fl/bootstrap.h"   /* cj_json_object_walk */
+#include "util/json.h"
 
 static const struct {
     const char *key;

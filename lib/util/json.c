@@ -2,7 +2,9 @@
 #include "util/json.h"
 
 #include <stdbool.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/text.h"
@@ -231,4 +233,96 @@ int cj_json_skip(struct cj_json *j, int max_depth)
             d--;
         }
     }
+}
+
+/* ---- a whole object ------------------------------------------------------------------ */
+
+/* A number member: its text checked by the grammar, then converted. */
+static int number_value(struct cj_json *j, struct cj_json_val *v)
+{
+    size_t start = j->pos;
+    int rc = number(j);
+    if (rc) return rc;
+    char buf[128];
+    size_t n = j->pos - start;
+    if (n >= sizeof buf)
+        return cj_fail(j->err, CJ_E_LIMIT, start, "%s: number longer than %zu characters at offset %zu", j->who,
+                       sizeof buf - 1, start);
+    memcpy(buf, j->p + start, n);
+    buf[n] = '\0';
+    v->type = CJ_JSON_NUMBER;
+    v->d = strtod(buf, NULL);
+    if (!memchr(buf, '.', n) && !memchr(buf, 'e', n) && !memchr(buf, 'E', n)) {
+        errno = 0;
+        long long x = strtoll(buf, NULL, 10);
+        if (errno == 0) { v->is_int = true; v->i = x; }
+    }
+    return 0;
+}
+
+/* One member's value (whitespace before it skipped); a string is decoded into sbuf (cap bytes). */
+static int member_value(struct cj_json *j, struct cj_json_val *v, char *sbuf, size_t cap)
+{
+    memset(v, 0, sizeof *v);
+    int c = cj_json_peek(j), rc;
+    size_t start = j->pos;
+    switch (c) {
+    case '{': case '[':
+        v->type = c == '{' ? CJ_JSON_OBJECT : CJ_JSON_ARRAY;
+        rc = cj_json_skip(j, CJ_JSON_MAX_DEPTH);
+        break;
+    case '"':
+        v->type = CJ_JSON_STRING;
+        rc = cj_json_string(j, sbuf, cap);
+        v->s = sbuf;
+        v->s_len = rc ? 0 : strlen(sbuf);
+        break;
+    case 't': case 'f': v->type = CJ_JSON_BOOL; rc = cj_json_bool(j, &v->b); break;
+    case 'n': v->type = CJ_JSON_NULL; rc = literal(j, "null"); break;
+    case -1: return cj_json_bad(j, "value expected");
+    default:
+        if (c != '-' && (c < '0' || c > '9')) return cj_json_bad(j, "unexpected character");
+        rc = number_value(j, v);
+        break;
+    }
+    if (rc) return rc;
+    v->raw = (const char *)j->p + start;
+    v->raw_len = j->pos - start;
+    return 0;
+}
+
+static int walk_members(struct cj_json *j, char *kbuf, char *vbuf, size_t cap, cj_json_member_cb cb, void *ud)
+{
+    int rc;
+    j->pos++;   /* the '{' */
+    if (cj_json_peek(j) == '}') { j->pos++; return 0; }
+    for (;;) {
+        struct cj_json_val v;
+        if ((rc = cj_json_string(j, kbuf, cap)) || (rc = cj_json_expect(j, ':')) ||
+            (rc = member_value(j, &v, vbuf, cap)))
+            return rc;
+        if (cb && (rc = cb(ud, kbuf, strlen(kbuf), &v, j->err))) return rc;
+        int c = cj_json_peek(j);
+        if (c == ',') { j->pos++; continue; }
+        if (c == '}') { j->pos++; return 0; }
+        if (c < 0) return cj_fail(j->err, CJ_E_TRUNCATED, j->pos, "%s: unterminated object at offset %zu", j->who, j->pos);
+        return cj_json_bad(j, "expected ',' or '}'");
+    }
+}
+
+int cj_json_object_walk(const char *json, size_t len, cj_json_member_cb cb, void *ud, struct cj_err *err)
+{
+    struct cj_json j = {.p = (const uint8_t *)json, .end = len, .who = "json", .err = err, .bad_prefix = ""};
+    int c = cj_json_peek(&j);
+    if (c != '{')
+        return cj_fail(err, c < 0 ? CJ_E_TRUNCATED : CJ_E_TYPE, j.pos, "json: expected an object at offset %zu", j.pos);
+    /* Decoded strings are never longer than their JSON text: one scratch buffer
+     * for the key and one for the value, each as large as the input. */
+    char *scratch = malloc(2 * len + 2);
+    if (!scratch) return cj_fail(err, CJ_E_NOMEM, 0, "json: out of memory");
+    int rc = walk_members(&j, scratch, scratch + len + 1, len + 1, cb, ud);
+    if (!rc && cj_json_peek(&j) != -1) rc = cj_json_bad(&j, "trailing characters after the object");
+    explicit_bzero(scratch, 2 * len + 2);
+    free(scratch);
+    return rc;
 }

@@ -51,4 +51,35 @@ int cj_json_bool(struct cj_json *j, bool *v);
 /* Skips one value of any shape, containers nested at most max_depth deep. */
 int cj_json_skip(struct cj_json *j, int max_depth);
 
+/* ---- a whole object, member by member (the bootstrap file, the credentials file) ---- */
+
+#define CJ_JSON_MAX_DEPTH 32   /* nesting of a member's value */
+
+enum cj_json_type { CJ_JSON_NULL = 1, CJ_JSON_BOOL, CJ_JSON_NUMBER, CJ_JSON_STRING, CJ_JSON_OBJECT, CJ_JSON_ARRAY };
+
+struct cj_json_val {
+    enum cj_json_type type;
+    bool b;                 /* BOOL */
+    bool is_int;            /* NUMBER written without fraction/exponent and fitting int64 */
+    int64_t i;              /* NUMBER when is_int */
+    double d;               /* NUMBER */
+    const char *s;          /* STRING: decoded UTF-8, NUL-terminated, valid during the callback */
+    size_t s_len;
+    const char *raw;        /* every type: the value's JSON text in the input */
+    size_t raw_len;
+};
+
+/* Called per member of the object, in order.  Non-zero stops the walk and is returned. */
+typedef int (*cj_json_member_cb)(void *ud, const char *key, size_t key_len, const struct cj_json_val *v,
+                                 struct cj_err *err);
+
+/* Walks [json, json+len) with the cursor: optional whitespace, one JSON
+ * object, optional whitespace; nothing else (an empty text is CJ_E_TRUNCATED,
+ * another value CJ_E_TYPE).  Strings and keys as cj_json_string reads them;
+ * a member's value nested at most CJ_JSON_MAX_DEPTH deep; objects and arrays
+ * are handed over raw (walk a nested object with another call); a number of
+ * more than 127 characters is CJ_E_LIMIT.  Errors read "json: <what> at
+ * offset N".  The decoded strings are wiped before it returns. */
+int cj_json_object_walk(const char *json, size_t len, cj_json_member_cb cb, void *ud, struct cj_err *err);
+
 #endif

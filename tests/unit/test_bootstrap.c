@@ -3,6 +3,7 @@
  * reader, and credentials loading (owner-only file, both formats, env fallback,
  * defaults, redaction). */
 #include "testutil.h"
+#include "util/json.h"
 #include "fl/bootstrap.h"
 #include "fl/creds.h"
 
@@ -392,47 +393,11 @@ static void test_creds(void **state)
     unlink(path);
 }
 
-/* ---- the JSON object reader ---------------------------------------------------------------------- */
-
-struct collect {
-    int n;
-    char keys[8][16];
-    enum cj_json_type types[8];
-};
-
-static int on_member(void *ud, const char *key, size_t klen, const struct cj_json_val *v, struct cj_err *err)
-{
-    struct collect *c = ud;
-    if (c->n == 8) return cj_fail(err, CJ_E_LIMIT, 0, "too many");
-    snprintf(c->keys[c->n], sizeof c->keys[0], "%.*s", (int)klen, key);
-    c->types[c->n++] = v->type;
-    return 0;
-}
-
-static void test_json_walk(void **state)
-{
-    (void)state;
-    struct collect c = {0};
-    struct cj_err e = {0};
-    const char *j = " {\"a\":null,\"b\":false,\"c\":-0.5E+2,\"d\":\"x\",\"e\":{},\"f\":[ ]} \n";
-    assert_int_equal(cj_json_object_walk(j, strlen(j), on_member, &c, &e), 0);
-    assert_int_equal(c.n, 6);
-    assert_int_equal(c.types[0], CJ_JSON_NULL);
-    assert_int_equal(c.types[2], CJ_JSON_NUMBER);
-    assert_int_equal(c.types[4], CJ_JSON_OBJECT);
-    assert_int_equal(c.types[5], CJ_JSON_ARRAY);
-    assert_string_equal(c.keys[3], "d");
-    assert_int_equal(cj_json_object_walk("{}", 2, NULL, NULL, &e), 0);
-    assert_int_equal(cj_json_object_walk("{\"a\" 1}", 7, NULL, NULL, &e), -CJ_E_INVALID);
-    assert_int_equal(cj_json_object_walk("{\"a\":1", 6, NULL, NULL, &e), -CJ_E_TRUNCATED);
-    assert_int_equal(cj_json_object_walk("{\"\\u0000\":1}", 12, NULL, NULL, &e), -CJ_E_INVALID);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token),  cmocka_unit_test(test_write_read), cmocka_unit_test(test_read_errors),
-        cmocka_unit_test(test_parse),  cmocka_unit_test(test_creds),      cmocka_unit_test(test_json_walk),
+        cmocka_unit_test(test_parse),  cmocka_unit_test(test_creds),
     };
     return cmocka_run_group_tests_name("bootstrap", tests, setup, teardown);
 }

@@ -80,12 +80,84 @@ static void test_skip(void **state)
     }
 }
 
+/* ---- cj_json_object_walk: a whole object, member by member (bootstrap and credentials files) ---------------------------------------------------------------------- */
+
+struct collect {
+    int n;
+    char keys[8][16];
+    enum cj_json_type types[8];
+};
+
+static int on_member(void *ud, const char *key, size_t klen, const struct cj_json_val *v, struct cj_err *err)
+{
+    struct collect *c = ud;
+    if (c->n == 8) return cj_fail(err, CJ_E_LIMIT, 0, "too many");
+    snprintf(c->keys[c->n], sizeof c->keys[0], "%.*s", (int)klen, key);
+    c->types[c->n++] = v->type;
+    return 0;
+}
+
+static void test_json_walk(void **state)
+{
+    (void)state;
+    struct collect c = {0};
+    struct cj_err e = {0};
+    const char *j = " {\"a\":null,\"b\":false,\"c\":-0.5E+2,\"d\":\"x\",\"e\":{},\"f\":[ ]} \n";
+    assert_int_equal(cj_json_object_walk(j, strlen(j), on_member, &c, &e), 0);
+    assert_int_equal(c.n, 6);
+    assert_int_equal(c.types[0], CJ_JSON_NULL);
+    assert_int_equal(c.types[2], CJ_JSON_NUMBER);
+    assert_int_equal(c.types[4], CJ_JSON_OBJECT);
+    assert_int_equal(c.types[5], CJ_JSON_ARRAY);
+    assert_string_equal(c.keys[3], "d");
+    assert_int_equal(cj_json_object_walk("{}", 2, NULL, NULL, &e), 0);
+    assert_int_equal(cj_json_object_walk("{\"a\" 1}", 7, NULL, NULL, &e), -CJ_E_INVALID);
+    assert_int_equal(cj_json_object_walk("{\"a\":1", 6, NULL, NULL, &e), -CJ_E_TRUNCATED);
+    assert_int_equal(cj_json_object_walk("{\"\\u0000\":1}", 12, NULL, NULL, &e), -CJ_E_INVALID);
+    assert_int_equal(cj_json_object_walk("", 0, NULL, NULL, &e), -CJ_E_TRUNCATED);
+    assert_int_equal(cj_json_object_walk(" [1]", 4, NULL, NULL, &e), -CJ_E_TYPE);
+    assert_int_equal(cj_json_object_walk("{\"a\":1} x", 9, NULL, NULL, &e), -CJ_E_INVALID);
+    assert_non_null(strstr(e.msg, "json: trailing characters after the object at offset 8"));
+    assert_int_equal(cj_json_object_walk("{\"a\":-12,\"b\":1e400}", 19, NULL, NULL, &e), 0);
+    char deep[2 * CJ_JSON_MAX_DEPTH + 16];
+    int o = snprintf(deep, sizeof deep, "{\"a\":");
+    for (int i = 0; i <= CJ_JSON_MAX_DEPTH; i++) deep[o++] = '[';
+    for (int i = 0; i <= CJ_JSON_MAX_DEPTH; i++) deep[o++] = ']';
+    deep[o++] = '}';
+    assert_int_equal(cj_json_object_walk(deep, (size_t)o, NULL, NULL, &e), -CJ_E_LIMIT);
+}
+
+static int on_int(void *ud, const char *key, size_t klen, const struct cj_json_val *v, struct cj_err *err)
+{
+    struct cj_json_val *out = ud;
+    *out = *v;
+    return 0;
+}
+
+static void test_json_walk_numbers(void **state)
+{
+    (void)state;
+    struct cj_json_val v;
+    struct cj_err e = {0};
+    assert_int_equal(cj_json_object_walk("{\"n\": -9007199254740993}", 24, on_int, &v, &e), 0);
+    assert_true(v.is_int);
+    assert_true(v.i == -9007199254740993LL);
+    assert_int_equal(cj_json_object_walk("{\"n\": 2.5}", 10, on_int, &v, &e), 0);
+    assert_false(v.is_int);
+    assert_true(v.d == 2.5);
+    assert_int_equal(cj_json_object_walk("{\"n\": 99999999999999999999}", 27, on_int, &v, &e), 0);
+    assert_false(v.is_int);   /* beyond int64: a double only */
+    assert_int_equal(cj_json_object_walk("{\"n\": 01}", 9, on_int, &v, &e), -CJ_E_INVALID);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strings),
         cmocka_unit_test(test_uint),
         cmocka_unit_test(test_skip),
+        cmocka_unit_test(test_json_walk),
+        cmocka_unit_test(test_json_walk_numbers),
     };
     return cmocka_run_group_tests_name("json", tests, NULL, NULL);
 }
