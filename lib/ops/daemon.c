@@ -1,5 +1,6 @@
 /* daemon.c — cjrelayd's shell around the data path (see daemon.h). */
 #include "ops/daemon.h"
+#include "ops/daemon_int.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -24,32 +25,15 @@
 
 #define STATUS_LINE_SECS 5
 
-enum run_state { RUN_RUNNING, RUN_DRAINING, RUN_STOPPED };
-
-struct cj_daemon {
-    struct event_base *base;
-    char config_path[CJ_CFG_PATH_MAX];
-    struct cj_config cfg;
-    struct cj_status *status;
-    struct cj_jobs *jobs;         /* every job: the INI's and those started at run time */
-    struct cj_job *ini;           /* the job [relay] job_id names, or NULL */
-    struct event *sig_hup, *sig_term, *sig_int, *sig_quit;
-    struct event *watchdog_timer, *status_timer, *drain_timer, *trim_timer;
-    enum run_state state;
-    bool paused;
-    int exit_code;
-    double started;               /* cj_now() at start */
-};
-
 /* ---- helpers ---------------------------------------------------------------- */
 
-static double uptime_secs(const struct cj_daemon *d)
+double cj_daemon_uptime(const struct cj_daemon *d)
 {
     return cj_now() - d->started;
 }
 
 /* Resident set size from /proc (an in-memory file: reading it does not block). */
-static unsigned long long rss_bytes(void)
+unsigned long long cj_daemon_rss_bytes(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");
     unsigned long long pages = 0, rss = 0;
@@ -60,7 +44,7 @@ static unsigned long long rss_bytes(void)
     return rss * (unsigned long long)sysconf(_SC_PAGESIZE);
 }
 
-static const char *state_name(const struct cj_daemon *d)
+const char *cj_daemon_state_name(const struct cj_daemon *d)
 {
     if (d->state == RUN_DRAINING) return "draining";
     if (d->state == RUN_STOPPED) return "stopped";
@@ -69,7 +53,7 @@ static const char *state_name(const struct cj_daemon *d)
 
 /* The one job show and STATUS= speak of when none is named: the INI's, or
  * the only one in the table; NULL when there are several (or none). */
-static struct cj_job *sole_job(struct cj_daemon *d)
+struct cj_job *cj_daemon_sole_job(struct cj_daemon *d)
 {
     return d->ini ? d->ini : cj_jobs_count(d->jobs) == 1 ? cj_jobs_at(d->jobs, 0) : NULL;
 }
@@ -87,7 +71,7 @@ static unsigned long long stat_total(struct cj_daemon *d, const char *name)
     return v;
 }
 
-static size_t workers_total(struct cj_daemon *d)
+size_t cj_daemon_workers(struct cj_daemon *d)
 {
     size_t n = 0;
     for (size_t i = 0; i < cj_jobs_count(d->jobs); i++) n += cj_job_workers(cj_jobs_at(d->jobs, i));
@@ -97,17 +81,17 @@ static size_t workers_total(struct cj_daemon *d)
 static void send_status_line(struct cj_daemon *d)
 {
     char line[256], head[160];
-    if (d->ini) snprintf(head, sizeof head, "%s %s; upstream %s", cj_job_fqcn(d->ini), state_name(d),
+    if (d->ini) snprintf(head, sizeof head, "%s %s; upstream %s", cj_job_fqcn(d->ini), cj_daemon_state_name(d),
                          cj_job_upstream_state(d->ini));
-    else snprintf(head, sizeof head, "%s %s; jobs %zu", d->cfg.relay.site, state_name(d), cj_jobs_live(d->jobs));
-    snprintf(line, sizeof line, "%s; workers %zu; tasks in %llu out %llu; relayed %llu msgs", head, workers_total(d),
+    else snprintf(head, sizeof head, "%s %s; jobs %zu", d->cfg.relay.site, cj_daemon_state_name(d), cj_jobs_live(d->jobs));
+    snprintf(line, sizeof line, "%s; workers %zu; tasks in %llu out %llu; relayed %llu msgs", head, cj_daemon_workers(d),
              stat_total(d, "tasks_in"), stat_total(d, "tasks_out"), stat_total(d, "msgs_up") + stat_total(d, "msgs_down"));
     cj_notify_status(line);
 }
 
 /* ---- stopping ------------------------------------------------------------------ */
 
-static void stop_now(struct cj_daemon *d, const char *why)
+void cj_daemon_stop_now(struct cj_daemon *d, const char *why)
 {
     if (d->state != RUN_STOPPED) cj_log_info("stopping now (%s)", why);
     if (d->jobs) cj_jobs_stop_all(d->jobs, why);   /* harmless after a drain: nothing left to stop */
@@ -121,7 +105,7 @@ static void stop_now(struct cj_daemon *d, const char *why)
 static void on_drain_check(evutil_socket_t fd, short what, void *arg)
 {
     struct cj_daemon *d = arg;
-    stop_now(d, "drained");
+    cj_daemon_stop_now(d, "drained");
 }
 
 /* A timer, so the answer to a status command in progress still goes out. */
@@ -131,7 +115,7 @@ static void stop_soon(struct cj_daemon *d)
     evtimer_add(d->drain_timer, &soon);
 }
 
-static void start_drain(struct cj_daemon *d, const char *why)
+void cj_daemon_drain(struct cj_daemon *d, const char *why)
 {
     if (d->state != RUN_RUNNING) return;
     cj_log_info("draining (%s): no new tasks; in-flight work finishes, then exit", why);
@@ -154,7 +138,7 @@ static void on_job_ended(void *ctx, struct cj_job *j)
     if (cj_job_outcome(j) == CJ_JOB_EXECUTION_ERROR) {
         cj_log_error("fatal: %s", cj_job_reason(j));
         d->exit_code = CJ_EXIT_FATAL;
-        stop_now(d, cj_job_reason(j));
+        cj_daemon_stop_now(d, cj_job_reason(j));
         return;
     }
     if (d->state == RUN_DRAINING || d->cfg.relay.on_end_run == CJ_END_EXIT) {
@@ -173,7 +157,7 @@ static void apply_log_settings(const struct cj_config *cfg)
 }
 
 /* Returns 0, or -1 with the first problem in why. */
-static int reload(struct cj_daemon *d, char *why, size_t whysz)
+int cj_daemon_reload(struct cj_daemon *d, char *why, size_t whysz)
 {
     struct cj_config neu;
     struct cj_problems probs;
@@ -206,205 +190,6 @@ static int reload(struct cj_daemon *d, char *why, size_t whysz)
     return 0;
 }
 
-/* ---- status socket callbacks ------------------------------------------------------ */
-
-/* A show target's renderer: j is the job named or the sole one (NULL when
- * several run and none is named, or there is none). */
-typedef int (*show_fn)(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz);
-
-static int show_info(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
-{
-    cj_out_str(o, "version", CJRELAY_VERSION);
-    cj_out_u64(o, "pid", (uint64_t)getpid());
-    cj_out_dbl(o, "uptime", uptime_secs(d));
-    cj_out_str(o, "fqcn", j ? cj_job_fqcn(j) : d->cfg.relay.site);
-    cj_out_str(o, "mode", j ? cj_job_mode(j) : d->cfg.relay.mode == CJ_MODE_SPOOL ? "spool" : "pass_through");
-    cj_out_str(o, "state", state_name(d));
-    cj_out_str(o, "upstream", j ? cj_job_upstream_state(j) : "");
-    cj_out_str(o, "fl", j ? cj_job_fl_state(j) : "");
-    cj_out_str(o, "upstream_url", j ? cj_job_upstream_url(j) : "");
-    cj_out_str(o, "upstream_peer", j ? cj_job_upstream_peer(j) : "");
-    cj_out_u64(o, "workers", j ? cj_job_workers(j) : workers_total(d));
-    cj_out_u64(o, "jobs", cj_jobs_live(d->jobs));
-    cj_out_u64(o, "rss_bytes", rss_bytes());
-    cj_out_str(o, "config", d->config_path);
-    return 0;
-}
-
-/* One job's counters, or with several jobs and none named every job's summed
- * (labelled by a first field, scope). */
-static int show_stats(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
-{
-    size_t n = cj_jobs_count(d->jobs);
-    struct cj_stat_sources *s = calloc(n ? n : 1, sizeof *s);
-    if (!s) { snprintf(msg, msgsz, "out of memory"); return 500; }
-    if (j) {
-        cj_job_stat_sources(j, &s[0]);
-        if (j != d->ini) cj_out_str(o, "scope", cj_job_id(j));
-        cj_stat_render(s, 1, o);
-    } else {
-        for (size_t i = 0; i < n; i++) cj_job_stat_sources(cj_jobs_at(d->jobs, i), &s[i]);
-        char scope[64];
-        snprintf(scope, sizeof scope, "all jobs (%zu)", n);
-        cj_out_str(o, "scope", scope);
-        cj_stat_render(s, n, o);
-    }
-    free(s);
-    return 0;
-}
-
-static int show_config(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
-{
-    static const struct cj_col cols[] = {{"key", 30}, {"value", 34}, {"default", 34}, {"reloadable", 0}};
-    cj_out_table_begin(o, "config", cols, 4);
-    struct cj_config_row row;
-    for (size_t i = 0; cj_config_row(&d->cfg, i, &row) == 0; i++) {
-        cj_out_row_begin(o);
-        cj_out_cell_str(o, row.key);
-        cj_out_cell_str(o, row.value);
-        cj_out_cell_str(o, row.def);
-        cj_out_cell_str(o, row.reloadable ? "yes" : "no");
-        cj_out_row_end(o);
-    }
-    cj_out_table_end(o);
-    return 0;
-}
-
-/* workers, tasks, refs, metrics: one job's table. */
-static int show_job_table(struct cj_daemon *d, struct cj_job *j, enum cj_show what, struct cj_out *o, char *msg,
-                          size_t msgsz)
-{
-    if (!j) {
-        snprintf(msg, msgsz, "%zu jobs: name one (show %s job ID)", cj_jobs_count(d->jobs), cj_shows[what].name);
-        return 400;
-    }
-    cj_job_show(j, what, o);
-    return 0;
-}
-
-static int show_workers(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
-{
-    return show_job_table(d, j, CJ_SHOW_WORKERS, o, msg, msgsz);
-}
-static int show_tasks(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
-{
-    return show_job_table(d, j, CJ_SHOW_TASKS, o, msg, msgsz);
-}
-static int show_refs(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
-{
-    return show_job_table(d, j, CJ_SHOW_REFS, o, msg, msgsz);
-}
-static int show_metrics(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
-{
-    return show_job_table(d, j, CJ_SHOW_METRICS, o, msg, msgsz);
-}
-
-static int show_jobs(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
-{
-    cj_jobs_show(d->jobs, o);
-    return 0;
-}
-
-/* One renderer per show target of ops/commands.c. */
-static const show_fn show_handlers[CJ_SHOW_COUNT] = {
-    [CJ_SHOW_INFO] = show_info,       [CJ_SHOW_STATS] = show_stats,     [CJ_SHOW_WORKERS] = show_workers,
-    [CJ_SHOW_TASKS] = show_tasks,     [CJ_SHOW_REFS] = show_refs,       [CJ_SHOW_CONFIG] = show_config,
-    [CJ_SHOW_METRICS] = show_metrics, [CJ_SHOW_JOBS] = show_jobs,
-};
-
-static int on_show(void *ctx, enum cj_show what, const char *job, struct cj_out *o, char *msg, size_t msgsz)
-{
-    struct cj_daemon *d = ctx;
-    struct cj_job *j = job ? cj_jobs_find(d->jobs, job) : sole_job(d);
-    if (job && !j) { snprintf(msg, msgsz, "no job '%.64s'", job); return 404; }
-    return show_handlers[what](d, j, o, msg, msgsz);
-}
-
-static int cmd_pause(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg, size_t msgsz)
-{
-    if (!d->paused) cj_log_info("paused by the status socket: no new tasks will be pulled");
-    d->paused = true;
-    for (size_t i = 0; i < cj_jobs_count(d->jobs); i++) cj_job_pause(cj_jobs_at(d->jobs, i));
-    return 0;
-}
-
-static int cmd_resume(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg, size_t msgsz)
-{
-    if (d->paused) cj_log_info("resumed by the status socket");
-    d->paused = false;
-    for (size_t i = 0; i < cj_jobs_count(d->jobs); i++) cj_job_resume(cj_jobs_at(d->jobs, i));
-    return 0;
-}
-
-static int cmd_reload(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg, size_t msgsz)
-{
-    return reload(d, msg, msgsz) == 0 ? 0 : 500;
-}
-
-static int cmd_shutdown(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg,
-                        size_t msgsz)
-{
-    const char *arg = nargs ? args[0] : NULL;
-    if (arg && strcmp(arg, "now") != 0) {
-        char usage[64];
-        snprintf(msg, msgsz, "unknown option; usage: %s", cj_cmd_usage(CJ_CMD_SHUTDOWN, false, usage, sizeof usage));
-        return 400;
-    }
-    if (arg) stop_now(d, "shutdown now on the status socket");
-    else start_drain(d, "shutdown on the status socket");
-    return 0;
-}
-
-static int cmd_job_start(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg,
-                         size_t msgsz)
-{
-    if (d->state != RUN_RUNNING) { snprintf(msg, msgsz, "the daemon is %s", state_name(d)); return 503; }
-    return cj_jobs_start_json(d->jobs, args[0], msg, msgsz);
-}
-
-static int cmd_job_stop(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg,
-                        size_t msgsz)
-{
-    return cj_jobs_stop(d->jobs, args[0], nargs > 1 ? args[1] : NULL, msg, msgsz);
-}
-
-static int cmd_job_wait(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg,
-                        size_t msgsz)
-{
-    struct cj_status_wait *w = cj_jobs_find(d->jobs, args[0]) ? cj_status_defer(call) : NULL;
-    int rc = cj_jobs_wait(d->jobs, args[0], w, msg, msgsz);
-    if (rc != CJ_STATUS_DEFERRED && w) cj_status_answer(w, rc, msg);   /* not kept: answered now */
-    else if (rc == 0)   /* no client to answer later: one line after OK */
-        for (char *p = msg; *p; p++) if (*p == '\n') *p = ' ';
-    return rc != CJ_STATUS_DEFERRED && w ? CJ_STATUS_DEFERRED : rc;
-}
-
-/* One handler per command of ops/commands.c but help and show, which the
- * status socket answers itself. */
-typedef int (*command_fn)(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg,
-                          size_t msgsz);
-static const command_fn command_handlers[CJ_CMD_COUNT] = {
-    [CJ_CMD_PAUSE] = cmd_pause,         [CJ_CMD_RESUME] = cmd_resume,     [CJ_CMD_RELOAD] = cmd_reload,
-    [CJ_CMD_SHUTDOWN] = cmd_shutdown,   [CJ_CMD_JOB_START] = cmd_job_start, [CJ_CMD_JOB_STOP] = cmd_job_stop,
-    [CJ_CMD_JOB_WAIT] = cmd_job_wait,
-};
-
-static int on_command(void *ctx, enum cj_cmd cmd, char **args, int nargs, struct cj_status_call *call, char *msg,
-                      size_t msgsz)
-{
-    if (!command_handlers[cmd]) {
-        snprintf(msg, msgsz, "'%s' has no handler in this daemon", cj_cmds[cmd].name);
-        return 500;
-    }
-    return command_handlers[cmd](ctx, args, nargs, call, msg, msgsz);
-}
-
-static void on_cancel(void *ctx, struct cj_status_wait *w)
-{
-    struct cj_daemon *d = ctx;
-    cj_jobs_cancel_wait(d->jobs, w);
-}
-
 /* ---- signals and timers --------------------------------------------------------- */
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -414,13 +199,13 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     snprintf(why, sizeof why, "%s", strsignal((int)sig));
     if (sig == SIGHUP) {
         char msg[CJ_PROBLEM_LEN + 64];
-        reload(d, msg, sizeof msg);
+        cj_daemon_reload(d, msg, sizeof msg);
     } else if (sig == SIGQUIT) {
-        stop_now(d, why);
+        cj_daemon_stop_now(d, why);
     } else if (d->state == RUN_RUNNING) {
-        start_drain(d, why);
+        cj_daemon_drain(d, why);
     } else {
-        stop_now(d, "second stop signal");
+        cj_daemon_stop_now(d, "second stop signal");
     }
 }
 
@@ -489,7 +274,8 @@ struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config 
     d->base = event_base_new();
     if (!d->base) { cj_fail(err, CJ_E_NOMEM, 0, "event_base_new failed"); free(d); return NULL; }
     if (setup_events(d, err) != 0) { cj_daemon_free(d); return NULL; }
-    struct cj_status_ops ops = {.ctx = d, .show = on_show, .command = on_command, .cancel = on_cancel};
+    struct cj_status_ops ops;
+    cj_control_ops(d, &ops);
     d->status = cj_status_new(d->base, d->cfg.status.socket, (mode_t)d->cfg.status.socket_mode, &ops, err);
     struct cj_jobs_cbs cbs = {.ctx = d, .ended = on_job_ended};
     if (!d->status || !(d->jobs = cj_jobs_new(d->base, &d->cfg, &cbs, err)) ||
