@@ -66,6 +66,10 @@ struct cj_launcher {
     int argc;
     int count;
     char runtime_dir[PATH_MAX];
+    bool clean_env;
+    char *env_text;             /* envc "NAME=value" strings, one after the other */
+    int envc;
+    char cwd[PATH_MAX];
     char connect_url[CJ_BOOTSTRAP_URL_MAX + 1];
     char site[NAME_MAX_LEN + 1], job[NAME_MAX_LEN + 1];
     bool secure;
@@ -282,16 +286,19 @@ static bool env_dropped(const char *e)
     return false;
 }
 
-/* The worker's environment: ours minus the dropped names, plus the bootstrap path. */
-static char **make_env(const char *bootstrap)
+/* The worker's environment: ours minus the dropped names, or a clean one
+ * (PATH and the job's own), plus the bootstrap path. */
+static char **make_env(const struct cj_launcher *l, const char *bootstrap)
 {
     size_t n = 0;
     for (char **e = environ; e && *e; e++) n++;
-    char **env = calloc(n + 2, sizeof *env);
+    char **env = calloc(n + (size_t)l->envc + 2, sizeof *env);
     if (!env) return NULL;
     size_t k = 0;
     for (char **e = environ; e && *e; e++)
-        if (!env_dropped(*e)) env[k++] = *e;
+        if (l->clean_env ? !strncmp(*e, "PATH=", 5) : !env_dropped(*e)) env[k++] = *e;
+    const char *p = l->env_text;
+    for (int i = 0; l->clean_env && i < l->envc; i++, p += strlen(p) + 1) env[k++] = (char *)p;
     size_t len = strlen(CJ_BOOTSTRAP_ENV) + 1 + strlen(bootstrap) + 1;
     char *mine = malloc(len);
     if (!mine) {
@@ -317,6 +324,12 @@ static void free_env(char **env)
 static void child_exec(const struct cj_launcher *l, int out_fd, int err_fd, char **env)
 {
     setsid();   /* leads its own process group: pgid = pid */
+    if (l->cwd[0] && chdir(l->cwd) != 0) {
+        static const char msg[] = "cjrelay launcher: cannot enter the worker's directory\n";
+        ssize_t rc = write(err_fd, msg, sizeof msg - 1);
+        (void)rc;
+        _exit(127);
+    }
     int nul = open("/dev/null", O_RDONLY);
     if (nul >= 0 && nul != 0) {
         dup2(nul, 0);
@@ -383,7 +396,7 @@ static int spawn(struct slot *sl)
         goto fail;
     }
     if (write_bootstrap(l, sl, token)) goto fail;
-    if (!(env = make_env(sl->bootstrap)) || pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
+    if (!(env = make_env(l, sl->bootstrap)) || pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
         cj_log_error("worker %s: cannot prepare its launch: %s", sl->leaf, strerror(errno));
         goto fail;
     }
@@ -591,6 +604,20 @@ struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_lau
     }
     l->count = cfg->count;
     snprintf(l->runtime_dir, sizeof l->runtime_dir, "%s", cfg->runtime_dir);
+    if (cfg->cwd) snprintf(l->cwd, sizeof l->cwd, "%s", cfg->cwd);
+    l->clean_env = cfg->clean_env;
+    if (cfg->clean_env && cfg->env && cfg->envc > 0) {
+        size_t len = 0;
+        for (int i = 0; i < cfg->envc; i++) len += strlen(cfg->env + len) + 1;
+        if (!(l->env_text = malloc(len))) {
+            cj_launcher_argv_free(l->argv);
+            free(l);
+            cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
+            return NULL;
+        }
+        memcpy(l->env_text, cfg->env, len);
+        l->envc = cfg->envc;
+    }
     snprintf(l->connect_url, sizeof l->connect_url, "%s", cfg->connect_url);
     snprintf(l->site, sizeof l->site, "%s", cfg->site);
     snprintf(l->job, sizeof l->job, "%s", cfg->job_id);
@@ -645,6 +672,7 @@ void cj_launcher_free(struct cj_launcher *l)
     if (l->poll) event_free(l->poll);
     free(l->slots);
     cj_launcher_argv_free(l->argv);
+    free(l->env_text);
     free(l);
 }
 

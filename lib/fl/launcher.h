@@ -48,6 +48,14 @@ struct cj_launcher_cfg {
     double shutdown_grace;      /* seconds; 0 = 10 */
     double restart_min, restart_max;   /* back-off seconds; 0 = 1 / 30 */
     size_t line_max;            /* longest logged output line (longer ones are cut); 0 = CJ_LAUNCHER_LINE_MAX */
+    /* A job's own worker environment (copied): with clean_env the worker gets
+     * only PATH (the daemon's), env's envc "NAME=value" strings (one after the
+     * other, each NUL-ended) and the bootstrap path; otherwise the daemon's
+     * environment minus the dropped names, and the bootstrap path. */
+    bool clean_env;
+    const char *env;
+    int envc;
+    const char *cwd;            /* the worker's working directory; NULL or "": the daemon's */
 };
 
 struct cj_launcher_cbs {

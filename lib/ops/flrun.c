@@ -329,7 +329,8 @@ static int load_launch_tokens(struct cj_flrun *f, const struct cj_config *cfg, s
     return rc ? -1 : 0;
 }
 
-static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, struct cj_err *err)
+static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, const struct cj_flrun_opts *opts,
+                         struct cj_err *err)
 {
     if (!cfg->workers.command[0]) return 0;
     if (!f->runtime_dir[0]) {
@@ -344,6 +345,12 @@ static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, struct
         .secure_mode = f->secure,   /* must match what hello_accepted announces */
         .shutdown_grace = cfg->workers.shutdown_grace,
     };
+    if (opts) {
+        lc.clean_env = opts->clean_env;
+        lc.env = opts->worker_env;
+        lc.envc = opts->worker_envc;
+        lc.cwd = opts->worker_cwd;
+    }
     struct cj_launcher_cbs cbs = {.ctx = f, .on_spawn = on_spawn, .on_exit = on_exit_cb, .in_barrier = in_barrier};
     f->launcher = cj_launcher_new(f->base, &lc, &cbs, err);
     return f->launcher ? 0 : -1;
@@ -370,7 +377,7 @@ struct cj_flrun *cj_flrun_new(struct event_base *base, struct cj_stream_ep *ep, 
     cj_log_info("credentials: %s", cj_creds_describe(&f->creds, desc, sizeof desc));
     if (!(f->tasks = cj_task_table_new())) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); goto fail; }
     if (make_upstream(f, ep, cfg, err) || make_spool(f, ep, cfg, err) || make_sessions(f, ep, cfg, err) ||
-        load_launch_tokens(f, cfg, err) || make_launcher(f, cfg, err))
+        load_launch_tokens(f, cfg, err) || make_launcher(f, cfg, opts, err))
         goto fail;
     struct cj_router_events ev = {.worker_up = ev_worker_up, .worker_down = ev_worker_down,
                                   .upstream_up = ev_upstream_up};

@@ -35,6 +35,10 @@ struct cj_flrun_opts {
     const struct cj_creds *creds;   /* the job's credentials; NULL: [upstream] credentials_file, then the
                                        environment */
     const char *runtime_dir;        /* the workers' bootstrap files; NULL: the status socket's directory */
+    bool clean_env;                 /* launched workers get PATH, worker_env and the bootstrap path only */
+    const char *worker_env;         /* worker_envc "NAME=value" strings, one after the other */
+    int worker_envc;
+    const char *worker_cwd;         /* launched workers' working directory; NULL: the daemon's */
 };
 
 /* opts may be NULL. */

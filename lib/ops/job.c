@@ -214,7 +214,7 @@ static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
 
 /* ---- life cycle -------------------------------------------------------------------- */
 
-static int start_cell(struct cj_job *j, struct cj_err *err)
+static int start_cell(struct cj_job *j, const struct cj_job_opts *opts, struct cj_err *err)
 {
     const struct cj_config *c = &j->cfg;
     struct cj_router_cfg rc = {
@@ -232,6 +232,12 @@ static int start_cell(struct cj_job *j, struct cj_err *err)
     if (start_stream(j, err) != 0 || open_worker_listeners(j, err) != 0) return -1;
     struct cj_flrun_cbs cbs = {.ctx = j, .ended = on_fl_ended, .fatal = on_fl_fatal};
     struct cj_flrun_opts fo = {.creds = j->has_creds ? &j->creds : NULL, .runtime_dir = j->dir[0] ? j->dir : NULL};
+    if (opts) {
+        fo.clean_env = opts->clean_env;
+        fo.worker_env = opts->worker_env;
+        fo.worker_envc = opts->worker_envc;
+        fo.worker_cwd = opts->worker_cwd;
+    }
     if (!(j->fl = cj_flrun_new(j->base, j->stream, j->router, &j->cfg, &fo, &cbs, err))) return -1;
     return start_upstream(j, err);
 }
@@ -258,7 +264,7 @@ struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, 
             return NULL;
         }
     }
-    if (start_cell(j, err) != 0) { cj_job_free(j); return NULL; }
+    if (start_cell(j, opts, err) != 0) { cj_job_free(j); return NULL; }
     if (opts && opts->connect_timeout > 0) {
         j->connect_timeout = opts->connect_timeout;
         struct timeval tv = cj_tv(opts->connect_timeout);

@@ -41,6 +41,10 @@ struct cj_job_opts {
     const char *workspace;          /* FLARE's workspace: <workspace>/<job_id>/_process_rc.txt at the end */
     double connect_timeout;         /* the server link not up this long after the start: the job ends
                                        with 104 (infrastructure error); 0 = it waits */
+    bool clean_env;                 /* launched workers: PATH, worker_env and the bootstrap path only */
+    const char *worker_env;         /* worker_envc "NAME=value" strings, one after the other */
+    int worker_envc;
+    const char *worker_cwd;         /* launched workers' working directory; NULL: the daemon's */
 };
 
 struct cj_job_cbs {

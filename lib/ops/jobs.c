@@ -304,6 +304,11 @@ static void desc_creds(const struct cj_job_desc *d, struct cj_creds *c)
 
 static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg, size_t msgsz)
 {
+    if (d->has & (CJ_JD_USER | CJ_JD_GROUP)) {
+        snprintf(msg, msgsz, "worker.%s: workers run as the daemon's account; another account is not supported yet",
+                 (d->has & CJ_JD_USER) ? "user" : "group");
+        return 400;
+    }
     struct cj_job *old = cj_jobs_find(js, d->job_id);
     if (old && cj_job_state(old) != CJ_JOB_ENDED) { snprintf(msg, msgsz, "job %s is running", d->job_id); return 409; }
     if (cj_jobs_live(js) >= (size_t)js->site.relay.max_jobs) {
@@ -319,9 +324,12 @@ static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg
     if (old) drop_slot(js, (size_t)(slot_of(js, old) - js->slots));   /* the same id again: the old record goes */
     struct cj_creds creds;
     if (d->has & CJ_JD_CREDENTIALS) desc_creds(d, &creds);
+    /* A job's workers start in a clean environment: PATH and what its description gives. */
     struct cj_job_opts opts = {.creds = (d->has & CJ_JD_CREDENTIALS) ? &creds : NULL, .dir = dir,
                                .workspace = (d->has & CJ_JD_WORKSPACE) ? d->workspace : NULL,
-                               .connect_timeout = cfg->upstream.first_connect_timeout};
+                               .connect_timeout = cfg->upstream.first_connect_timeout, .clean_env = true,
+                               .worker_env = d->worker.env, .worker_envc = d->worker.envc,
+                               .worker_cwd = (d->has & CJ_JD_CWD) ? d->worker.cwd : NULL};
     struct cj_job_cbs cbs = {.ctx = js, .ended = on_job_ended};
     struct cj_err err = {0};
     struct cj_job *j = cj_job_new(js->base, cfg, &opts, &cbs, &err);

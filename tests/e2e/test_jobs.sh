@@ -45,7 +45,7 @@ relay_ini "$W/site.ini" relay.job_id= relay.max_jobs=3 relay.job_linger=60 relay
     status.socket="$W/status.sock" status.socket_mode=0666 log.level=info
 mkdir -p "$W/spool" "$W/ws"
 chmod 755 "$W"
-$D -c "$W/site.ini" > "$W/relay.log" 2>&1 & RELAY=$!
+CJTEST_DAEMON_ONLY=1 $D -c "$W/site.ini" > "$W/relay.log" 2>&1 & RELAY=$!
 wait_for 10 test -S "$W/status.sock"
 check "the daemon starts with no job" sh -c "$CTL show jobs | wc -l | grep -qx 1"
 check "(e) a stale job directory is removed at start, and logged" sh -c "[ ! -e $W/status.jobs/OLD ] && grep -q 'stale directory of job OLD' $W/relay.log"
@@ -55,7 +55,8 @@ check "show info: no job, site fqcn" sh -c "$CTL show info | grep -qx 'fqcn: sit
 sim 1 tcp J1 --rounds 2 --model-size 8M --tensors 4; P1=$PORT
 sim 2 http J2 --rounds 2 --model-size 8M --tensors 4 --format numpy; P2=$PORT
 sim 3 grpc J3 --rounds 2 --model-size 8M --tensors 4; P3=$PORT
-a1=$(job "{\"job_id\": \"J1\", \"server_url\": \"tcp://127.0.0.1:$P1\", \"workspace\": \"$W/ws\"}")
+# J1's worker: a shell that records its environment and directory, then becomes the worker
+a1=$(job "{\"job_id\": \"J1\", \"server_url\": \"tcp://127.0.0.1:$P1\", \"workspace\": \"$W/ws\", \"worker\": {\"argv\": [\"/bin/sh\", \"-c\", \"env > $W/j1.env; pwd > $W/j1.cwd; exec $BUILD/cjrelay-worker\"], \"env\": {\"CJTEST_MARK\": \"j1 env\"}, \"cwd\": \"$W/ws\"}}")
 a2=$(job "{\"job_id\": \"J2\", \"server_url\": \"http://127.0.0.1:$P2\", \"credentials\": {\"token\": \"$TOKEN\", \"token_signature\": \"$SIG\", \"ssid\": \"$SSID\"}}")
 a3=$(job "{\"job_id\": \"J3\", \"server_url\": \"grpc://127.0.0.1:$P3\", \"mode\": \"spool\"}")
 check "(a) job start J1 (tcp): $a1" [ "$a1" = "OK job J1 started" ]
@@ -77,6 +78,8 @@ for j in J1 J2 J3; do
     out=$(timeout 30 $C -s "$W/status.sock" job wait $j | tr '\n' ' ')
     check "(a) job wait $j: outcome 0 ($out)" sh -c "printf '%s' '$out' | grep -q '^job_id: $j outcome: 0 reason: '"
 done
+check "(a) J1's worker: the description's env and cwd" sh -c "grep -qx 'CJTEST_MARK=j1 env' $W/j1.env && [ \"\$(cat $W/j1.cwd)\" = $W/ws ]"
+check "(a) J1's worker: a clean environment (PATH, its own, the bootstrap path)" sh -c "! grep -q CJTEST_DAEMON_ONLY $W/j1.env && grep -q '^PATH=' $W/j1.env && grep -q '^NVFLARE_CLIENT_API_BOOTSTRAP=$W/status.jobs/J1/' $W/j1.env"
 check "(a) show stats job J1: its own counters" sh -c "$CTL show stats job J1 | grep -qx 'tasks_in: 2' && $CTL show stats job J1 | grep -qx 'scope: J1'"
 check "(a) show stats: totals labelled" sh -c "$CTL show stats | head -1 | grep -qx 'scope: all jobs (3)' && $CTL show stats | grep -qx 'tasks_in: 6'"
 check "(a) show stats job J3: the spool section" sh -c "$CTL show stats job J3 | grep -q '^spool_results_spooled: 2'"
@@ -100,6 +103,7 @@ bad "scheme vs security" '{"job_id": "B1", "server_url": "grpcs://h:1"}' '^ERR 4
 bad "not JSON" 'job_id=B1' '^ERR 400 description: '
 bad "trailing bytes" '{"job_id": "B1"} x' '^ERR 400 description: '
 bad "another site" '{"job_id": "B1", "site": "site-2"}' '^ERR 400 site: '
+bad "another account" '{"job_id": "B1", "worker": {"user": "nobody"}}' '^ERR 400 worker.user: .*not supported'
 check "(b) nothing started by a refused description" sh -c "! $CTL show jobs | grep -q '^B1 '"
 check "(b) a read-only client cannot start or stop a job" sh -c "setpriv --reuid=65534 --regid=65534 --clear-groups $CTL job start '{\"job_id\": \"R1\"}' | grep -q '^ERR 403' && setpriv --reuid=65534 --regid=65534 --clear-groups $CTL job stop J1 | grep -q '^ERR 403'"
 check "(b) a read-only client may wait for a job" sh -c "setpriv --reuid=65534 --regid=65534 --clear-groups $CTL job wait J1 | grep -qx 'outcome: 0'"
