@@ -24,7 +24,15 @@
  *     must accept and which must fail the download at once ("DRIVE NOTICE" lines);
  *   attempt 2: the same (source, ref) again: the server must fail it before its
  *     first pull (no DROPPED line);
- *   attempt 3: a normal result. */
+ *   attempt 3: a normal result.
+ *
+ * --drive-parent URL plays a client job's side of its parent link
+ * (doc/protocol/site.md §3): a second link, as the same cell, to the client
+ * parent <site>; admin/train.notify_job_status STARTED once __sync_runner__
+ * answered and the parent link is up, STOPPED before the drive ends (its
+ * reply, or 5 s, awaited); client_command show_stats answered with a map,
+ * abort ends the drive ("DRIVE END aborted rounds=N", after STOPPED),
+ * abort_task and reset_errors printed, anything else answered invalid_request. */
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -36,6 +44,7 @@
 #include <event2/event.h>
 
 #include "wire/msg.h"
+#include "cpmsg.h"
 #include "dl/client.h"
 #include "dl/producer.h"
 #include "model.h"
@@ -88,17 +97,35 @@ struct drive {
     struct cj_stream_ep *sib_ep;         /* the sibling cell's endpoint (same link) */
     long sf_attempt;                     /* tasks of round R taken so far */
     bool sf_notified;                    /* attempt 1's notices are out */
+    /* --drive-parent */
+    struct cj_link *plink;
+    bool synced, started_sent, stopping;
+    long notify_status;                  /* the notice awaiting its reply (0: none) */
+    char notify_rid[CPMSG_RID_LEN + 1];
+    struct event *notify_timer;
+    int end_code;                        /* the end held until STOPPED is answered */
+    char end_why[512];
 };
+
+static void notify(struct drive *d, long status);
 
 static void drive_end(struct drive *d, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void drive_end(struct drive *d, int code, const char *fmt, ...)
 {
-    if (d->done) return;
+    if (d->done || d->stopping) return;
     char why[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
+    if (d->started_sent && d->plink) {   /* STOPPED first, the end once it is answered */
+        d->stopping = true;
+        d->end_code = code;
+        snprintf(d->end_why, sizeof d->end_why, "%s", why);
+        evtimer_del(d->timer);
+        notify(d, CPMSG_STOPPED);
+        return;
+    }
     printf("DRIVE %s %s\n", code ? "FAIL" : "END", why);
     d->done = true;
     d->exit_code = code;
@@ -141,6 +168,8 @@ static void on_sync(void *arg, struct cj_stream_reply *r)
         return;
     }
     printf("DRIVE SYNCED\n");
+    d->synced = true;
+    if (d->plink && cj_link_get_state(d->plink) == CJ_LINK_UP && !d->started_sent) notify(d, CPMSG_STARTED);
     struct cj_fl_client c = fl_client(d);
     cj_fl_client_heartbeat(&c);
     poll_task(d);
@@ -261,6 +290,7 @@ static void on_submit(void *arg, struct cj_stream_reply *r)
     struct drive *d = arg;
     printf("DRIVE SUBMITTED %ld task=%s rc=%s\n", d->round, d->task_id, r->return_code);
     if (!strcmp(r->return_code, "ok")) d->rounds_done++;
+    if (d->stopping) return;
     later(d, d->o->wait_time, poll_task);
 }
 
@@ -329,6 +359,7 @@ out:
 static void task_fetched(void *ctx, bool ok, const char *why)
 {
     struct drive *d = ctx;
+    if (d->stopping) return;
     if (!ok || d->items_ok != (uint64_t)d->o->tensors) {
         drive_end(d, 1, "round %ld: task download failed: %s (%" PRIu64 " items verified)", d->round, why ? why : "?",
                   d->items_ok);
@@ -430,6 +461,7 @@ static double wait_time(const uint8_t *p, size_t len, double dflt)
 static void on_task(void *arg, struct cj_stream_reply *r)
 {
     struct drive *d = arg;
+    if (d->stopping) return;
     if (strcmp(r->return_code, "ok")) {
         printf("DRIVE POLL rc=%s %s\n", r->return_code, r->error);
         later(d, 0.5, poll_task);
@@ -508,6 +540,100 @@ static void dead_cell_msg(struct drive *d, const struct cj_hdr *h)
         drive_end(d, 1, "cannot send the sibling's source_failure notice");
 }
 
+/* ---- --drive-parent: the client parent link ------------------------------------------ */
+
+/* The notice in flight is answered (rc) or timed out: the held end, after STOPPED. */
+static void notify_done(struct drive *d, const char *rc)
+{
+    long st = d->notify_status;
+    printf("DRIVE NOTIFIED %ld rc=%s\n", st, rc);
+    d->notify_status = 0;
+    evtimer_del(d->notify_timer);
+    if (st != CPMSG_STOPPED || !d->stopping) return;
+    d->stopping = false;
+    d->started_sent = false;             /* so drive_end ends now */
+    drive_end(d, d->end_code, "%s", d->end_why);
+}
+
+static void on_notify_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd; (void)what;
+    notify_done(arg, "timeout");
+}
+
+/* admin/train.notify_job_status status to the parent <site> (5 s for the reply). */
+static void notify(struct drive *d, long status)
+{
+    msgpack_sbuffer sb;
+    struct timeval tv = cj_tv(5.0);
+    msgpack_sbuffer_init(&sb);
+    d->notify_status = status;
+    if (status == CPMSG_STARTED) d->started_sent = true;
+    if (cpmsg_admin_write(&sb, CPMSG_TP_NOTIFY, "", d->o->job_id, status, NULL) ||
+        cpmsg_request(d->plink, d->me, d->site, CPMSG_CH_ADMIN, CPMSG_TP_NOTIFY, true, &sb, d->notify_rid))
+        notify_done(d, "not_sent");
+    else
+        evtimer_add(d->notify_timer, &tv);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* client_command/<topic> from the parent. */
+static void parent_command(struct drive *d, struct cj_link *l, const struct cj_hdr *h)
+{
+    if (!strcmp(h->topic, "show_stats")) {
+        const char *st = d->stopping ? "stopping" : d->started_sent ? "started" : "starting";
+        struct cpmsg_kv kv[] = {{"cell", d->me, 0}, {"rounds_done", NULL, d->rounds_done}, {"status", st, 0}};
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        printf("DRIVE SHOW_STATS from=%s\n", h->origin);
+        if (h->reply_expected && cpmsg_map_write(&sb, kv, 3) == 0) cpmsg_reply(l, h, "ok", NULL, &sb);
+        msgpack_sbuffer_destroy(&sb);
+    } else if (!strcmp(h->topic, "abort")) {
+        printf("DRIVE ABORT from=%s round=%ld\n", h->origin, d->round);
+        drive_end(d, 0, "aborted rounds=%ld", d->rounds_done);
+    } else if (!strcmp(h->topic, "abort_task") || !strcmp(h->topic, "reset_errors")) {
+        printf("DRIVE %s from=%s round=%ld\n", !strcmp(h->topic, "abort_task") ? "ABORT_TASK" : "RESET_ERRORS",
+               h->origin, d->round);
+    } else if (h->reply_expected) {
+        cpmsg_reply(l, h, "invalid_request", NULL, NULL);
+    }
+}
+
+static void on_parent_up(struct cj_link *l, void *ctx)
+{
+    struct drive *d = ctx;
+    printf("DRIVE PARENT connected to %s as %s\n", cj_link_peer(l), d->me);
+    if (d->synced && !d->started_sent) notify(d, CPMSG_STARTED);
+}
+
+static void on_parent_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
+{
+    struct drive *d = ctx;
+    const struct cj_hdr *h = &m->hdr;
+    if (strcmp(h->destination, d->me)) {
+        cj_log_warning("drive: %s/%s for %s from the parent: not this cell, dropped", h->channel, h->topic,
+                       h->destination);
+    } else if (h->msg_type != CJ_MSG_REQ) {
+        if (d->notify_status && !strcmp(h->req_id, d->notify_rid)) notify_done(d, h->return_code);
+    } else if (!strcmp(h->channel, CPMSG_CH_COMMAND)) {
+        parent_command(d, l, h);
+    } else if (h->reply_expected) {
+        cpmsg_reply(l, h, "process_exception", "no callback", NULL);
+    }
+    cj_msg_free(m);
+}
+
+static void on_parent_down(struct cj_link *l, const char *why, void *ctx)
+{
+    (void)l;
+    struct drive *d = ctx;
+    printf("DRIVE PARENT lost: %s\n", why);
+    d->plink = NULL;
+    if (d->notify_status) notify_done(d, "link_lost");
+}
+
+static const struct cj_link_ops PARENT_OPS = {.on_up = on_parent_up, .on_msg = on_parent_msg, .on_down = on_parent_down};
+
 /* ---- link and endpoint --------------------------------------------------------------- */
 
 static void on_up(struct cj_link *l, void *ctx)
@@ -538,6 +664,7 @@ static void on_down(struct cj_link *l, const char *why, void *ctx)
     (void)l;
     struct drive *d = ctx;
     d->link = NULL;
+    if (d->stopping) return;             /* the end is held for STOPPED's answer */
     drive_end(d, 1, "connection lost: %s", why);
 }
 
@@ -578,6 +705,7 @@ int sim_drive(const struct sim_opts *o)
     struct cj_link_cfg lc = {.name = "server", .me = d.me};
     struct cj_stream_io io = {.ctx = &d, .send = io_send};
     if (!(d.base = event_base_new()) || !(d.timer = evtimer_new(d.base, on_timer, &d)) ||
+        !(d.notify_timer = evtimer_new(d.base, on_notify_timeout, &d)) ||
         !(d.ep = cj_stream_new(d.base, d.me, &io, NULL)) || !(d.prod = cj_dl_producer_new(d.base, d.ep, NULL)) ||
         !(sig = evsignal_new(d.base, SIGTERM, on_signal, &d)) || event_add(sig, NULL) ||
         (o->drive_source_failure && !(d.sib_ep = cj_stream_new(d.base, d.sf_sibling, &io, NULL)))) {
@@ -588,20 +716,29 @@ int sim_drive(const struct sim_opts *o)
         printf("DRIVE FAIL cannot connect to %s: %s\n", o->drive, err.msg);
         goto out;
     }
+    struct cj_link_cfg pc = {.name = "parent", .me = d.me};
+    if (o->drive_parent[0] && !(d.plink = cj_link_connect(d.base, NULL, o->drive_parent, NULL, &pc, &PARENT_OPS, &d, &err))) {
+        printf("DRIVE FAIL cannot connect to the parent %s: %s\n", o->drive_parent, err.msg);
+        goto out;
+    }
     event_base_dispatch(d.base);
     /* a link that went down frees itself at the next loop turn: give it one */
     evtimer_del(d.timer);
     if (d.link) cj_link_free(d.link);
     d.link = NULL;
+    if (d.plink) cj_link_free(d.plink);
+    d.plink = NULL;
     event_base_loop(d.base, EVLOOP_NONBLOCK);
 out:
     if (d.prod) cj_dl_producer_free(d.prod);
     if (d.link) cj_link_free(d.link);
     d.link = NULL;
+    if (d.plink) cj_link_free(d.plink);
     if (d.sib_ep) cj_stream_free(d.sib_ep);
     if (d.ep) cj_stream_free(d.ep);
     if (d.submit) evbuffer_free(d.submit);
     if (d.timer) event_free(d.timer);
+    if (d.notify_timer) event_free(d.notify_timer);
     if (sig) event_free(sig);
     if (d.base) event_base_free(d.base);
     free(d.task);

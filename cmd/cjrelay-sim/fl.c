@@ -72,7 +72,7 @@ int send_reply(struct sim_fl *fl, const struct cj_stream_reqctx *rq, const char 
         return -1;
     }
     struct cj_stream_msg m = {.encoding = sb && sb->size ? "fobs" : "none"};
-    if (cj_stream_reply(fl->s->ep, rq, rc, &m, b, done, arg) < 0) {
+    if (cj_stream_reply(fl->job->ep, rq, rc, &m, b, done, arg) < 0) {
         cj_log_warning("sim: cannot send the %s reply to %s", rq->topic, rq->origin);
         return -1;
     }
@@ -103,7 +103,7 @@ static int build_headers_only(msgpack_sbuffer *sb, struct sim_fl *fl, uint32_t n
 
 static int pack_peer_ctx(msgpack_packer *pk, struct sim_fl *fl)
 {
-    return pack_str(pk, "__peer_ctx__") || cj_fobs_write_flcontext(pk, CJ_FQCN_SERVER, fl->o->job_id) ? -1 : 0;
+    return pack_str(pk, "__peer_ctx__") || cj_fobs_write_flcontext(pk, CJ_FQCN_SERVER, fl->job->id) ? -1 : 0;
 }
 
 /* {__task_id__: id} */
@@ -232,8 +232,8 @@ static void log_receivers(struct task *t, const struct cj_dl_receiver_info *rcv,
     for (size_t i = 0; i < n; i++) {
         const struct cj_dl_receiver_info *r = &rcv[i];
         if (!r->pulled) continue;
-        printf("DOWNLOAD ref=%s by=%s bytes=%" PRIu64 " status=%s round=%ld\n", t->ref_id, r->fqcn, r->bytes,
-               rcv_state(r), t->round);
+        printf("DOWNLOAD ref=%s by=%s bytes=%" PRIu64 " status=%s round=%ld%s\n", t->ref_id, r->fqcn, r->bytes,
+               rcv_state(r), t->round, fl->job->tag);
         if (fl->dlog) {
             fprintf(fl->dlog, "%s %s %" PRIu64 " %s round=%ld task=%s\n", t->ref_id, r->fqcn, r->bytes, rcv_state(r),
                     t->round, t->id);
@@ -352,7 +352,7 @@ void round_failed(struct task *t, const char *fmt, ...)
     t->state = T_FAILED;
     fl->round_state[t->round] = 0;
     fl->failures++;
-    printf("ROUND %ld task=%s FAILED %s\n", t->round, t->id, why);
+    printf("ROUND %ld%s task=%s FAILED %s\n", t->round, fl->job->tag, t->id, why);
     cj_log_warning("sim: round %ld (task %s, site %s) failed: %s", t->round, t->id, t->site, why);
     if (t->fetch) {
         cj_dl_fetch_cancel(t->fetch);
@@ -361,7 +361,7 @@ void round_failed(struct task *t, const char *fmt, ...)
     answer_waiters(t, "process_exception");
     drop_ref(t);
     if (fl->failures > fl->o->max_failures)
-        sim_finish(fl->s, 1, "round %ld: %s (%ld failed rounds, --max-failures %ld)", t->round, why, fl->failures,
+        sim_finish(fl->job, 1, "round %ld: %s (%ld failed rounds, --max-failures %ld)", t->round, why, fl->failures,
                    fl->o->max_failures);
     task_reap(t);
 }
@@ -418,7 +418,7 @@ static void on_exit_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd; (void)what;
     struct sim_fl *fl = arg;
-    sim_finish(fl->s, 0, "rounds=%ld", fl->verified);
+    sim_finish(fl->job, 0, "rounds=%ld", fl->verified);
 }
 
 static void end_run_done(void *arg, int status, const char *why)
@@ -432,7 +432,7 @@ static void end_run_done(void *arg, int status, const char *why)
     if (fl->exit_ev) return;
     struct timeval tv = {1, 0};
     if (!(fl->exit_ev = evtimer_new(fl->s->base, on_exit_timer, fl)) || evtimer_add(fl->exit_ev, &tv))
-        sim_finish(fl->s, 0, "rounds=%ld", fl->verified);
+        sim_finish(fl->job, 0, "rounds=%ld", fl->verified);
 }
 
 static void reply_special(struct sim_fl *fl, const struct cj_stream_reqctx *rq, const char *name)
@@ -515,7 +515,7 @@ static int build_task(msgpack_sbuffer *sb, struct sim_fl *fl, struct task *t, ch
     }
     struct cj_dxo_out d = {
         .headers = (const uint8_t *)hb.data, .headers_len = hb.size, .dot = fl->dot, .n_tensors = n,
-        .current_round = t->round, .source = fl->s->job,
+        .current_round = t->round, .source = fl->job->cell,
     };
     if (t->inline_model) {
         if (build_inline(sb, fl, t, &d, &e)) snprintf(why, whysz, "cannot build the inline task: %s", e.msg);
@@ -562,6 +562,7 @@ static void task_sent(void *arg, int status, const char *why)
         return;
     }
     t->state = T_ISSUED;
+    sim_cp_task_out(t->fl->job, t->round);
 }
 
 static long next_round(const struct sim_fl *fl)
@@ -600,7 +601,7 @@ static void issue_task(struct sim_fl *fl, struct cj_stream_blob *b, long r)
     if (build_task(&sb, fl, t, why, sizeof why)) {
         msgpack_sbuffer_destroy(&sb);
         free(t);
-        sim_finish(fl->s, 1, "round %ld: %s", r, why);
+        sim_finish(fl->job, 1, "round %ld: %s", r, why);
         return;
     }
     t->next = fl->tasks;
@@ -613,7 +614,7 @@ static void issue_task(struct sim_fl *fl, struct cj_stream_blob *b, long r)
         struct timeval tv = cj_tv(fl->o->task_timeout);
         if ((t->timeout_ev = evtimer_new(fl->s->base, on_task_timeout, t))) evtimer_add(t->timeout_ev, &tv);
     }
-    printf("TASK %ld task=%s to=%s ref=%s tensors=%ld bytes=%" PRIu64 "\n", r, t->id, t->site,
+    printf("TASK %ld%s task=%s to=%s ref=%s tensors=%ld bytes=%" PRIu64 "\n", r, fl->job->tag, t->id, t->site,
            t->inline_model ? "inline" : t->ref_id, fl->o->tensors, t->bytes);
     cj_log_info("sim: round %ld: task %s (%zu payload bytes, %" PRIu64 " tensor bytes) to %s", r, t->id, sb.size,
                 t->bytes, t->site);
@@ -644,8 +645,8 @@ static int on_get_task(void *arg, struct cj_stream_blob *b)
         reply_special(fl, &b->req, "__try_again__");
         return 0;
     }
-    if (strcmp(run, fl->o->job_id)) {
-        cj_log_warning("sim: get_task from %s for job %s (this is %s): __end_run__", b->origin, run, fl->o->job_id);
+    if (strcmp(run, fl->job->id)) {
+        cj_log_warning("sim: get_task from %s for job %s (this is %s): __end_run__", b->origin, run, fl->job->id);
         reply_special(fl, &b->req, "__end_run__");
         return 0;
     }
@@ -653,7 +654,9 @@ static int on_get_task(void *arg, struct cj_stream_blob *b)
     cj_log_debug("sim: get_task from %s (last_task_id %s)", b->origin, last[0] ? last : "-");
     struct task *out = task_of_site(fl, b->origin);
     long next = next_round(fl);
-    if (fl->verified >= fl->o->rounds) {
+    if (fl->job->ended) {
+        reply_special(fl, &b->req, "__end_run__");
+    } else if (fl->verified >= fl->o->rounds) {
         if (!fl->end_sent) cj_log_info("sim: all %ld rounds verified: __end_run__ to %s", fl->o->rounds, b->origin);
         fl->end_sent = true;
         reply_special(fl, &b->req, "__end_run__");
@@ -678,12 +681,12 @@ void round_verified(struct task *t)
     answer_waiters(t, NULL);
     if (t->inline_model) snprintf(t->served_to, sizeof t->served_to, "inline");
     else if (t->ref_live) cj_dl_producer_foreach(fl->prod, visit_served, t);
-    printf("RESULT %ld task=%s ref=%s from=%s items=%" PRIu64 " bytes=%" PRIu64 " secs=%.3f\n", t->round, t->id,
-           t->res_ref[0] ? t->res_ref : "inline", t->res_from, t->res_items, t->res_bytes, fsecs);
-    printf("ROUND %ld task=%s tensors=%ld bytes=%" PRIu64 " served_to=%s result_from=%s verified secs=%.3f MiB/s=%.1f\n",
-           t->round, t->id, fl->o->tensors, t->bytes, t->served_to[0] ? t->served_to : "none", t->res_from, secs,
-           secs > 0 ? (double)(t->bytes + t->res_bytes) / 1048576.0 / secs : 0.0);
-    cj_log_info("sim: round %ld verified (%ld of %ld)", t->round, fl->verified, fl->o->rounds);
+    printf("RESULT %ld%s task=%s ref=%s from=%s items=%" PRIu64 " bytes=%" PRIu64 " secs=%.3f\n", t->round,
+           fl->job->tag, t->id, t->res_ref[0] ? t->res_ref : "inline", t->res_from, t->res_items, t->res_bytes, fsecs);
+    printf("ROUND %ld%s task=%s tensors=%ld bytes=%" PRIu64 " served_to=%s result_from=%s verified secs=%.3f MiB/s=%.1f\n",
+           t->round, fl->job->tag, t->id, fl->o->tensors, t->bytes, t->served_to[0] ? t->served_to : "none",
+           t->res_from, secs, secs > 0 ? (double)(t->bytes + t->res_bytes) / 1048576.0 / secs : 0.0);
+    cj_log_info("sim: job %s: round %ld verified (%ld of %ld)", fl->job->id, t->round, fl->verified, fl->o->rounds);
     task_reap(t);
 }
 /* Checks the submit's headers against the task (fatal on mismatch). */
@@ -699,8 +702,8 @@ static int check_submit_headers(struct sim_fl *fl, const struct req *r, const st
     if (!map_str(jar, jar ? n : 0, "__task_id__", v, sizeof v) || strcmp(v, t->id))
         return snprintf(why, whysz, "header __cookie_jar__ has no __task_id__ %s", t->id), -1;
     const uint8_t *ctx = hdr_raw(r, "__peer_ctx__", &n);
-    if (!ctx_prop(ctx, ctx ? n : 0, "__run_num__", v, sizeof v) || strcmp(v, fl->o->job_id))
-        return snprintf(why, whysz, "header __peer_ctx__ has no __run_num__ %s", fl->o->job_id), -1;
+    if (!ctx_prop(ctx, ctx ? n : 0, "__run_num__", v, sizeof v) || strcmp(v, fl->job->id))
+        return snprintf(why, whysz, "header __peer_ctx__ has no __run_num__ %s", fl->job->id), -1;
     const uint8_t *cr = hdr_raw(r, "current_round", &n);
     if (cr) {
         struct mp_cur c;
@@ -720,7 +723,7 @@ static int on_submit_update(void *arg, struct cj_stream_blob *b)
     struct req r;
     char why[512], id[128] = "", rc[64] = "OK";
     if (read_req(b->data, MAX_SUBMIT, &r, why, sizeof why)) {
-        sim_finish(fl->s, 1, "submit_update from %s: %s", b->origin, why);
+        sim_finish(fl->job, 1, "submit_update from %s: %s", b->origin, why);
         return 0;
     }
     hdr_str(&r, "__task_id__", id, sizeof id);
@@ -740,7 +743,7 @@ static int on_submit_update(void *arg, struct cj_stream_blob *b)
         return 0;
     }
     if (check_submit_headers(fl, &r, t, why, sizeof why)) {
-        sim_finish(fl->s, 1, "round %ld task=%s: submit_update from %s: %s", t->round, t->id, b->origin, why);
+        sim_finish(fl->job, 1, "round %ld task=%s: submit_update from %s: %s", t->round, t->id, b->origin, why);
         return 0;
     }
     if (hdr_str(&r, "__rc__", rc, sizeof rc) < 0 || strcmp(rc, "OK")) {
@@ -751,7 +754,7 @@ static int on_submit_update(void *arg, struct cj_stream_blob *b)
     }
     bool fatal;
     if (start_verification(t, &r, why, sizeof why, &fatal)) {
-        if (fatal) sim_finish(fl->s, 1, "round %ld task=%s: %s", t->round, t->id, why);
+        if (fatal) sim_finish(fl->job, 1, "round %ld task=%s: %s", t->round, t->id, why);
         else round_failed(t, "%s", why);
     }
     return 0;
@@ -770,9 +773,9 @@ static void aux_reply(struct sim_fl *fl, struct cj_stream_blob *b, const char *t
     if (!props || !map_str(props, n, "__run_num__", run, sizeof run)) {
         a.rc = "MISSING_PEER_CONTEXT";
         cj_log_warning("sim: aux %s from %s without __peer_props__ (or its __run_num__)", topic, b->origin);
-    } else if (strcmp(run, fl->o->job_id)) {
+    } else if (strcmp(run, fl->job->id)) {
         a.rc = "RUN_MISMATCH";
-        cj_log_warning("sim: aux %s from %s for job %s (this is %s)", topic, b->origin, run, fl->o->job_id);
+        cj_log_warning("sim: aux %s from %s for job %s (this is %s)", topic, b->origin, run, fl->job->id);
     }
     if (props) map_str(props, n, "__identity_name__", who, sizeof who);
     if (parsed) a.jar = hdr_raw(r, "__cookie_jar__", &a.jar_len);
@@ -836,17 +839,17 @@ static int on_task_check(void *arg, struct cj_stream_blob *b)
 /* ---- --isolate ---------------------------------------------------------------------------- */
 
 /* A relay cell: exactly <site>.<job> with site not "server". */
-static bool is_relay(const struct sim_opts *o, const char *fqcn)
+static bool is_relay(const char *job_id, const char *fqcn)
 {
     const char *dot = strchr(fqcn, '.');
-    if (!dot || dot == fqcn || strchr(dot + 1, '.') || strcmp(dot + 1, o->job_id)) return false;
+    if (!dot || dot == fqcn || strchr(dot + 1, '.') || strcmp(dot + 1, job_id)) return false;
     return strncmp(fqcn, CJ_FQCN_SERVER, (size_t)(dot - fqcn)) != 0 || (size_t)(dot - fqcn) != strlen(CJ_FQCN_SERVER);
 }
 
-bool sim_fl_isolated(const struct sim *s, const char *channel, const char *topic, const char *origin)
+bool sim_fl_isolated(const struct sim_job *j, const char *channel, const char *topic, const char *origin)
 {
-    return s->fl && s->o->isolate && !strcmp(channel, CJ_DL_CHANNEL) && !strcmp(topic, CJ_DL_TOPIC) &&
-           !is_relay(s->o, origin);
+    return j->fl && j->s->o->isolate && !strcmp(channel, CJ_DL_CHANNEL) && !strcmp(topic, CJ_DL_TOPIC) &&
+           !is_relay(j->id, origin);
 }
 
 static int on_isolated(void *arg, struct cj_stream_blob *b)
@@ -869,20 +872,22 @@ static int on_isolated(void *arg, struct cj_stream_blob *b)
 
 /* ---- setup ------------------------------------------------------------------------------- */
 
-int sim_fl_setup(struct sim *s, struct cj_err *err)
+int sim_fl_setup(struct sim_job *j, struct cj_err *err)
 {
+    struct sim *s = j->s;
     const struct sim_opts *o = s->o;
     struct sim_fl *fl = calloc(1, sizeof *fl);
     if (!fl) return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
-    s->fl = fl;
+    j->fl = fl;
     fl->s = s;
+    fl->job = j;
     fl->o = o;
     fl->dot = strcmp(o->format, "numpy") ? SIM_DOT_TORCH : SIM_DOT_NUMPY;
     fl->nelem = (uint64_t)((o->model_size / o->tensors) & ~(int64_t)3) / 4;
     if (!(fl->round_state = calloc((size_t)o->rounds + 1, 1))) return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
     if (o->download_log[0] && !(fl->dlog = fopen(o->download_log, "a")))
         return cj_fail(err, CJ_E_INVALID, 0, "--download-log %s: cannot open", o->download_log);
-    if (!(fl->prod = cj_dl_producer_new(s->base, s->ep, NULL)))
+    if (!(fl->prod = cj_dl_producer_new(s->base, j->ep, NULL)))
         return cj_fail(err, CJ_E_NOMEM, 0, "cannot start the download producer");
     struct { const char *ch, *tp; cj_stream_handler_fn fn; } h[] = {
         {CH_AUX, "__sync_runner__", on_sync_runner},
@@ -894,17 +899,17 @@ int sim_fl_setup(struct sim *s, struct cj_err *err)
         {CJ_DL_CHANNEL, CJ_DL_TOPIC_SOURCE_FAILURE, on_source_failure},
     };
     for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
-        if (cj_stream_on(s->ep, h[i].ch, h[i].tp, h[i].fn, fl) < 0)
+        if (cj_stream_on(j->ep, h[i].ch, h[i].tp, h[i].fn, fl) < 0)
             return cj_fail(err, CJ_E_NOMEM, 0, "cannot register %s/%s", h[i].ch, h[i].tp);
     cj_log_info("sim: FL server for job %s: %ld rounds of %ld %s tensors x %" PRIu64 " floats (%" PRIu64
-                " bytes each)%s%s", o->job_id, o->rounds, o->tensors, o->format, fl->nelem, fl->nelem * 4,
+                " bytes each)%s%s", j->id, o->rounds, o->tensors, o->format, fl->nelem, fl->nelem * 4,
                 o->inline_tensors ? ", inline" : "", o->isolate ? ", isolated" : "");
     return 0;
 }
 
-void sim_fl_stop(struct sim *s)
+void sim_fl_stop(struct sim_job *j)
 {
-    struct sim_fl *fl = s->fl;
+    struct sim_fl *fl = j->fl;
     if (!fl || fl->closing) return;
     for (struct task *t = fl->tasks; t; t = t->next) {
         if (t->fetch) {
@@ -918,11 +923,11 @@ void sim_fl_stop(struct sim *s)
     fl->closing = true;
 }
 
-void sim_fl_free(struct sim *s)
+void sim_fl_free(struct sim_job *j)
 {
-    struct sim_fl *fl = s->fl;
+    struct sim_fl *fl = j->fl;
     if (!fl) return;
-    sim_fl_stop(s);
+    sim_fl_stop(j);
     while (fl->tasks) {
         struct task *t = fl->tasks;
         fl->tasks = t->next;
@@ -933,16 +938,16 @@ void sim_fl_free(struct sim *s)
     free(fl->tombs);
     free(fl->round_state);
     free(fl);
-    s->fl = NULL;
+    j->fl = NULL;
 }
 
-bool sim_fl_in_progress(const struct sim *s)
+bool sim_fl_in_progress(const struct sim_job *j)
 {
-    return s->fl && s->fl->issued > 0 && s->fl->verified < s->o->rounds;
+    return j->fl && j->fl->issued > 0 && j->fl->verified < j->s->o->rounds;
 }
 
-void sim_fl_progress(const struct sim *s, long *verified, long *rounds)
+void sim_fl_progress(const struct sim_job *j, long *verified, long *rounds)
 {
-    *verified = s->fl ? s->fl->verified : 0;
-    *rounds = s->o->rounds;
+    *verified = j->fl ? j->fl->verified : 0;
+    *rounds = j->s->o->rounds;
 }

@@ -58,6 +58,7 @@ struct sf_tomb;
 
 struct sim_fl {
     struct sim *s;
+    struct sim_job *job;                 /* the job whose rounds these are */
     const struct sim_opts *o;
     struct cj_dl_producer *prod;
     uint8_t dot;

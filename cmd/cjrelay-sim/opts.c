@@ -12,13 +12,15 @@
 #include "wire/fqcn.h"
 
 static const char USAGE[] =
-    "usage: cjrelay-sim --listen tcp://127.0.0.1:PORT|stcp://HOST:PORT [--tls-dir DIR] --job-id J1\n"
+    "usage: cjrelay-sim --listen tcp://127.0.0.1:PORT|stcp://HOST:PORT [--tls-dir DIR] --job-id J1[,J2...]\n"
     "                   [--rounds N] [--model-size SIZE] [--tensors N] [--format safetensors|numpy]\n"
     "                   [--isolate] [--inline] [--download-log FILE] [--wait-time SECS]\n"
     "                   [--task-timeout SECS] [--max-failures N] [--fetch-timeout SECS]\n"
     "                   [--log-headers FILE] [--window SIZE] [--heartbeat SECS] [--log-level LEVEL]\n"
+    "                   [--parent tcp://127.0.0.1:PORT [--site NAME] [--job-status-log FILE]\n"
+    "                    [--abort-job J@R] [--abort-task J@R]]\n"
     "       cjrelay-sim --drive tcp://HOST:PORT --job-id J1 [--drive-as FQCN] [--drive-fail R]\n"
-    "                   [--drive-corrupt R] [--drive-source-failure R]\n"
+    "                   [--drive-corrupt R] [--drive-source-failure R] [--drive-parent URL]\n"
     "                   [--rounds/--model-size/--tensors as given to the server]\n"
     "       cjrelay-sim --self-test | --help | --version\n"
     "\n"
@@ -27,7 +29,10 @@ static const char USAGE[] =
     "\n"
     "  --listen        where the relay connects; port 0 picks a free port (printed in SIM READY)\n"
     "  --tls-dir       rootCA.pem, server.crt, server.key; stcp:// requires it and client certificates (mtls)\n"
-    "  --job-id        the job: this process is the cells server and server.<job>\n"
+    "  --job-id        the job: this process is the cells server and server.<job>.  Several jobs at once:\n"
+    "                  J1,J2,J3 or --job-id repeated (at most 16): the cells server.J1, server.J2, ...\n"
+    "                  on the one listener, each with its own rounds, tasks and verification, each\n"
+    "                  ending on its own; the simulator exits once every job has ended\n"
     "\n"
     "FL server (doc/protocol/fl-protocols.md, doc/protocol/download.md; values per doc/design.md \"Conventions\"):\n"
     "  --rounds N      tasks to serve and verify (default 3); then get_task answers __end_run__\n"
@@ -54,6 +59,22 @@ static const char USAGE[] =
     "  --fetch-timeout SECS  per-request timeout when downloading results (default 60; 3 retries)\n"
     "  --self-test     check the item writers against lib/payload/items.c, print SELF-TEST OK|FAIL\n"
     "\n"
+    "Client parent (doc/protocol/site.md §3; the site's CP, FLARE's internal listener):\n"
+    "  --parent URL    also be the cell <site>, listening on clear tcp://HOST:PORT (port 0 picks one,\n"
+    "                  printed as SIM PARENT <port>) for its children <site>.<job>.  It answers\n"
+    "                  admin/train.notify_job_status (ok, an admin Message reply), sends each child\n"
+    "                  client_command/show_stats once after its STARTED (5 s timeout), forwards\n"
+    "                  messages between its children, hands those for server and server.<job> to the\n"
+    "                  server cells, and RETURNs requests for any other cell\n"
+    "  --site NAME     the site, so the parent cell's name (default site-1)\n"
+    "  --job-status-log FILE  append one line per notify_job_status: \"<job_id> <status> <from FQCN>\"\n"
+    "  --abort-job J@R once round R's task of job J has gone out (its get_task reply sent), send\n"
+    "                  client_command/abort (fire-and-forget) to <site>.J; the job then ends as\n"
+    "                  aborted when the child's STOPPED arrives, or fails after 10 s without it\n"
+    "                  (FLARE's CP waits 10 s, then terminates the job); repeatable\n"
+    "  --abort-task J@R  likewise client_command/abort_task {command: abort_task, data: {}}, sent\n"
+    "                  only when J reported STARTED (as FLARE's CP); the round goes on; repeatable\n"
+    "\n"
     "Stand-in site for tests (no cjrelayd or cjrelay-worker needed):\n"
     "  --drive URL     connect to a simulator as one cell playing relay and worker: sync, poll,\n"
     "                  download and check each task, serve a +1.0 result, __task_check__,\n"
@@ -67,6 +88,11 @@ static const char USAGE[] =
     "                  parent) send download_service__source_failure for it; the next task of\n"
     "                  round R names the same ref again, the third one is normal (the server needs\n"
     "                  --max-failures 2 or more)\n"
+    "  --drive-parent URL  also connect to the client parent at URL as the same cell: notify_job_status\n"
+    "                  STARTED (2) after __sync_runner__ answered, STOPPED (3) at the end; answers\n"
+    "                  client_command show_stats (a map: cell, rounds_done, status), abort (STOPPED,\n"
+    "                  then \"DRIVE END aborted rounds=N\"), abort_task (a DRIVE line); others\n"
+    "                  invalid_request\n"
     "\n"
     "Transport tests: direct task/ping, stream test/echo, test/blob \"N\" (N pattern bytes).\n"
     "  --log-headers FILE  append each received request's first header block as one key=value line\n"
@@ -88,13 +114,23 @@ static const char USAGE[] =
     "  ROUND r task=<id> FAILED <why>   (re-issued while --max-failures allows)\n"
     "  SIM OK rounds=N                  (exit 0)\n"
     "  SIM FAIL <why>                   (exit 1: a value or header mismatch, too many failures,\n"
-    "                                    a signal during the run; exit 2: could not start)\n";
+    "                                    a signal during the run; exit 2: could not start)\n"
+    "With several jobs, TASK, ROUND and RESULT lines carry \"job=<id>\" after the round, DOWNLOAD\n"
+    "lines at the end, and each job ends with one of\n"
+    "  SIM DONE job=<id> rounds=N | SIM FAIL job=<id> <why> | SIM ABORTED job=<id> <why>\n"
+    "then, once all have ended, SIM OK jobs=N (exit 0) or SIM FAIL jobs=N failed=<id,...> (exit 1).\n"
+    "With --parent (one job: SIM OK aborted <why> instead of SIM ABORTED):\n"
+    "  SIM PARENT <port>\n"
+    "  SIM JOB_STATUS <job> <status> from=<FQCN>\n"
+    "  SIM SHOW_STATS <job> rc=<rc> <keys=k1,k2,...|bytes=N|error=<text>>\n"
+    "  SIM ABORT <job> round=R to=<FQCN> | SIM ABORT <job> round=R not sent: <why>\n"
+    "  SIM ABORT_TASK <job> round=R to=<FQCN> | SIM ABORT_TASK <job> round=R not sent: <why>\n";
 
 enum {
     O_LISTEN = 1, O_TLS_DIR, O_JOB_ID, O_LOG_HEADERS, O_WINDOW, O_HEARTBEAT, O_LOG_LEVEL, O_ROUNDS, O_MODEL_SIZE,
     O_TENSORS, O_FORMAT, O_ISOLATE, O_INLINE, O_PREBUILD, O_DOWNLOAD_LOG, O_WAIT_TIME, O_TASK_TIMEOUT, O_MAX_FAILURES,
     O_FETCH_TIMEOUT, O_SELF_TEST, O_DRIVE, O_DRIVE_AS, O_DRIVE_FAIL, O_DRIVE_CORRUPT, O_DRIVE_SOURCE_FAILURE, O_HELP,
-    O_VERSION,
+    O_VERSION, O_PARENT, O_SITE, O_JOB_STATUS_LOG, O_ABORT_JOB, O_ABORT_TASK, O_DRIVE_PARENT,
 };
 
 static const struct option LONGOPTS[] = {
@@ -123,6 +159,12 @@ static const struct option LONGOPTS[] = {
     {"drive-fail", required_argument, NULL, O_DRIVE_FAIL},
     {"drive-corrupt", required_argument, NULL, O_DRIVE_CORRUPT},
     {"drive-source-failure", required_argument, NULL, O_DRIVE_SOURCE_FAILURE},
+    {"parent", required_argument, NULL, O_PARENT},
+    {"site", required_argument, NULL, O_SITE},
+    {"job-status-log", required_argument, NULL, O_JOB_STATUS_LOG},
+    {"abort-job", required_argument, NULL, O_ABORT_JOB},
+    {"abort-task", required_argument, NULL, O_ABORT_TASK},
+    {"drive-parent", required_argument, NULL, O_DRIVE_PARENT},
     {"help", no_argument, NULL, O_HELP},
     {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
@@ -165,6 +207,52 @@ static void defaults(struct sim_opts *o)
     o->wait_time = 0.5;
     o->max_failures = 3;
     o->fetch_timeout = 60;
+    strcpy(o->site, "site-1");
+}
+
+/* A job id: one valid FQCN part, not "server", not given before. */
+static int add_job(struct sim_opts *o, const char *id, size_t len)
+{
+    char j[SIM_JOB_MAX];
+    if (len == 0 || len >= sizeof j) return usage_error("--job-id: '%s' is empty or too long%s", id, "");
+    memcpy(j, id, len);
+    j[len] = '\0';
+    if (!cj_fqcn_valid(j) || strchr(j, '.') || !strcmp(j, CJ_FQCN_SERVER))
+        return usage_error("--job-id: '%s' is not a valid FQCN part%s", j, "");
+    for (size_t i = 0; i < o->n_jobs; i++)
+        if (!strcmp(o->job_ids[i], j)) return usage_error("--job-id: '%s' given twice%s", j, "");
+    if (o->n_jobs == SIM_MAX_JOBS) return usage_error("--job-id: more than 16 jobs (at '%s')%s", j, "");
+    strcpy(o->job_ids[o->n_jobs++], j);
+    if (o->n_jobs == 1) strcpy(o->job_id, j);
+    return 0;
+}
+
+/* --job-id J1[,J2...] (may be repeated). */
+static int job_list(struct sim_opts *o, const char *arg)
+{
+    for (const char *p = arg;;) {
+        size_t n = strcspn(p, ",");
+        if (add_job(o, p, n) < 0) return -1;
+        if (!p[n]) return 0;
+        p += n + 1;
+    }
+}
+
+/* --abort-job / --abort-task J@R. */
+static int trigger(const char *opt, const char *arg, struct sim_trigger *t, size_t *n)
+{
+    const char *at = strrchr(arg, '@');
+    long long r;
+    const char *why = NULL;
+    if (*n == SIM_MAX_TRIGGERS) return usage_error("%s: given more than 16 times%s", opt, "");
+    if (!at || at == arg || (size_t)(at - arg) >= sizeof t->job || cj_parse_int(at + 1, &r, &why) < 0 || r < 1 ||
+        r > 1000000)
+        return usage_error("%s: '%s' is not JOB@ROUND", opt, arg);
+    memcpy(t[*n].job, arg, (size_t)(at - arg));
+    t[*n].job[at - arg] = '\0';
+    t[*n].round = (long)r;
+    (*n)++;
+    return 0;
 }
 
 static int seconds(const char *opt, const char *val, double lo, double hi, double *out)
@@ -184,7 +272,18 @@ static int one_option(struct sim_opts *o, int c, const char *arg)
     switch (c) {
     case O_LISTEN: return copy_arg(o->listen, sizeof o->listen, "--listen", arg);
     case O_TLS_DIR: return copy_arg(o->tls_dir, sizeof o->tls_dir, "--tls-dir", arg);
-    case O_JOB_ID: return copy_arg(o->job_id, sizeof o->job_id, "--job-id", arg);
+    case O_JOB_ID: return job_list(o, arg);
+    case O_PARENT:
+        if (strncmp(arg, "tcp://", 6)) return usage_error("--parent: '%s' is not a clear tcp:// URL%s", arg, "");
+        return copy_arg(o->parent, sizeof o->parent, "--parent", arg);
+    case O_SITE:
+        if (!cj_fqcn_valid(arg) || strchr(arg, '.') || !strcmp(arg, CJ_FQCN_SERVER) || strlen(arg) >= sizeof o->site)
+            return usage_error("--site: '%s' is not a valid site name%s", arg, "");
+        return copy_arg(o->site, sizeof o->site, "--site", arg);
+    case O_JOB_STATUS_LOG: return copy_arg(o->job_status_log, sizeof o->job_status_log, "--job-status-log", arg);
+    case O_ABORT_JOB: return trigger("--abort-job", arg, o->abort_job, &o->n_abort_job);
+    case O_ABORT_TASK: return trigger("--abort-task", arg, o->abort_task, &o->n_abort_task);
+    case O_DRIVE_PARENT: return copy_arg(o->drive_parent, sizeof o->drive_parent, "--drive-parent", arg);
     case O_LOG_HEADERS: return copy_arg(o->log_headers, sizeof o->log_headers, "--log-headers", arg);
     case O_WINDOW:
         if (cj_parse_size(arg, &size, &why) < 0 || size < 65536 || size > ((int64_t)16 << 30))
@@ -258,9 +357,16 @@ int sim_parse_args(int argc, char **argv, struct sim_opts *o)
     if (optind < argc) return usage_error("unexpected argument '%s'%s", argv[optind], "");
     if (o->self_test) return 0;
     if (!o->listen[0] && !o->drive[0]) return usage_error("--listen (or --drive) is required%s%s", "", "");
-    if (!o->job_id[0]) return usage_error("--job-id is required%s%s", "", "");
-    if (!cj_fqcn_valid(o->job_id) || strchr(o->job_id, '.') || !strcmp(o->job_id, CJ_FQCN_SERVER))
-        return usage_error("--job-id: '%s' is not a valid FQCN part%s", o->job_id, "");
+    if (!o->n_jobs) return usage_error("--job-id is required%s%s", "", "");
+    if (o->drive[0] && o->n_jobs > 1) return usage_error("--drive plays one job: give one --job-id%s%s", "", "");
+    if (!o->parent[0] && (o->n_abort_job || o->n_abort_task || o->job_status_log[0]))
+        return usage_error("--abort-job, --abort-task and --job-status-log need --parent%s%s", "", "");
+    for (size_t i = 0; i < o->n_abort_job + o->n_abort_task; i++) {
+        const char *j = i < o->n_abort_job ? o->abort_job[i].job : o->abort_task[i - o->n_abort_job].job;
+        size_t k = 0;
+        while (k < o->n_jobs && strcmp(o->job_ids[k], j)) k++;
+        if (k == o->n_jobs) return usage_error("--abort-job/--abort-task: '%s' is not one of the --job-id jobs%s", j, "");
+    }
     int64_t per = (o->model_size / o->tensors) & ~(int64_t)3;
     if (per < 4 || (uint64_t)per > SIM_MAX_TENSOR_BYTES)
         return usage_error("--model-size / --tensors: %s per tensor is out of range (4 bytes to 3G)",

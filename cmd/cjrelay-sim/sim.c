@@ -1,6 +1,7 @@
-/* sim.c — cjrelay-sim: the cells `server` and `server.<job>` over passive
- * links, with a stream endpoint for the job cell, and the transport test
- * handlers (see sim.h; the FL server is fl.c). */
+/* sim.c — cjrelay-sim: the cells `server` and `server.<job>` (one per --job-id)
+ * over passive links, with a stream endpoint for each job cell, the transport
+ * test handlers, and the end of each job's run (see sim.h; the FL server is
+ * fl.c, the client parent cp.c). */
 #include <errno.h>
 #include <stdarg.h>
 #include <inttypes.h>
@@ -34,7 +35,7 @@
 
 /* A reply stream in flight (echo or blob): reported when done. */
 struct served {
-    struct sim *s;
+    struct sim_job *j;
     char what[16];
     char to[CJ_FQCN_MAX + 1];
     uint64_t bytes;
@@ -54,8 +55,9 @@ static void forget_link(struct sim *s, struct cj_link *l)
 }
 
 /* The up link toward destination: the one whose peer is the destination or its
- * longest ancestor; among equals the newest. */
-static struct cj_link *route_for(const struct sim *s, const char *dest)
+ * longest ancestor, among equals the newest; else a child of the parent cell's
+ * toward it (a job connected only through its parent). */
+static struct cj_link *route_for(struct sim *s, const char *dest)
 {
     struct cj_link *best = NULL;
     size_t best_len = 0;
@@ -69,7 +71,7 @@ static struct cj_link *route_for(const struct sim *s, const char *dest)
             best_len = strlen(p);
         }
     }
-    return best;
+    return best ? best : sim_cp_route(s, dest);
 }
 
 static int on_hello(struct cj_link *l, const char *peer, char *why, size_t whysz, void *ctx)
@@ -139,12 +141,12 @@ static void direct_reply(struct sim *s, const struct cj_msg *req, const char *rc
 
 /* The ping answer carries counters the tests read: the link's heartbeats
  * (the upstream stays alive) and the stream sender's progress. */
-static void serve_ping(struct sim *s, const struct cj_msg *m)
+static void serve_ping(struct sim *s, struct sim_job *j, const struct cj_msg *m)
 {
     const struct cj_link_counters *lc = cj_link_counters(m->from);
     struct cj_stream_stats st;
     char text[2 * CJ_FQCN_MAX + 512];
-    cj_stream_get_stats(s->ep, &st);
+    cj_stream_get_stats(j->ep, &st);
     snprintf(text, sizeof text,
              "pong from %s to %s: links=%zu pings_out=%" PRIu64 " pongs_in=%" PRIu64 " pings_in=%" PRIu64
              " tx_active=%" PRIu64 " chunks_out=%" PRIu64 " acks_in=%" PRIu64 " blobs_out=%" PRIu64
@@ -161,14 +163,14 @@ static void log_headers(struct sim *s, const struct cj_msg *m)
     if (s->hlog) hl_line(s->hlog, m->hblk, m->hlen);
 }
 
-static void direct_request(struct sim *s, struct cj_msg *m)
+static void direct_request(struct sim *s, struct sim_job *j, struct cj_msg *m)
 {
     const struct cj_hdr *h = &m->hdr;
     log_headers(s, m);
     cj_log_info("sim: request %s/%s from %s (via %s)", h->channel, h->topic, h->origin, cj_link_peer(m->from));
     bool want = h->reply_expected;
     if (!strcmp(h->channel, "task") && !strcmp(h->topic, "ping")) {
-        if (want) serve_ping(s, m);
+        if (want) serve_ping(s, j, m);
     } else if (!strcmp(h->channel, "cellnet.channel") && !strcmp(h->topic, "bye")) {
         if (want) direct_reply(s, m, "ok", NULL, NULL);
     } else if (want) {
@@ -184,41 +186,76 @@ static bool is_request_chunk0(const struct cj_hdr *h)
            strcmp(h->sm_ch, CJ_STREAM_RETURN_ONLY);
 }
 
-static void on_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
+void sim_unroutable(struct cj_link *l, const struct cj_msg *m, const char *me)
 {
-    struct sim *s = ctx;
+    const struct cj_hdr *h = &m->hdr;
+    bool ret = h->msg_type == CJ_MSG_REQ && h->reply_expected;
+    cj_log_warning("sim: %s %s/%s from %s for %s: no such cell here%s", cj_msg_type_name(h->msg_type), h->channel,
+                   h->topic, h->origin, h->destination, ret ? "; RETURN sent" : ", dropped");
+    if (!ret) return;
+    msgpack_sbuffer sb;
+    struct cj_err err;
+    msgpack_sbuffer_init(&sb);
+    if (cj_hdr_build_return(h, me, cj_link_peer(l), cj_msg_now(), &sb, &err) < 0)
+        cj_log_error("sim: cannot build the RETURN to %s: %s", h->origin, err.msg);
+    else if (cj_link_send(l, (const uint8_t *)sb.data, sb.size, NULL, true) < 0)
+        cj_log_warning("sim: cannot send the RETURN to %s: link %s is not up", h->origin, cj_link_peer(l));
+    msgpack_sbuffer_destroy(&sb);
+}
+
+struct sim_job *sim_job_by_cell(struct sim *s, const char *fqcn)
+{
+    for (size_t i = 0; i < s->n_jobs; i++)
+        if (!strcmp(s->jobs[i].cell, fqcn)) return &s->jobs[i];
+    return NULL;
+}
+
+struct sim_job *sim_job_by_id(struct sim *s, const char *id)
+{
+    for (size_t i = 0; i < s->n_jobs; i++)
+        if (!strcmp(s->jobs[i].id, id)) return &s->jobs[i];
+    return NULL;
+}
+
+void sim_dispatch(struct sim *s, struct cj_link *l, struct cj_msg *m)
+{
     const struct cj_hdr *h = &m->hdr;
     cj_log_debug("sim: %s %s/%s origin=%s via %s, %zu payload bytes", cj_msg_type_name(h->msg_type), h->channel,
                  h->topic, h->origin, cj_link_peer(l), cj_msg_payload_len(m));
-    if (strcmp(h->destination, s->job) && strcmp(h->destination, SIM_ROOT)) {
-        cj_log_warning("sim: %s %s/%s from %s for %s: not a cell of this simulator, dropped",
-                       cj_msg_type_name(h->msg_type), h->channel, h->topic, h->origin, h->destination);
+    struct sim_job *j = strcmp(h->destination, SIM_ROOT) ? sim_job_by_cell(s, h->destination) : &s->jobs[0];
+    if (!j) {
+        sim_unroutable(l, m, SIM_ROOT);
     } else if (!strcmp(h->channel, CJ_STREAM_CHANNEL)) {
         if (is_request_chunk0(h)) {
             log_headers(s, m);
             cj_log_info("sim: stream request %s/%s from %s (via %s), %" PRId64 " bytes", h->sm_ch, h->sm_tp,
                         h->origin, cj_link_peer(l), h->sm_sz);
         }
-        if (!strcmp(h->topic, CJ_STREAM_TOPIC_DATA) && sim_fl_isolated(s, h->sm_ch, h->sm_tp, h->origin)) {
+        if (!strcmp(h->topic, CJ_STREAM_TOPIC_DATA) && sim_fl_isolated(j, h->sm_ch, h->sm_tp, h->origin)) {
             /* --isolate: the same stream, delivered to the refusing handler (sm__tp is
              * checked on every chunk, so every chunk of it is diverted alike) */
             struct cj_hdr *dh = malloc(sizeof *dh);
             if (dh) {
                 *dh = *h;
                 snprintf(dh->sm_tp, sizeof dh->sm_tp, "%s", SIM_FL_ISOLATED_TOPIC);
-                cj_stream_input(s->ep, dh, m->payload);
+                cj_stream_input(j->ep, dh, m->payload);
                 free(dh);
             }
         } else {
-            cj_stream_input(s->ep, h, m->payload);
+            cj_stream_input(j->ep, h, m->payload);
         }
     } else if (h->msg_type == CJ_MSG_REQ) {
-        direct_request(s, m);
+        direct_request(s, j, m);
     } else {
         cj_log_info("sim: %s %s/%s from %s (rc %s) matches no request of ours; dropped",
                     cj_msg_type_name(h->msg_type), h->channel, h->topic, h->origin, h->return_code);
     }
     cj_msg_free(m);
+}
+
+static void on_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
+{
+    sim_dispatch(ctx, l, m);
 }
 
 static const struct cj_link_ops LINK_OPS = {
@@ -252,7 +289,7 @@ static void served_done(void *arg, int status, const char *why)
     struct served *sv = arg;
     double dt = cj_now() - sv->t0;
     if (status == 0) {
-        sv->s->served++;
+        sv->j->s->served++;
         printf("SERVED %s %" PRIu64 " bytes to %s in %.2f s\n", sv->what, sv->bytes, sv->to, dt);
     } else {
         printf("FAILED %s %" PRIu64 " bytes to %s after %.2f s: %s\n", sv->what, sv->bytes, sv->to, dt,
@@ -262,7 +299,7 @@ static void served_done(void *arg, int status, const char *why)
 }
 
 /* Streams blob (taken) back as the reply to b's request. */
-static int reply_blob(struct sim *s, struct cj_stream_blob *b, const char *what, struct evbuffer *blob)
+static int reply_blob(struct sim_job *j, struct cj_stream_blob *b, const char *what, struct evbuffer *blob)
 {
     struct served *sv = calloc(1, sizeof *sv);
     if (!sv) {
@@ -270,13 +307,13 @@ static int reply_blob(struct sim *s, struct cj_stream_blob *b, const char *what,
         snprintf(b->error, sizeof b->error, "out of memory");
         return -1;
     }
-    sv->s = s;
+    sv->j = j;
     snprintf(sv->what, sizeof sv->what, "%s", what);
     snprintf(sv->to, sizeof sv->to, "%s", b->origin);
     sv->bytes = evbuffer_get_length(blob);
     sv->t0 = cj_now();
     struct cj_stream_msg rm = {.encoding = "bytes"};
-    if (cj_stream_reply(s->ep, &b->req, "ok", &rm, blob, served_done, sv) < 0) {
+    if (cj_stream_reply(j->ep, &b->req, "ok", &rm, blob, served_done, sv) < 0) {
         free(sv);
         snprintf(b->error, sizeof b->error, "cannot start the reply stream");
         return -1;
@@ -286,20 +323,21 @@ static int reply_blob(struct sim *s, struct cj_stream_blob *b, const char *what,
 
 static int on_echo(void *arg, struct cj_stream_blob *b)
 {
-    struct sim *s = arg;
+    struct sim_job *j = arg;
     if (!b->req.has_ri) {
         cj_log_info("sim: test/echo from %s without sm__ri: nothing to answer", b->origin);
         return 0;
     }
     struct evbuffer *blob = b->data;
     b->data = NULL;
-    return reply_blob(s, b, "echo", blob);
+    return reply_blob(j, b, "echo", blob);
 }
 
 /* payload "N" (a size, K/M/G allowed): N bytes of the pattern, by reference. */
 static int on_blob(void *arg, struct cj_stream_blob *b)
 {
-    struct sim *s = arg;
+    struct sim_job *j = arg;
+    struct sim *s = j->s;
     char text[SIM_BLOB_REQ_MAX + 1];
     size_t n = evbuffer_get_length(b->data);
     int64_t size = -1;
@@ -326,7 +364,7 @@ static int on_blob(void *arg, struct cj_stream_blob *b)
         }
     }
     cj_log_info("sim: serving %" PRId64 " pattern bytes to %s", size, b->origin);
-    return reply_blob(s, b, "blob", blob);
+    return reply_blob(j, b, "blob", blob);
 }
 
 /* ---- listener -------------------------------------------------------------------------- */
@@ -351,25 +389,55 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
     s->links[s->n_links++] = l;
 }
 
+int sim_parse_listen(const char *url, const char *opt, struct cj_addr *a, struct cj_err *err)
+{
+    char u[512];
+    const char *why = NULL;
+    bool port0 = false;
+    if (strlen(url) >= sizeof u) return cj_fail(err, CJ_E_INVALID, 0, "%s: URL too long", opt);
+    snprintf(u, sizeof u, "%s", url);
+    size_t n = strlen(u);
+    if (n >= 2 && !strcmp(u + n - 2, ":0")) {   /* cj_parse_endpoint wants 1..65535 */
+        u[n - 1] = '1';
+        port0 = true;
+    }
+    memset(a, 0, sizeof *a);
+    if (cj_parse_endpoint(u, CJ_EP_NET, &a->ep, &why) < 0)
+        return cj_fail(err, CJ_E_INVALID, 0, "%s '%s': %s", opt, url, why);
+    if (port0) a->ep.port = 0;
+    cj_endpoint_format(&a->ep, a->text, sizeof a->text);
+    return 0;
+}
+
+struct evconnlistener *sim_bind(struct sim *s, struct cj_addr *a, evconnlistener_cb cb, void *arg, unsigned *port,
+                                struct cj_err *err)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (cj_addr_sockaddr(a, &ss, &len, err) < 0) return NULL;
+    struct evconnlistener *lev = evconnlistener_new_bind(
+        s->base, cb, arg, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 64,
+        (struct sockaddr *)&ss, (int)len);
+    if (!lev) {
+        cj_fail(err, CJ_E_INVALID, 0, "cannot listen on %s: %s", a->text, strerror(errno));
+        return NULL;
+    }
+    struct sockaddr_storage got;
+    socklen_t gl = sizeof got;
+    if (getsockname(evconnlistener_get_fd(lev), (struct sockaddr *)&got, &gl) == 0)
+        *port = ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *)&got)->sin_port
+                                               : ((struct sockaddr_in6 *)&got)->sin6_port);
+    a->ep.port = *port;
+    cj_endpoint_format(&a->ep, a->text, sizeof a->text);
+    return lev;
+}
+
 /* --listen: any network scheme (tcp, stcp, http, https, grpc, grpcs), any host
  * literal, port 0 = any free port. */
 static int open_listener(struct sim *s, struct cj_err *err)
 {
-    char url[sizeof s->o->listen];
     struct cj_addr a;
-    const char *why = NULL;
-    bool port0 = false;
-    snprintf(url, sizeof url, "%s", s->o->listen);
-    size_t n = strlen(url);
-    if (n >= 2 && !strcmp(url + n - 2, ":0")) {   /* cj_parse_endpoint wants 1..65535 */
-        url[n - 1] = '1';
-        port0 = true;
-    }
-    memset(&a, 0, sizeof a);
-    if (cj_parse_endpoint(url, CJ_EP_NET, &a.ep, &why) < 0)
-        return cj_fail(err, CJ_E_INVALID, 0, "--listen '%s': %s", s->o->listen, why);
-    if (port0) a.ep.port = 0;
-    cj_endpoint_format(&a.ep, a.text, sizeof a.text);
+    if (sim_parse_listen(s->o->listen, "--listen", &a, err) < 0) return -1;
     bool tls = cj_ep_tls(a.ep.kind);
     if (tls != (s->o->tls_dir[0] != 0))
         return cj_fail(err, CJ_E_INVALID, 0, tls ? "%s:// needs --tls-dir" : "--tls-dir needs an stcp://, https:// or grpcs:// address",
@@ -383,22 +451,10 @@ static int open_listener(struct sim *s, struct cj_err *err)
         if (!(s->tls = cj_tls_server_ctx(crt, key, ca, true, err))) return -1;
         if (a.ep.kind == CJ_EP_GRPCS) cj_tls_server_alpn_h2(s->tls);
     }
-    struct sockaddr_storage ss;
-    socklen_t len;
-    if (cj_addr_sockaddr(&a, &ss, &len, err) < 0) return -1;
-    s->lev = evconnlistener_new_bind(s->base, on_accept, s,
-                                     LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 64,
-                                     (struct sockaddr *)&ss, (int)len);
-    if (!s->lev) return cj_fail(err, CJ_E_INVALID, 0, "cannot listen on %s: %s", a.text, strerror(errno));
-    struct sockaddr_storage got;
-    socklen_t gl = sizeof got;
-    if (getsockname(evconnlistener_get_fd(s->lev), (struct sockaddr *)&got, &gl) == 0)
-        s->port = ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *)&got)->sin_port
-                                                 : ((struct sockaddr_in6 *)&got)->sin6_port);
-    a.ep.port = s->port;
-    cj_endpoint_format(&a.ep, a.text, sizeof a.text);
-    cj_log_info("sim: listening on %s%s as %s and %s", a.text,
-                tls ? ", TLS with client certificates required" : "", SIM_ROOT, s->job);
+    if (!(s->lev = sim_bind(s, &a, on_accept, s, &s->port, err))) return -1;
+    cj_log_info("sim: listening on %s%s as %s and %s%s", a.text,
+                tls ? ", TLS with client certificates required" : "", SIM_ROOT, s->jobs[0].cell,
+                s->n_jobs > 1 ? " (and the other jobs' cells)" : "");
     return 0;
 }
 
@@ -409,40 +465,97 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     (void)what;
     struct sim *s = arg;
     cj_log_info("sim: signal %d: stopping", (int)sig);
-    if (sim_fl_in_progress(s)) {
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        struct sim_job *j = &s->jobs[i];
+        if (j->ended || !sim_fl_in_progress(j)) continue;
         long done, rounds;
-        sim_fl_progress(s, &done, &rounds);
-        sim_finish(s, 1, "stopped by signal %d after %ld of %ld rounds", (int)sig, done, rounds);
-        return;
+        sim_fl_progress(j, &done, &rounds);
+        sim_finish(j, 1, "stopped by signal %d after %ld of %ld rounds", (int)sig, done, rounds);
     }
     event_base_loopbreak(s->base);
 }
 
-void sim_finish(struct sim *s, int code, const char *fmt, ...)
+/* The last job ended: the summary line when there were several. */
+static void all_ended(struct sim *s)
 {
-    static bool finished;
-    if (finished) return;
-    finished = true;
+    if (s->n_jobs > 1) {
+        char failed[SIM_MAX_JOBS * SIM_JOB_MAX] = "";
+        size_t o = 0;
+        for (size_t i = 0; i < s->n_jobs; i++)
+            if (s->jobs[i].code) {
+                int k = snprintf(failed + o, sizeof failed - o, "%s%s", o ? "," : "", s->jobs[i].id);
+                if (k > 0 && (size_t)k < sizeof failed - o) o += (size_t)k;
+            }
+        if (failed[0]) printf("SIM FAIL jobs=%zu failed=%s\n", s->n_jobs, failed);
+        else printf("SIM OK jobs=%zu\n", s->n_jobs);
+        cj_log_info("sim: every job ended%s%s", failed[0] ? "; failed: " : ", all verified", failed);
+    }
+    if (s->cp) {   /* the parent's last replies (a STOPPED answered just now) get out first */
+        struct timeval tv = cj_tv(0.3);
+        event_base_loopexit(s->base, &tv);
+    } else {
+        event_base_loopbreak(s->base);
+    }
+}
+
+/* word: DONE, FAIL or ABORTED (the line with several jobs). */
+static void job_end(struct sim_job *j, int code, const char *word, const char *why)
+{
+    struct sim *s = j->s;
+    if (j->ended) return;
+    j->ended = true;
+    j->code = code;
+    s->n_ended++;
+    if (code) s->exit_code = 1;
+    if (s->n_jobs > 1) printf("SIM %s job=%s %s\n", word, j->id, why);
+    else printf("SIM %s %s\n", code ? "FAIL" : "OK", why);
+    if (code) cj_log_error("sim: job %s: SIM FAIL %s", j->id, why);
+    else cj_log_info("sim: job %s: SIM %s %s", j->id, word, why);
+    if (s->n_ended == s->n_jobs) all_ended(s);
+}
+
+void sim_finish(struct sim_job *j, int code, const char *fmt, ...)
+{
     char why[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    if (code == 0) {
-        printf("SIM OK %s\n", why);
-        cj_log_info("sim: SIM OK %s", why);
-    } else {
-        printf("SIM FAIL %s\n", why);
-        cj_log_error("sim: SIM FAIL %s", why);
-    }
-    s->exit_code = code;
-    event_base_loopbreak(s->base);
+    job_end(j, code, code ? "FAIL" : "DONE", why);
+}
+
+void sim_aborted(struct sim_job *j, const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    int n = j->s->n_jobs > 1 ? 0 : snprintf(why, sizeof why, "aborted ");
+    va_start(ap, fmt);
+    vsnprintf(why + n, sizeof why - (size_t)n, fmt, ap);
+    va_end(ap);
+    job_end(j, 0, "ABORTED", why);
+}
+
+/* Job i: its cell, its stream endpoint with the transport handlers, its FL server. */
+static int setup_job(struct sim *s, size_t i, const struct cj_stream_limits *lim, struct cj_err *err)
+{
+    struct sim_job *j = &s->jobs[i];
+    j->s = s;
+    j->index = i;
+    snprintf(j->id, sizeof j->id, "%s", s->o->job_ids[i]);
+    snprintf(j->cell, sizeof j->cell, "%s.%s", SIM_ROOT, j->id);
+    if (s->n_jobs > 1) snprintf(j->tag, sizeof j->tag, " job=%s", j->id);
+    struct cj_stream_io io = {.ctx = s, .send = io_send, .next_hop = io_next_hop};
+    if (!(j->ep = cj_stream_new(s->base, j->cell, &io, lim)))
+        return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stream endpoint of %s", j->cell);
+    if (cj_stream_on(j->ep, "test", "echo", on_echo, j) < 0 || cj_stream_on(j->ep, "test", "blob", on_blob, j) < 0)
+        return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
+    return sim_fl_setup(j, err);
 }
 
 static int setup(struct sim *s, struct cj_err *err)
 {
     const struct sim_opts *o = s->o;
-    snprintf(s->job, sizeof s->job, "%s.%s", SIM_ROOT, o->job_id);
+    s->n_jobs = o->n_jobs;
     s->lcfg = (struct cj_link_cfg){.name = "client", .me = SIM_ROOT, .heartbeat_interval = o->heartbeat};
     if (!(s->base = event_base_new())) return cj_fail(err, CJ_E_NOMEM, 0, "event_base_new failed");
     if (!(s->pattern = malloc(SIM_PATTERN_LEN))) return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
@@ -452,24 +565,26 @@ static int setup(struct sim *s, struct cj_err *err)
     struct cj_stream_limits lim;
     cj_stream_limits_default(&lim);
     lim.window = o->window;
-    struct cj_stream_io io = {.ctx = s, .send = io_send, .next_hop = io_next_hop};
-    if (!(s->ep = cj_stream_new(s->base, s->job, &io, &lim)))
-        return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stream endpoint");
-    if (cj_stream_on(s->ep, "test", "echo", on_echo, s) < 0 || cj_stream_on(s->ep, "test", "blob", on_blob, s) < 0)
-        return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
-    if (sim_fl_setup(s, err) < 0) return -1;
+    for (size_t i = 0; i < s->n_jobs; i++)
+        if (setup_job(s, i, &lim, err) < 0) return -1;
     s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s);
     s->sig_int = evsignal_new(s->base, SIGINT, on_signal, s);
     if (!s->sig_term || !s->sig_int || event_add(s->sig_term, NULL) < 0 || event_add(s->sig_int, NULL) < 0)
         return cj_fail(err, CJ_E_NOMEM, 0, "cannot watch signals");
-    return open_listener(s, err);
+    if (open_listener(s, err) < 0) return -1;
+    return o->parent[0] ? sim_cp_start(s, err) : 0;
 }
 
 static void teardown(struct sim *s)
 {
-    sim_fl_stop(s);                      /* before the endpoint: fetches and refs use it */
-    cj_stream_free(s->ep);               /* reports replies in flight as failed */
-    sim_fl_free(s);
+    sim_cp_free(s);
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        struct sim_job *j = &s->jobs[i];
+        sim_fl_stop(j);                  /* before the endpoint: fetches and refs use it */
+        if (j->ep) cj_stream_free(j->ep); /* reports replies in flight as failed */
+        j->ep = NULL;
+        sim_fl_free(j);
+    }
     while (s->n_links) cj_link_free(s->links[--s->n_links]);
     if (s->lev) evconnlistener_free(s->lev);
     if (s->tls) cj_tls_ctx_free(s->tls);
@@ -510,6 +625,7 @@ int sim_run(const struct sim_opts *o)
         return 2;
     }
     printf("SIM READY %u\n", s.port);
+    if (s.cp) printf("SIM PARENT %u\n", s.parent_port);
     event_base_dispatch(s.base);
     cj_log_info("sim: stopped after serving %" PRIu64 " requests", s.served);
     teardown(&s);

@@ -30,12 +30,20 @@
  * It talks to links and a stream endpoint directly: the router's policy is
  * the relay's, not a server's.
  *
+ * Several jobs at once (--job-id J1,J2,...): one struct sim_job each, the cells
+ * server.<job> on the one listener, each with its own rounds, ending on its
+ * own; `server` is answered by the first job's endpoint.
+ *
+ * The client parent (--parent, cp.c): the cell <site> on a second, clear TCP
+ * listener for the jobs' cells <site>.<job> as its children (doc/protocol/site.md §3).
+ *
  * Files: main.c (entry), opts.c (command line), sim.c (listener, links,
- * dispatch, transport handlers), fl.c (the FL server's rounds), verify.c (a
- * result checked element by element), srcfail.c (source-failure notices and
- * tombstones), fl_int.h (what those three share), drive.c (--drive), model.c/.h
- * (tensors, items, verification), pattern.h and hdrline.h (shared with the test
- * peer). */
+ * dispatch, transport handlers, the end of each job), fl.c (the FL server's
+ * rounds), verify.c (a result checked element by element), srcfail.c
+ * (source-failure notices and tombstones), fl_int.h (what those three share),
+ * cp.c (--parent), cpmsg.c/.h (the parent <-> job messages, shared with
+ * drive.c), drive.c (--drive), model.c/.h (tensors, items, verification),
+ * pattern.h and hdrline.h (shared with the test peer). */
 #ifndef CJ_SIM_SIM_H
 #define CJ_SIM_SIM_H
 
@@ -47,6 +55,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "net/addr.h"
 #include "net/link.h"
 #include "net/tls.h"
 #include "stream/stream.h"
@@ -55,11 +64,23 @@
 
 #define SIM_PATH_MAX 4096
 #define SIM_MAX_LINKS 256
+#define SIM_MAX_JOBS 16                  /* --job-id J1,J2,...: jobs served at once */
+#define SIM_JOB_MAX 128                  /* bytes of a job id, NUL included */
+#define SIM_MAX_TRIGGERS 16              /* --abort-job / --abort-task given at most this often */
+
+/* --abort-job J@R / --abort-task J@R: a client_command sent by the parent cell
+ * when round R's task of job J has gone out (cp.c). */
+struct sim_trigger {
+    char job[SIM_JOB_MAX];
+    long round;
+};
 
 struct sim_opts {
     char listen[512];            /* --listen tcp://HOST:PORT | stcp://HOST:PORT (port 0: any) */
     char tls_dir[SIM_PATH_MAX];  /* --tls-dir: rootCA.pem server.crt server.key; client certs required */
-    char job_id[128];            /* --job-id */
+    char job_id[SIM_JOB_MAX];    /* the first --job-id (the one job of --drive) */
+    char job_ids[SIM_MAX_JOBS][SIM_JOB_MAX]; /* every --job-id (J1,J2 or repeated), in order */
+    size_t n_jobs;
     char log_headers[SIM_PATH_MAX]; /* --log-headers FILE: one key=value line per received request */
     uint64_t window;             /* --window SIZE: stream window of the replies (sm__ws), default 64M */
     double heartbeat;            /* --heartbeat SECS: PING a client after this long idle; 0 = never */
@@ -78,32 +99,58 @@ struct sim_opts {
     double fetch_timeout;        /* --fetch-timeout: per-request timeout of result downloads (60) */
     bool self_test;              /* --self-test: check the item writers and exit */
 
+    /* --parent URL: also be the site's client parent cell <site> (cp.c) */
+    char parent[512];            /* --parent tcp://HOST:PORT (port 0: any, printed as SIM PARENT) */
+    char site[SIM_JOB_MAX];      /* --site NAME (default site-1) */
+    char job_status_log[SIM_PATH_MAX]; /* --job-status-log FILE: "<job_id> <status> <from FQCN>" lines */
+    struct sim_trigger abort_job[SIM_MAX_TRIGGERS], abort_task[SIM_MAX_TRIGGERS];
+    size_t n_abort_job, n_abort_task;
+
     /* --drive URL: be a stand-in site (relay + worker) against a simulator (drive.c) */
     char drive[512];
     char drive_as[CJ_FQCN_MAX + 1]; /* --drive-as FQCN (default site-1.<job>) */
     long drive_fail;             /* --drive-fail R: an EXECUTION_EXCEPTION result for round R's first task */
     long drive_corrupt;          /* --drive-corrupt R: one wrong element in round R's result */
     long drive_source_failure;   /* --drive-source-failure R: round R's result source "dies" (drive.c) */
+    char drive_parent[512];      /* --drive-parent URL: also connect to the client parent (drive.c) */
 };
 
 struct sim_fl;
+struct sim_cp;
+struct sim;
+
+/* One job: the cell server.<job>, its stream endpoint and its FL server
+ * (fl.c).  Each job has its own rounds, tasks and verification, and ends on
+ * its own. */
+struct sim_job {
+    struct sim *s;
+    size_t index;
+    char id[SIM_JOB_MAX];
+    char cell[CJ_FQCN_MAX + 1];          /* server.<job>: origin of everything the job cell sends */
+    char tag[SIM_JOB_MAX + 8];           /* " job=<id>" in output lines when several jobs run, else "" */
+    struct cj_stream_ep *ep;
+    struct sim_fl *fl;
+    bool ended;                          /* its SIM line is out */
+    int code;                            /* 0 ok (verified or aborted as asked), 1 failed */
+};
 
 struct sim {
     struct event_base *base;
     const struct sim_opts *o;
-    char job[CJ_FQCN_MAX + 1];           /* server.<job>: origin of everything the job cell sends */
     SSL_CTX *tls;
     struct evconnlistener *lev;
     unsigned port;
     struct cj_link_cfg lcfg;
     struct cj_link *links[SIM_MAX_LINKS]; /* every link, any state */
     size_t n_links;
-    struct cj_stream_ep *ep;
+    struct sim_job jobs[SIM_MAX_JOBS];   /* jobs[0] also answers what is addressed to `server` */
+    size_t n_jobs, n_ended;
+    struct sim_cp *cp;                   /* --parent: the client parent cell (cp.c) */
+    unsigned parent_port;                /* its listener's port */
     uint8_t *pattern;                    /* SIM_PATTERN_LEN bytes, referenced by every blob reply */
     FILE *hlog;                          /* --log-headers */
     struct event *sig_term, *sig_int;
     uint64_t served;                     /* requests answered */
-    struct sim_fl *fl;
     int exit_code;                       /* what sim_run returns */
 };
 
@@ -121,27 +168,62 @@ int sim_drive(const struct sim_opts *o);
 
 /* ---- fl.c ---------------------------------------------------------------------------- */
 
-/* Registers the FL handlers and the download producer on s->ep. */
-int sim_fl_setup(struct sim *s, struct cj_err *err);
+/* Registers the FL handlers and the download producer on j->ep. */
+int sim_fl_setup(struct sim_job *j, struct cj_err *err);
 /* Teardown in two steps around cj_stream_free: stop (needs the endpoint:
  * cancels downloads, drops refs, frees the producer; later callbacks do
  * nothing), then free. */
-void sim_fl_stop(struct sim *s);
-void sim_fl_free(struct sim *s);
+void sim_fl_stop(struct sim_job *j);
+void sim_fl_free(struct sim_job *j);
 
 /* --isolate: true when a download-service message from origin must be refused
  * (the origin is not a relay cell <site>.<job>).  sim.c then diverts it to
  * SIM_FL_ISOLATED_TOPIC, whose handler answers invalid_request. */
-bool sim_fl_isolated(const struct sim *s, const char *channel, const char *topic, const char *origin);
+bool sim_fl_isolated(const struct sim_job *j, const char *channel, const char *topic, const char *origin);
 #define SIM_FL_ISOLATED_TOPIC "download_service__isolated"
 
 /* True between the first task and the end of the run. */
-bool sim_fl_in_progress(const struct sim *s);
+bool sim_fl_in_progress(const struct sim_job *j);
 /* "k of N rounds verified" for the signal message. */
-void sim_fl_progress(const struct sim *s, long *verified, long *rounds);
+void sim_fl_progress(const struct sim_job *j, long *verified, long *rounds);
 
-/* Ends the run: prints "SIM OK rounds=N" (code 0) or "SIM FAIL <why>" (1) once and
- * stops the event loop. */
-void sim_finish(struct sim *s, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* ---- sim.c --------------------------------------------------------------------------- */
+
+/* Ends job j once: with one job "SIM OK <why>" (code 0) or "SIM FAIL <why>" (1);
+ * with several "SIM DONE job=<id> <why>" or "SIM FAIL job=<id> <why>", and
+ * after the last one "SIM OK jobs=N" or "SIM FAIL jobs=N failed=<ids>".  The
+ * event loop stops when every job has ended. */
+void sim_finish(struct sim_job *j, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Ends job j as aborted on purpose (--abort-job): "SIM ABORTED job=<id> <why>"
+ * (one job: "SIM OK aborted <why>"); counts as a success. */
+void sim_aborted(struct sim_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The job whose cell is fqcn, or whose id is id (NULL: none). */
+struct sim_job *sim_job_by_cell(struct sim *s, const char *fqcn);
+struct sim_job *sim_job_by_id(struct sim *s, const char *id);
+/* Takes m (arrived on l, from the server listener or a child of the parent
+ * cell) for the server cells: consumed by `server` / `server.<job>`, else
+ * unroutable (sim_unroutable). */
+void sim_dispatch(struct sim *s, struct cj_link *l, struct cj_msg *m);
+/* A message no cell of this process can take: a RETURN (doc/protocol/cellnet.md §2)
+ * on the link it came in on for a request expecting a reply, else dropped;
+ * logged either way.  me: the cell that could not forward it. */
+void sim_unroutable(struct cj_link *l, const struct cj_msg *m, const char *me);
+
+/* url (--listen, --parent) as an address; port 0 kept (any free port). */
+int sim_parse_listen(const char *url, const char *opt, struct cj_addr *a, struct cj_err *err);
+/* A listener on a calling cb(arg) for each connection; *port the port it got
+ * (a->text then names it). */
+struct evconnlistener *sim_bind(struct sim *s, struct cj_addr *a, evconnlistener_cb cb, void *arg, unsigned *port,
+                                struct cj_err *err);
+
+/* ---- cp.c: --parent ------------------------------------------------------------------- */
+
+/* Opens the parent listener and hosts the cell <site>; prints SIM PARENT <port>. */
+int sim_cp_start(struct sim *s, struct cj_err *err);
+void sim_cp_free(struct sim *s);
+/* The link toward dest among the parent's children (NULL: none). */
+struct cj_link *sim_cp_route(struct sim *s, const char *dest);
+/* Round r's task of job j went out: the --abort-job / --abort-task triggers. */
+void sim_cp_task_out(struct sim_job *j, long round);
 
 #endif

@@ -94,7 +94,7 @@ static void reply_error(struct sim_fl *fl, const struct cj_stream_reqctx *rq, co
     if (b && msgpack_pack_str(&pk, n) == 0 && msgpack_pack_str_body(&pk, error, n) == 0) {
         struct cj_stream_hv h = {"cn__error", hv.data, hv.size};
         struct cj_stream_msg m = {.hdrs = &h, .n_hdrs = 1, .encoding = "none"};
-        if (cj_stream_reply(fl->s->ep, rq, rc, &m, b, NULL, NULL) < 0)
+        if (cj_stream_reply(fl->job->ep, rq, rc, &m, b, NULL, NULL) < 0)
             cj_log_warning("sim: cannot send the %s reply to %s", rq->topic, rq->origin);
         b = NULL;   /* taken */
     }

@@ -62,7 +62,7 @@ void result_done(struct task *t, bool ok, const char *why)
 {
     struct sim_fl *fl = t->fl;
     if (t->fail[0]) {
-        sim_finish(fl->s, 1, "round %ld task=%s: %s", t->round, t->id, t->fail);
+        sim_finish(fl->job, 1, "round %ld task=%s: %s", t->round, t->id, t->fail);
         return;
     }
     if (!ok) {
@@ -70,7 +70,7 @@ void result_done(struct task *t, bool ok, const char *why)
         return;
     }
     if (t->res_items != (uint64_t)fl->o->tensors) {
-        sim_finish(fl->s, 1, "round %ld task=%s: result ref %s from %s held %" PRIu64 " items, want %ld", t->round,
+        sim_finish(fl->job, 1, "round %ld task=%s: result ref %s from %s held %" PRIu64 " items, want %ld", t->round,
                    t->id, t->res_ref, t->res_from, t->res_items, fl->o->tensors);
         return;
     }
@@ -185,7 +185,7 @@ int start_verification(struct task *t, const struct req *r, char *why, size_t wh
     cj_dl_fetch_cfg_default(&fc);
     fc.request_timeout = fl->o->fetch_timeout;
     cj_log_info("sim: round %ld: downloading result ref %s (%zu items) from %s", t->round, d.ref_id, n, d.fqcn);
-    if (!(t->fetch = cj_dl_fetch(fl->s->base, fl->s->ep, d.fqcn, d.ref_id, &fc, on_result_item, on_result_done, t))) {
+    if (!(t->fetch = cj_dl_fetch(fl->s->base, fl->job->ep, d.fqcn, d.ref_id, &fc, on_result_item, on_result_done, t))) {
         *fatal = false;
         snprintf(why, whysz, "cannot start downloading result ref %s from %s", d.ref_id, d.fqcn);
         goto out;
