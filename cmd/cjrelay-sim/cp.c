@@ -6,7 +6,9 @@
  * What it does with a message from a child, by destination D:
  *   D == <site>           consumed: admin/train.notify_job_status recorded
  *                         (--job-status-log, SIM JOB_STATUS) and answered ok with
- *                         an admin Message; replies to its own requests matched;
+ *                         an admin Message (another admin topic: ok with an
+ *                         error Message "invalid_request", as FLARE's admin
+ *                         agent); replies to its own requests matched;
  *                         cellnet.channel/bye ok; another request expecting a
  *                         reply: process_exception "no callback"
  *   server, server.*      handed to the server cells of this process (FLARE's CP
@@ -253,6 +255,16 @@ static void local(struct sim_cp *cp, struct cj_link *l, struct cj_msg *m)
         on_reply(cp, m);
     } else if (!strcmp(h->channel, CPMSG_CH_ADMIN) && !strcmp(h->topic, CPMSG_TP_NOTIFY)) {
         on_notify(cp, l, m);
+    } else if (!strcmp(h->channel, CPMSG_CH_ADMIN)) {
+        /* the CP's admin agent takes every topic; one without a processor gets an error Message */
+        cj_log_info("sim: parent: admin/%s from %s: no processor, invalid_request", h->topic, h->origin);
+        if (h->reply_expected) {
+            msgpack_sbuffer sb;
+            msgpack_sbuffer_init(&sb);
+            if (cpmsg_admin_write(&sb, "reply", "invalid_request", NULL, -1, "_error") == 0)
+                cpmsg_reply(l, h, "ok", NULL, &sb);
+            msgpack_sbuffer_destroy(&sb);
+        }
     } else if (!strcmp(h->channel, "cellnet.channel") && !strcmp(h->topic, "bye")) {
         if (h->reply_expected) cpmsg_reply(l, h, "ok", NULL, NULL);
     } else if (h->reply_expected) {
