@@ -617,8 +617,9 @@ static void on_parent_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
         if (d->notify_status && !strcmp(h->req_id, d->notify_rid)) notify_done(d, h->return_code);
     } else if (!strcmp(h->channel, CPMSG_CH_COMMAND)) {
         parent_command(d, l, h);
-    } else if (h->reply_expected) {
-        cpmsg_reply(l, h, "process_exception", "no callback", NULL);
+    } else {
+        printf("DRIVE REQUEST %s/%s from=%s via parent: no callback\n", h->channel, h->topic, h->origin);
+        if (h->reply_expected) cpmsg_reply(l, h, "process_exception", "no callback", NULL);
     }
     cj_msg_free(m);
 }

@@ -15,7 +15,8 @@
 #   (d) routing at the parent: a request for a cell nobody has gets a RETURN
 #       (comm_error) from the parent, one for <site> itself process_exception,
 #       one for server.<job> sent up through the parent is answered by the
-#       server cell
+#       server cell, one for a sibling child is forwarded to it and its answer
+#       back
 #   (e) an abort for a job not connected to the parent cannot be sent: that job
 #       fails while the other verifies: SIM FAIL job=J2 ..., SIM FAIL jobs=2
 #       failed=J2, exit 1
@@ -117,7 +118,11 @@ check "(c) J1 ran its 3 rounds: SIM DONE job=J1 rounds=3" \
 check "(c) SIM OK jobs=2 the last SIM line, exit 0 ($SRC)" sh -c "[ \"\$(grep '^SIM ' '$f' | tail -1)\" = 'SIM OK jobs=2' ] && [ $SRC -eq 0 ]"
 
 # ---- (d) routing at the parent --------------------------------------------------------------
-start_sim route --job-id J1 --rounds 1 $A
+start_sim route --job-id J1 --rounds 1000 --wait-time 0.1 --model-size 8 --tensors 2
+timeout 120 $S --drive "tcp://127.0.0.1:$PORT" --drive-parent "tcp://127.0.0.1:$PPORT" --job-id J1 --rounds 1000 \
+    --model-size 8 --tensors 2 > "$W/route.J1.drive" 2>&1 & DRV=$!
+wait_for 10 grep -q '^DRIVE NOTIFIED 2 rc=ok' "$W/route.J1.drive"
+check "(d) J1 is connected to the parent and STARTED" grep -q '^DRIVE NOTIFIED 2 rc=ok' "$W/route.J1.drive"
 $P --timeout 10 --server site-1.J7 "tcp://127.0.0.1:$PPORT" site-1.J9 ping > "$W/r1.out" 2>&1
 check "(d) a request for an unknown cell: RETURN from the parent ($(head -1 "$W/r1.out"))" \
     grep -q 'RETURN from site-1: comm_error' "$W/r1.out"
@@ -126,8 +131,13 @@ check "(d) a request for <site> it has no callback for: process_exception ($(hea
     grep -q 'rc=process_exception' "$W/r2.out"
 $P --timeout 10 --server server.J1 "tcp://127.0.0.1:$PPORT" site-1.J9 ping > "$W/r3.out" 2>&1
 check "(d) a request for server.J1 through the parent is answered by the server cell" grep -q '^OK ping' "$W/r3.out"
+$P --timeout 10 --server site-1.J1 "tcp://127.0.0.1:$PPORT" site-1.J9 ping > "$W/r4.out" 2>&1
+check "(d) a request for the sibling site-1.J1 is forwarded to it and its answer back" \
+    sh -c "grep -q 'rc=process_exception' '$W/r4.out' && grep -q '^DRIVE REQUEST task/ping from=site-1.J9 via parent: no callback\$' '$W/route.J1.drive'"
 kill -TERM "$SIM"; sim_exit 10
-check "(d) SIGTERM with no run under way: exit 0 ($SRC)" [ "$SRC" -eq 0 ]
+check "(d) SIGTERM mid-run: SIM FAIL, exit 1 ($SRC)" \
+    sh -c "grep -q '^SIM FAIL stopped by signal 15 after' '$W/route.sim' && [ $SRC -eq 1 ]"
+wait "$DRV"; DRV=
 
 # ---- (e) an abort never acknowledged ---------------------------------------------------------
 start_sim noack --job-id J1,J2 --rounds 2 $A --abort-job J2@1
