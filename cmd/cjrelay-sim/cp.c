@@ -24,7 +24,6 @@
  *                              J has gone out; J ends as aborted at its STOPPED,
  *                              or fails after CP_ABORT_WAIT s without it
  *   client_command/abort_task  --abort-task J@R, fire-and-forget, only after STARTED */
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +47,6 @@ struct sim_cp;
 
 /* A show_stats request waiting for its reply. */
 struct cp_pending {
-    struct sim_cp *cp;
     bool used;
     char rid[CPMSG_RID_LEN + 1];
     char to[CJ_FQCN_MAX + 1];
@@ -151,7 +149,6 @@ static void send_show_stats(struct sim_cp *cp, struct cj_link *l, const char *to
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     struct timeval tv = cj_tv(CP_STATS_TIMEOUT);
-    p->cp = cp;
     snprintf(p->to, sizeof p->to, "%s", to);
     snprintf(p->job, sizeof p->job, "%s", job);
     if (cpmsg_map_write(&sb, NULL, 0) == 0 &&

@@ -633,7 +633,9 @@ static void on_parent_down(struct cj_link *l, const char *why, void *ctx)
     if (d->notify_status) notify_done(d, "link_lost");
 }
 
-static const struct cj_link_ops PARENT_OPS = {.on_up = on_parent_up, .on_msg = on_parent_msg, .on_down = on_parent_down};
+static const struct cj_link_ops PARENT_OPS = {
+    .on_up = on_parent_up, .on_msg = on_parent_msg, .on_down = on_parent_down,
+};
 
 /* ---- link and endpoint --------------------------------------------------------------- */
 
@@ -718,7 +720,8 @@ int sim_drive(const struct sim_opts *o)
         goto out;
     }
     struct cj_link_cfg pc = {.name = "parent", .me = d.me};
-    if (o->drive_parent[0] && !(d.plink = cj_link_connect(d.base, NULL, o->drive_parent, NULL, &pc, &PARENT_OPS, &d, &err))) {
+    if (o->drive_parent[0] &&
+        !(d.plink = cj_link_connect(d.base, NULL, o->drive_parent, NULL, &pc, &PARENT_OPS, &d, &err))) {
         printf("DRIVE FAIL cannot connect to the parent %s: %s\n", o->drive_parent, err.msg);
         goto out;
     }

@@ -683,7 +683,8 @@ void round_verified(struct task *t)
     else if (t->ref_live) cj_dl_producer_foreach(fl->prod, visit_served, t);
     printf("RESULT %ld%s task=%s ref=%s from=%s items=%" PRIu64 " bytes=%" PRIu64 " secs=%.3f\n", t->round,
            fl->job->tag, t->id, t->res_ref[0] ? t->res_ref : "inline", t->res_from, t->res_items, t->res_bytes, fsecs);
-    printf("ROUND %ld%s task=%s tensors=%ld bytes=%" PRIu64 " served_to=%s result_from=%s verified secs=%.3f MiB/s=%.1f\n",
+    printf("ROUND %ld%s task=%s tensors=%ld bytes=%" PRIu64
+           " served_to=%s result_from=%s verified secs=%.3f MiB/s=%.1f\n",
            t->round, fl->job->tag, t->id, fl->o->tensors, t->bytes, t->served_to[0] ? t->served_to : "none",
            t->res_from, secs, secs > 0 ? (double)(t->bytes + t->res_bytes) / 1048576.0 / secs : 0.0);
     cj_log_info("sim: job %s: round %ld verified (%ld of %ld)", fl->job->id, t->round, fl->verified, fl->o->rounds);

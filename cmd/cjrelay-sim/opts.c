@@ -365,7 +365,8 @@ int sim_parse_args(int argc, char **argv, struct sim_opts *o)
         const char *j = i < o->n_abort_job ? o->abort_job[i].job : o->abort_task[i - o->n_abort_job].job;
         size_t k = 0;
         while (k < o->n_jobs && strcmp(o->job_ids[k], j)) k++;
-        if (k == o->n_jobs) return usage_error("--abort-job/--abort-task: '%s' is not one of the --job-id jobs%s", j, "");
+        if (k == o->n_jobs)
+            return usage_error("--abort-job/--abort-task: '%s' is not one of the --job-id jobs%s", j, "");
     }
     int64_t per = (o->model_size / o->tensors) & ~(int64_t)3;
     if (per < 4 || (uint64_t)per > SIM_MAX_TENSOR_BYTES)
