@@ -28,6 +28,8 @@
 #      downloads BENCH_TPUT_MODEL, built before the task went out (cjrelay-sim --prebuild), through
 #      the relay and direct; MiB/s, median of BENCH_TPUT_RUNS
 #   8. the raw transfer of 7 over http and grpc: relay and direct worker both on the scheme
+#   9. a site daemon: one job alone, then BENCH_JOBS jobs at once (job start), each its own
+#      cell and worker; every job's MiB/s against a fair share of the one job's
 #
 # Prints a table and writes build/bench/results.json (printf only, no Python).
 # Knobs [defaults]: BENCH_TPUT_MODEL [1G], BENCH_TPUT_RUNS [3], BENCH_MODELS [64M 512M 2G],
@@ -36,7 +38,8 @@
 # BENCH_LAT_ROUNDS [1000], BENCH_FANIN [16], BENCH_FANIN_MODEL [64M per worker],
 # BENCH_CPU_MODEL [256M], BENCH_CPU [1; 0 skips callgrind], BENCH_SIM_ARGS [] (extra sim flags,
 # e.g. "--window 4M"), BENCH_JOB_TIMEOUT [300 s per job], BENCH_SYS_MODEL [1G], BENCH_SYS_RUNS [5],
-# BENCH_SECTIONS [tput mem lat fanin cpu sys raw schemes], BENCH_BIN [build/] (the cjrelay binaries to
+# BENCH_JOBS [20], BENCH_JOBS_MODEL [64M],
+# BENCH_SECTIONS [tput mem lat fanin cpu sys raw schemes jobs], BENCH_BIN [build/] (the cjrelay binaries to
 # measure, e.g. an older build's; the floor is always build/bench/floor).
 TPUT_MODEL=${BENCH_TPUT_MODEL:-1G}
 TPUT_RUNS=${BENCH_TPUT_RUNS:-3}
@@ -48,7 +51,9 @@ FANIN_MODEL=${BENCH_FANIN_MODEL:-64M}
 CPU_MODEL=${BENCH_CPU_MODEL:-256M}
 CPU_ON=${BENCH_CPU:-1}
 JOB_TIMEOUT=${BENCH_JOB_TIMEOUT:-300}
-SECTIONS=${BENCH_SECTIONS:-tput mem lat fanin cpu sys raw schemes}
+SECTIONS=${BENCH_SECTIONS:-tput mem lat fanin cpu sys raw schemes jobs}
+JOBS_N=${BENCH_JOBS:-20}
+JOBS_MODEL=${BENCH_JOBS_MODEL:-64M}
 SYS_MODEL=${BENCH_SYS_MODEL:-1G}
 SYS_RUNS=${BENCH_SYS_RUNS:-5}
 SIM_EXTRA=${BENCH_SIM_ARGS:-}
@@ -500,6 +505,54 @@ if has schemes; then
     done
 fi
 
+# ---- 9. a site daemon: one job alone, then JOBS_N at once --------------------------------------------
+# jobs_run NAME N: a site daemon (no [relay] job_id, a launched worker per job) and simulators of at
+# most 10 jobs each; N jobs started with job start at once, one round of JOBS_MODEL each.  Writes
+# "<job> <MiB/s>" lines (the simulator's ROUND lines) to $W/NAME.rates.
+jobs_run() {
+    _n=$1; _k=$2; _sims=; _ports=; _j=1
+    while [ $_j -le "$_k" ]; do
+        _ids=; _e=$((_j + 9)); [ $_e -gt "$_k" ] && _e=$_k
+        while [ $_j -le $_e ]; do _ids="$_ids${_ids:+,}J$_j"; _j=$((_j + 1)); done
+        rm -f "$W/$_n.$_j.sim"
+        "$S" --listen tcp://127.0.0.1:0 --job-id "$_ids" --rounds 1 --model-size "$JOBS_MODEL" --tensors 8 \
+            --format numpy --wait-time 0.1 > "$W/$_n.$_j.sim" 2> "$W/$_n.$_j.simlog" &
+        _sims="$_sims $!"
+        wait_for 10 grep -q '^SIM READY' "$W/$_n.$_j.sim" || return 1
+        _p=$(awk '/^SIM READY/ {print $3}' "$W/$_n.$_j.sim")
+        _ports="$_ports $_ids:$_p"
+    done
+    printf '[relay]\nsite = site-1\nmax_jobs = %s\n[workers]\ncommand = %s\ncount = 1\nheartbeat_interval = 1\nheartbeat_timeout = 10\nshutdown_grace = 2\n[status]\nsocket = %s\n[log]\nlevel = info\n' \
+        "$((_k + 1))" "$WK" "$W/$_n.status.sock" > "$W/$_n.ini"
+    "$D" -c "$W/$_n.ini" > "$W/$_n.relay" 2>&1 & RELAY=$!
+    wait_for 10 "$C" -s "$W/$_n.status.sock" show info || return 1
+    for _ip in $_ports; do
+        _p=${_ip##*:}
+        for _id in $(echo "${_ip%:*}" | tr ',' ' '); do
+            "$C" -s "$W/$_n.status.sock" job start "{\"job_id\": \"$_id\", \"server_url\": \"tcp://127.0.0.1:$_p\"}" >/dev/null
+        done
+    done
+    for _p in $_sims; do wait_exit "$_p" "$JOB_TIMEOUT" >/dev/null; done
+    note_workers
+    "$C" -s "$W/$_n.status.sock" shutdown >/dev/null 2>&1
+    wait_exit "$RELAY" 30 >/dev/null
+    stop_job
+    cat "$W"/$_n.*.sim | sed -n 's/^ROUND [0-9]* \(job=\([^ ]*\)\)\{0,1\}.* MiB\/s=\([0-9.]*\).*/\2 \3/p' > "$W/$_n.rates"
+}
+JOBS_ONE=; JOBS_MIN=; JOBS_MEAN=; JOBS_OKN=0; JOBS_FAIR=
+if has jobs; then
+    echo "bench: site daemon, one job of $JOBS_MODEL alone ..."
+    jobs_run jobs1 1 && JOBS_ONE=$(awk '{print $NF}' "$W/jobs1.rates" | head -1)
+    echo "bench: site daemon, $JOBS_N jobs of $JOBS_MODEL at once ..."
+    if jobs_run jobsn "$JOBS_N"; then
+        JOBS_OKN=$(wc -l < "$W/jobsn.rates" | tr -d ' ')
+        JOBS_MIN=$(awk '{print $NF}' "$W/jobsn.rates" | sort -n | head -1)
+        JOBS_MEAN=$(awk '{t += $NF} END {if (NR) printf "%.1f", t / NR}' "$W/jobsn.rates")
+        # the slowest job against a fair share of the one job alone (1.00 = as fast as its share)
+        JOBS_FAIR=$(awk -v m="$JOBS_MIN" -v o="$JOBS_ONE" -v k="$JOBS_N" 'BEGIN {if (o > 0) printf "%.2f", m / (o / k)}')
+    fi
+fi
+
 # top self-cost functions: "pct function" lines
 cg_top() {
     [ -s "$OUT/callgrind-relay.txt" ] || return
@@ -549,6 +602,11 @@ echo
 echo "8. raw transfer over FLARE's other clear schemes, $TPUT_MODEL (MiB/s, median of $TPUT_RUNS; the relay's upstream and the"
 echo "   direct worker both use the scheme; the relay's workers stay on a Unix socket)"
 printf '%s' "$SCH_ROWS"
+echo
+echo "9. a site daemon: $JOBS_N jobs at once, one round of $JOBS_MODEL each, a launched worker each (the simulator's"
+echo "   MiB/s per round: task sent -> result verified; $JOBS_OKN of $JOBS_N rounds verified)"
+echo "  one job alone: ${JOBS_ONE:-?} MiB/s; with $JOBS_N at once, per job min ${JOBS_MIN:-?} mean ${JOBS_MEAN:-?} MiB/s"
+echo "  slowest job / fair share of the one job alone: ${JOBS_FAIR:-n/a} (target >= 0.8)"
 
 {
     printf '{\n  "date": "%s",\n  "cores": %s,\n  "load": "%s",\n' "$DATE" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -574,7 +632,9 @@ printf '%s' "$SCH_ROWS"
     printf '  "raw_transfer": {\n    "model": "%s", "relay_runs_mib_s": [%s], "direct_runs_mib_s": [%s],\n' "$TPUT_MODEL" "$(echo $RAW_A | tr ' ' ',')" "$(echo $RAW_B | tr ' ' ',')"
     printf '    "relay_mib_s_median": %s, "direct_mib_s_median": %s, "relay_over_direct": %s\n  },\n' \
         "$(json_num "$RAW_A_MED")" "$(json_num "$RAW_B_MED")" "$(json_num "$RAW_RATIO")"
-    printf '  "raw_transfer_by_scheme": {%s\n  }\n}\n' "$SCH_JSON"
+    printf '  "raw_transfer_by_scheme": {%s\n  },\n' "$SCH_JSON"
+    printf '  "site_jobs": {"jobs": %s, "model": "%s", "verified": %s, "one_job_mib_s": %s, "min_mib_s": %s, "mean_mib_s": %s, "slowest_over_fair_share": %s}\n}\n' \
+        "$JOBS_N" "$JOBS_MODEL" "$JOBS_OKN" "$(json_num "$JOBS_ONE")" "$(json_num "$JOBS_MIN")" "$(json_num "$JOBS_MEAN")" "$(json_num "$JOBS_FAIR")"
 } > "$OUT/results.json"
 echo
 echo "bench: wrote $OUT/results.json"
