@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,9 +194,17 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
 
 /* ---- starting ------------------------------------------------------------------------------ */
 
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    if (remove(path) != 0 && errno != ENOENT) cj_log_warning("cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
 /* Left by a daemon that did not end cleanly: job directories (bootstrap
- * files, worker sockets) of jobs no one runs any more. */
-static void clean_stale(const char *dir)
+ * files, worker sockets) of jobs no one runs any more, and those jobs' spool
+ * directories, <spool_dir>/<job_id>/ (only theirs: another daemon may share
+ * the spool directory). */
+static void clean_stale(const char *dir, const char *spool_dir)
 {
     char path[CJ_CFG_PATH_MAX + 320];
     struct stat sb;
@@ -207,6 +216,11 @@ static void clean_stale(const char *dir)
         if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
         cj_log_warning("removing the stale directory of job %s (%s), left by an earlier daemon", e->d_name, path);
         cj_job_remove_dir(path);
+        snprintf(path, sizeof path, "%s/%s", spool_dir, e->d_name);
+        if (spool_dir[0] && lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            cj_log_warning("removing the stale spool directory of job %s (%s)", e->d_name, path);
+            nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        }
     }
     closedir(dp);
 }
@@ -234,7 +248,7 @@ struct cj_jobs *cj_jobs_new(struct event_base *base, const struct cj_config *sit
         free(js);
         return NULL;
     }
-    clean_stale(js->dir);
+    clean_stale(js->dir, site->relay.spool_dir);
     js->reap = event_new(base, -1, 0, on_reap, js);
     js->sweep = event_new(base, -1, EV_PERSIST, on_sweep, js);
     struct timeval every = {SWEEP_SECS, 0};

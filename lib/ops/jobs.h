@@ -8,7 +8,8 @@
  * seconds after letting go of its cell.  A job started at run time gets its
  * own directory, <status socket without .sock>.jobs/<job_id>/ (bootstrap
  * files, the default worker socket), removed when it ends; a daemon starting
- * up removes what an earlier one left there. */
+ * up removes what an earlier one left there, and those jobs' spool
+ * directories. */
 #ifndef CJ_OPS_JOBS_H
 #define CJ_OPS_JOBS_H
 

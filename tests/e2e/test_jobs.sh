@@ -39,6 +39,7 @@ sim() {
 job() { ctl job start "$1"; }
 
 mkdir -p "$W/status.jobs/OLD" && touch "$W/status.jobs/OLD/client_api_bootstrap_1.json"   # left by an earlier daemon
+mkdir -p "$W/spool/OLD/t1/r1" "$W/spool/KEEP" && touch "$W/spool/OLD/t1/r1/chunk_0.npz"      # and its spool
 relay_ini "$W/site.ini" relay.job_id= relay.max_jobs=3 relay.job_linger=60 relay.spool_dir="$W/spool" \
     relay.spool_allow_tmpfs=true workers.command="$BUILD/cjrelay-worker" workers.count=1 \
     workers.heartbeat_interval=1 workers.heartbeat_timeout=5 workers.shutdown_grace=2 \
@@ -49,6 +50,7 @@ CJTEST_DAEMON_ONLY=1 $D -c "$W/site.ini" > "$W/relay.log" 2>&1 & RELAY=$!
 wait_for 10 test -S "$W/status.sock"
 check "the daemon starts with no job" sh -c "$CTL show jobs | wc -l | grep -qx 1"
 check "(e) a stale job directory is removed at start, and logged" sh -c "[ ! -e $W/status.jobs/OLD ] && grep -q 'stale directory of job OLD' $W/relay.log"
+check "(e) ... and its spool directory, not another's" sh -c "[ ! -e $W/spool/OLD ] && [ -d $W/spool/KEEP ] && grep -q 'stale spool directory of job OLD' $W/relay.log"
 check "show info: no job, site fqcn" sh -c "$CTL show info | grep -qx 'fqcn: site-1' && $CTL show info | grep -qx 'jobs: 0'"
 
 # ---- (a) three jobs at once ------------------------------------------------------------
