@@ -63,7 +63,7 @@ void unpace(struct cj_router *r, const char *why)
     cj_log_debug("router %s: upstream pace for %s lifted: %s (%zu bytes queued toward it)", r->me,
                  rl(r->paced_on) ? rl(r->paced_on)->fqcn : "?", why, cj_link_queued(r->paced_on));
     r->paced_on = NULL;
-    if (r->up_link) cj_link_resume_reading(r->up_link, CJ_LINK_PAUSE_OWNER);
+    if (r->up.link) cj_link_resume_reading(r->up.link, CJ_LINK_PAUSE_OWNER);
 }
 
 /* Something went out on the upstream link dst (src: the link it came from,

@@ -1,5 +1,8 @@
-/* reconnect.c — the upstream link: connecting, its state, and reconnecting
- * with exponential back-off and jitter when it fails or is lost. */
+/* reconnect.c — the outbound links (the upstream to the server root, the
+ * parent to the client parent): connecting, their state, and reconnecting
+ * with exponential back-off and jitter when one fails or is lost.  What is
+ * particular to one of them (events, the upstream's requests in flight, the
+ * parent's name) is in the up/down callbacks below. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,142 +34,189 @@ const char *cj_router_upstream_state_name(enum cj_upstream_state s)
     return "?";
 }
 
-enum cj_upstream_state cj_router_upstream_state(const struct cj_router *r) { return r->up_state; }
+enum cj_upstream_state cj_router_upstream_state(const struct cj_router *r) { return r->up.state; }
 
-static void upstream_connect(struct cj_router *r);
+struct outlink *router_outlink(struct cj_router *r, const struct cj_link *l)
+{
+    struct rlink *d = l ? rl(l) : NULL;
+    if (!d) return NULL;
+    return d->role == ROLE_UPSTREAM ? &r->up : d->role == ROLE_PARENT ? &r->parent : NULL;
+}
 
-static void upstream_up(struct cj_link *l, void *ctx)
+/* A DATA frame arrived on o's link: the peer answers, the link works. */
+void outlink_heard(struct outlink *o)
+{
+    if (o->proven) return;
+    o->proven = true;
+    o->attempt = 0;
+}
+
+static void outlink_connect(struct outlink *o);
+
+static void outlink_up(struct cj_link *l, void *ctx)
 {
     struct cj_router *r = ctx;
+    struct outlink *o = router_outlink(r, l);
     struct rlink *d = rl(l);
+    const char *peer = cj_link_peer(l);
+    if (o->expect[0] && strcmp(peer, o->expect)) {   /* handled as a failed attempt: down, back-off */
+        cj_link_close(l, "the peer at %s answered as '%s', not as %s '%s'", o->url, peer, o->what, o->expect);
+        return;
+    }
     d->up = true;
-    snprintf(d->fqcn, sizeof d->fqcn, "%s", cj_link_peer(l));
-    r->up_state = CJ_UP_UP;
-    r->proven = false;
-    r->up_since = cj_now();
-    cj_log_info("router %s: upstream up (%s at %s)%s", r->me, d->fqcn, r->up_url,
-                r->upstream_cfg.quiet ? " after retrying" : "");
-    r->upstream_cfg.quiet = false;
-    r->last_why[0] = '\0';
-    if (r->ev.upstream_up) r->ev.upstream_up(r, d->fqcn, r->ev_ctx);
+    snprintf(d->fqcn, sizeof d->fqcn, "%s", peer);
+    o->state = CJ_UP_UP;
+    o->proven = false;
+    o->since = cj_now();
+    cj_log_info("router %s: %s up (%s at %s)%s", r->me, o->what, d->fqcn, o->url,
+                o->cfg.quiet ? " after retrying" : "");
+    o->cfg.quiet = false;
+    o->last_why[0] = '\0';
+    if (o->role == ROLE_UPSTREAM && r->ev.upstream_up) r->ev.upstream_up(r, d->fqcn, r->ev_ctx);
+    if (o->role == ROLE_PARENT && r->ev.parent_up) r->ev.parent_up(r, d->fqcn, r->ev_ctx);
 }
 
 /* Every transition is logged once: the first failure (or a new reason) at
  * warning, repeats of the same failure only every 20 attempts; the links of
  * retries log at debug. */
-static void report_retry(struct cj_router *r, const char *why, bool was_up)
+static void report_retry(struct outlink *o, const char *why, bool was_up)
 {
-    bool same = !was_up && !strcmp(why, r->last_why);
-    if (!same || r->attempt % 20 == 0)
-        cj_log_warning("router %s: upstream %s: %s; retrying every %.1f..%.1f s%s", r->me,
-                       was_up ? "lost" : "unreachable", why, r->rmin, r->rmax,
-                       same ? " (still failing)" : "");
-    snprintf(r->last_why, sizeof r->last_why, "%s", why);
-    r->upstream_cfg.quiet = true;
+    bool same = !was_up && !strcmp(why, o->last_why);
+    if (!same || o->attempt % 20 == 0)
+        cj_log_warning("router %s: %s %s: %s; retrying every %.1f..%.1f s%s", o->r->me, o->what,
+                       was_up ? "lost" : "unreachable", why, o->rmin, o->rmax, same ? " (still failing)" : "");
+    snprintf(o->last_why, sizeof o->last_why, "%s", why);
+    o->cfg.quiet = true;
 }
 
-static void upstream_backoff(struct cj_router *r)
+static void outlink_backoff(struct outlink *o)
 {
-    double d = r->rmin;
-    for (int i = 0; i < r->attempt && d < r->rmax; i++) d *= 2;
-    if (d > r->rmax) d = r->rmax;
-    d = d / 2 + rand01(r) * d / 2;           /* jitter: [d/2, d] */
-    if (d < r->rmin) d = r->rmin;
-    if (r->attempt < 64) r->attempt++;
-    r->up_state = CJ_UP_BACKOFF;
-    cj_log_debug("router %s: upstream reconnect in %.2f s (attempt %d)", r->me, d, r->attempt);
+    double d = o->rmin;
+    for (int i = 0; i < o->attempt && d < o->rmax; i++) d *= 2;
+    if (d > o->rmax) d = o->rmax;
+    d = d / 2 + rand01(o->r) * d / 2;           /* jitter: [d/2, d] */
+    if (d < o->rmin) d = o->rmin;
+    if (o->attempt < 64) o->attempt++;
+    o->state = CJ_UP_BACKOFF;
+    cj_log_debug("router %s: %s reconnect in %.2f s (attempt %d)", o->r->me, o->what, d, o->attempt);
     struct timeval tv = cj_tv(d);
-    event_add(r->up_timer, &tv);
+    event_add(o->timer, &tv);
 }
 
-static void upstream_down(struct cj_link *l, const char *why, void *ctx)
+static void upstream_lost(struct cj_router *r, struct cj_link *l, const char *why, bool was_up)
 {
-    struct cj_router *r = ctx;
-    struct rlink *d = rl(l);
-    bool was_up = d && d->up;
-    router_remove_link(r, l);
-    cj_link_set_data(l, NULL);
-    free(d);
-    r->up_link = NULL;
     r->paced_on = NULL;   /* the next upstream link starts reading */
-    /* A link that stayed up a while was healthy: start the back-off over.
-     * One the server drops right after READY keeps backing off. */
-    if (was_up && cj_now() - r->up_since > 2 * r->rmax) r->attempt = 0;
-    if (was_up && !r->proven && cj_link_is_tls(l))
+    if (was_up && !r->up.proven && cj_link_is_tls(l))
         cj_log_warning("router %s: the server closed the link after READY before answering anything; with mtls "
                        "the usual cause is a client certificate whose CN differs from the site name '%.*s'",
                        r->me, (int)cj_fqcn_root_len(r->me), r->me);
     if (r->ev.upstream_down) r->ev.upstream_down(r, why, r->ev_ctx);
-    report_retry(r, why, was_up);
-    if (was_up) {   /* the replies to the workers' requests in flight will not come */
+}
+
+static void outlink_down(struct cj_link *l, const char *why, void *ctx)
+{
+    struct cj_router *r = ctx;
+    struct outlink *o = router_outlink(r, l);
+    struct rlink *d = rl(l);
+    bool was_up = d && d->up;
+    router_remove_link(r, l);
+    cj_link_set_data(l, NULL);
+    router_rlink_free(d);
+    o->link = NULL;
+    /* A link that stayed up a while was healthy: start the back-off over.
+     * One the peer drops right after READY keeps backing off. */
+    if (was_up && cj_now() - o->since > 2 * o->rmax) o->attempt = 0;
+    if (o->role == ROLE_UPSTREAM) upstream_lost(r, l, why, was_up);
+    if (o->role == ROLE_PARENT && was_up && r->ev.parent_down) r->ev.parent_down(r, why, r->ev_ctx);
+    report_retry(o, why, was_up);
+    if (was_up && o->role == ROLE_UPSTREAM) {   /* the replies to the workers' requests in flight will not come */
         char failure[320];
         snprintf(failure, sizeof failure, "the upstream was lost (%.250s)", why);
         inflight_fail_all(r, failure, false);
     }
-    upstream_backoff(r);
+    outlink_backoff(o);
 }
 
-static const struct cj_link_ops upstream_ops = {
-    .on_up = upstream_up, .on_msg = router_link_msg, .on_down = upstream_down,
+static const struct cj_link_ops outlink_ops = {
+    .on_up = outlink_up, .on_msg = router_link_msg, .on_down = outlink_down,
 };
 
-static void upstream_connect(struct cj_router *r)
+static void outlink_connect(struct outlink *o)
 {
+    struct cj_router *r = o->r;
     struct cj_err err;
     struct rlink *d = calloc(1, sizeof *d);
     if (!d || router_add_link(r, NULL) < 0) {
         free(d);
-        cj_log_error("router %s: out of memory connecting upstream", r->me);
-        upstream_backoff(r);
+        cj_log_error("router %s: out of memory connecting the %s link", r->me, o->what);
+        outlink_backoff(o);
         return;
     }
     r->n_links--;                           /* slot reserved */
-    d->role = ROLE_UPSTREAM;
-    r->up_state = CJ_UP_CONNECTING;
-    struct cj_link *l = cj_link_connect(r->base, r->dns, r->up_url, r->up_tls, &r->upstream_cfg, &upstream_ops, r,
-                                        &err);
+    d->role = o->role;
+    o->state = CJ_UP_CONNECTING;
+    struct cj_link *l = cj_link_connect(r->base, r->dns, o->url, o->tls, &o->cfg, &outlink_ops, r, &err);
     if (!l) {
         free(d);
-        cj_log_error("router %s: cannot connect upstream: %s", r->me, err.msg);
-        upstream_backoff(r);
+        cj_log_error("router %s: cannot connect the %s link: %s", r->me, o->what, err.msg);
+        outlink_backoff(o);
         return;
     }
     cj_link_set_data(l, d);
     router_add_link(r, l);
-    r->up_link = l;
+    o->link = l;
 }
 
-static void upstream_timer(evutil_socket_t fd, short what, void *arg)
+static void outlink_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd; (void)what;
-    struct cj_router *r = arg;
-    r->c.reconnects++;
-    upstream_connect(r);
+    struct outlink *o = arg;
+    (*o->reconnects)++;
+    outlink_connect(o);
 }
 
-int cj_router_upstream_start(struct cj_router *r, const struct cj_upstream_cfg *u, struct cj_err *err)
+/* o's url, tls, expect and cfg are set: starts connecting.  rmin/rmax 0 =
+ * 0.5 / 30 s.  The router's resolver is made here if the host is a name. */
+int outlink_start(struct outlink *o, struct cj_err *err)
 {
+    struct cj_router *r = o->r;
     struct cj_addr a;
-    if (r->up_state != CJ_UP_DISABLED) return cj_fail(err, CJ_E_INVALID, 0, "the upstream is already started");
-    if (cj_addr_parse(u->url, CJ_EP_NET, 0, &a, err) < 0) return -1;
-    if (cj_ep_tls(a.ep.kind) != (u->tls != NULL))
-        return cj_fail(err, CJ_E_INVALID, 0, "upstream %s: %s", a.text,
-                       u->tls ? "TLS needs an stcp://, https:// or grpcs:// url" : "a TLS scheme needs a TLS context");
-    snprintf(r->up_url, sizeof r->up_url, "%s", u->url);
-    snprintf(r->up_tls_name, sizeof r->up_tls_name, "%s", u->tls_name ? u->tls_name : "");
-    r->upstream_cfg.tls_name = r->up_tls_name;
-    r->up_tls = u->tls;
-    r->rmin = u->reconnect_min > 0 ? u->reconnect_min : 0.5;
-    r->rmax = u->reconnect_max > 0 ? u->reconnect_max : 30;
-    if (r->rmax < r->rmin) r->rmax = r->rmin;
-    r->dns = u->dns;
+    if (cj_addr_parse(o->url, CJ_EP_NET, 0, &a, err) < 0) return -1;
+    o->rmin = o->rmin > 0 ? o->rmin : 0.5;
+    o->rmax = o->rmax > 0 ? o->rmax : 30;
+    if (o->rmax < o->rmin) o->rmax = o->rmin;
     if (!r->dns && !cj_addr_is_numeric(&a)) {
         r->dns = evdns_base_new(r->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
         if (!r->dns) return cj_fail(err, CJ_E_INVALID, 0, "cannot set up a DNS resolver for %s", a.ep.addr);
         r->own_dns = true;
     }
-    r->up_timer = evtimer_new(r->base, upstream_timer, r);
-    if (!r->up_timer) return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
-    upstream_connect(r);
+    o->timer = evtimer_new(r->base, outlink_timer, o);
+    if (!o->timer) return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
+    outlink_connect(o);
     return 0;
+}
+
+void outlink_free(struct outlink *o)
+{
+    if (o->timer) event_free(o->timer);
+    o->timer = NULL;
+}
+
+int cj_router_upstream_start(struct cj_router *r, const struct cj_upstream_cfg *u, struct cj_err *err)
+{
+    struct cj_addr a;
+    struct outlink *o = &r->up;
+    if (o->state != CJ_UP_DISABLED) return cj_fail(err, CJ_E_INVALID, 0, "the upstream is already started");
+    if (cj_addr_parse(u->url, CJ_EP_NET, 0, &a, err) < 0) return -1;
+    if (cj_ep_tls(a.ep.kind) != (u->tls != NULL))
+        return cj_fail(err, CJ_E_INVALID, 0, "upstream %s: %s", a.text,
+                       u->tls ? "TLS needs an stcp://, https:// or grpcs:// url" : "a TLS scheme needs a TLS context");
+    snprintf(o->url, sizeof o->url, "%s", u->url);
+    snprintf(o->tls_name, sizeof o->tls_name, "%s", u->tls_name ? u->tls_name : "");
+    o->cfg.tls_name = o->tls_name;
+    o->tls = u->tls;
+    o->rmin = u->reconnect_min;
+    o->rmax = u->reconnect_max;
+    if (u->dns && !r->own_dns) r->dns = u->dns;
+    return outlink_start(o, err);
 }

@@ -101,11 +101,18 @@ size_t cj_router_children(const struct cj_router *r, struct cj_link **out, size_
 
 struct cj_link *cj_router_upstream(const struct cj_router *r)
 {
-    return r->up_state == CJ_UP_UP ? r->up_link : NULL;
+    return r->up.state == CJ_UP_UP ? r->up.link : NULL;
+}
+
+struct cj_link *cj_router_parent(const struct cj_router *r)
+{
+    return r->parent.state == CJ_UP_UP ? r->parent.link : NULL;
 }
 
 /* doc/protocol/cellnet.md §6: me -> none; under me -> the child me.<leaf> (longest
- * connected prefix: only direct children connect); else the upstream. */
+ * connected prefix: only direct children connect); the parent and its other
+ * descendants -> the parent link when one is configured (never the upstream
+ * instead: down, it is unroutable); else the upstream. */
 struct cj_link *cj_router_next_hop(const struct cj_router *r, const char *dest, const char **why)
 {
     static __thread char reason[CJ_FQCN_MAX + 64];
@@ -129,6 +136,11 @@ struct cj_link *cj_router_next_hop(const struct cj_router *r, const char *dest, 
             *why = reason;
         }
         return l;
+    }
+    if (router_for_parent(r, dest)) {
+        struct cj_link *p = cj_router_parent(r);
+        if (!p) *why = "the parent link is not connected";
+        return p;
     }
     struct cj_link *up = cj_router_upstream(r);
     if (!up) *why = "the upstream is not connected";
@@ -201,7 +213,7 @@ static void send_forward_error(struct cj_router *r, const struct cj_msg *m, cons
 
 static bool toward_upstream(const struct cj_router *r, const char *dest)
 {
-    return strcmp(dest, r->me) != 0 && !cj_fqcn_is_ancestor(r->me, dest);
+    return strcmp(dest, r->me) != 0 && !cj_fqcn_is_ancestor(r->me, dest) && !router_for_parent(r, dest);
 }
 
 static bool is_optional_chunk(const struct cj_hdr *h)
@@ -246,6 +258,10 @@ static void forward(struct cj_router *r, struct cj_msg *m)
         unroutable(r, m, &r->c.drops_unroutable, "target_unreachable", why);
         return;
     }
+    if (router_parent_full(dst)) {
+        unroutable(r, m, &r->c.drops_parent_full, "comm_error", "the parent link is full (not reading)");
+        return;
+    }
     const char *hop = cj_link_peer(dst);
     if (cj_hdr_loop_refused(&m->hdr, hop)) {
         snprintf(reason, sizeof reason, "loop: next hop %s is already on cn__route", hop);
@@ -283,6 +299,9 @@ static void forward(struct cj_router *r, struct cj_msg *m)
         r->c.up_bytes += bytes;
         if (src && inflight_is_request_start(&m->hdr)) inflight_track(r, src, &m->hdr);
         upstream_sent(r, dst, src);
+    } else if (rl(dst) && rl(dst)->role == ROLE_PARENT) {
+        r->c.parent_msgs++;
+        r->c.parent_bytes += bytes;
     } else {
         r->c.down_msgs++;
         r->c.down_bytes += bytes;
@@ -296,11 +315,16 @@ static void forward(struct cj_router *r, struct cj_msg *m)
     }
     if (src && rl(src) && !is_upstream(src)) rl(src)->active_at = now;
     cj_msg_free(m);
-    if (src && !upstream_slack(r, src, dst, now) && cj_link_throttle(src, dst)) r->c.throttles++;
+    /* The parent link is bounded by refusing (above), never by pausing its
+     * senders: the upstream and the workers keep flowing when the CP does not read. */
+    if (src && rl(dst) && rl(dst)->role != ROLE_PARENT && !upstream_slack(r, src, dst, now) &&
+        cj_link_throttle(src, dst))
+        r->c.throttles++;
 }
 
 /* doc/protocol/cellnet.md §6 anti-spoofing: a worker speaks for itself and its
- * descendants; nothing from upstream may claim to be me or under me. */
+ * descendants; nothing from upstream may claim to be me or under me; the
+ * parent speaks for itself and its other descendants (parent.c). */
 static bool spoofed(struct cj_router *r, const struct cj_msg *m, const char **why)
 {
     const char *o = m->hdr.origin;
@@ -310,6 +334,10 @@ static bool spoofed(struct cj_router *r, const struct cj_msg *m, const char **wh
     if (d->role == ROLE_UPSTREAM) {
         *why = "origin claims to be this cell or under it, but came from the upstream";
         return !strcmp(o, r->me) || cj_fqcn_is_ancestor(r->me, o);
+    }
+    if (d->role == ROLE_PARENT) {
+        *why = "origin is neither the parent nor one of its other descendants";
+        return !router_parent_origin_ok(r, o);
     }
     *why = "origin is neither the worker nor one of its descendants";
     return strcmp(o, d->fqcn) && !cj_fqcn_is_ancestor(d->fqcn, o);
@@ -348,6 +376,12 @@ static int send_built(struct cj_router *r, struct cj_msg *msg, bool bulk, struct
         cj_msg_free(msg);
         return -1;
     }
+    if (router_parent_full(dst)) {
+        r->c.drops_parent_full++;
+        cj_fail(err, CJ_E_LIMIT, 0, "cannot send to %s: the parent link is full", msg->hdr.destination);
+        cj_msg_free(msg);
+        return -1;
+    }
     if (cj_link_send_msg(dst, msg, !bulk) < 0) {
         cj_fail(err, CJ_E_INVALID, 0, "cannot send to %s: link %s refused the frame", msg->hdr.destination,
                 cj_link_name(dst));
@@ -376,6 +410,10 @@ int cj_router_send_block(struct cj_router *r, const char *destination, const uin
     const char *why = NULL;
     struct cj_link *dst = cj_router_next_hop(r, destination, &why);
     if (!dst) return cj_fail(err, CJ_E_INVALID, 0, "cannot send to %s: %s", destination, why);
+    if (router_parent_full(dst)) {
+        r->c.drops_parent_full++;
+        return cj_fail(err, CJ_E_LIMIT, 0, "cannot send to %s: the parent link is full", destination);
+    }
     if (cj_link_send(dst, hblk, hlen, payload, control) < 0)
         return cj_fail(err, CJ_E_INVALID, 0, "cannot send to %s: link %s refused the frame", destination,
                        cj_link_name(dst));
@@ -585,10 +623,8 @@ static void worker_up(struct cj_link *l, void *ctx)
 void router_link_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
 {
     struct cj_router *r = ctx;
-    if (is_upstream(l) && !r->proven) {    /* the upstream answers: the link works */
-        r->proven = true;
-        r->attempt = 0;
-    }
+    struct outlink *o = router_outlink(r, l);
+    if (o) outlink_heard(o);
     cj_router_input(r, m);
 }
 
@@ -676,11 +712,16 @@ struct cj_router *cj_router_new(struct event_base *base, const struct cj_router_
     r->worker_cfg.name = "worker";
     r->worker_cfg.heartbeat_interval = cfg->worker_heartbeat_interval > 0 ? cfg->worker_heartbeat_interval : 5;
     r->worker_cfg.dead_after = cfg->worker_heartbeat_timeout > 0 ? cfg->worker_heartbeat_timeout : 30;
-    r->upstream_cfg = base_cfg;
-    r->upstream_cfg.name = "upstream";
-    r->upstream_cfg.heartbeat_interval = cfg->upstream_heartbeat_interval > 0 ? cfg->upstream_heartbeat_interval : 60;
-    r->upstream_cfg.dead_after =
-        cfg->upstream_dead_after > 0 ? cfg->upstream_dead_after : 3 * r->upstream_cfg.heartbeat_interval;
+    r->up.r = r;
+    r->up.role = ROLE_UPSTREAM;
+    r->up.what = "upstream";
+    r->up.reconnects = &r->c.reconnects;
+    r->up.cfg = base_cfg;
+    r->up.cfg.name = "upstream";
+    r->up.cfg.heartbeat_interval = cfg->upstream_heartbeat_interval > 0 ? cfg->upstream_heartbeat_interval : 60;
+    r->up.cfg.dead_after =
+        cfg->upstream_dead_after > 0 ? cfg->upstream_dead_after : 3 * r->up.cfg.heartbeat_interval;
+    router_parent_init(r, &base_cfg);
     r->link_buffer = cfg->link_buffer ? cfg->link_buffer : (size_t)64 << 20;
     r->shared_slack = cfg->shared_slack ? cfg->shared_slack : r->link_buffer;
     const char *pe = getenv(PACE_ENV);
@@ -690,7 +731,7 @@ struct cj_router *cj_router_new(struct event_base *base, const struct cj_router_
     /* Toward the server (results the server downloads from a worker): a worker
      * feeding the upstream past the pace stops being read until it drains to
      * half (cj_link_throttle); only that worker waits, so no slack is needed. */
-    r->upstream_cfg.link_buffer = r->pace;
+    r->up.cfg.link_buffer = r->pace;
     r->stall_timeout = cfg->stall_timeout > 0 ? cfg->stall_timeout : r->worker_cfg.dead_after;
     struct timeval one = {0, 250000};   /* stalls, paces and holds are checked 4 times a second */
     r->stall_timer = event_new(base, -1, EV_PERSIST, check_stalls, r);
@@ -714,7 +755,8 @@ void cj_router_free(struct cj_router *r)
         cj_link_free(r->links[i]);
     }
     free(r->links);
-    if (r->up_timer) event_free(r->up_timer);
+    outlink_free(&r->up);
+    outlink_free(&r->parent);
     if (r->stall_timer) event_free(r->stall_timer);
     if (r->own_dns) evdns_base_free(r->dns, 0);
     for (size_t i = 0; i < r->n_handlers; i++) {

@@ -76,6 +76,11 @@ struct cj_upstream_cfg {
     double reconnect_min, reconnect_max; /* seconds; 0 = 0.5 / 30 */
 };
 
+struct cj_parent_cfg {
+    const char *url;                     /* tcp://HOST:PORT (clear: FLARE's internal links), the CP's listener */
+    double reconnect_min, reconnect_max; /* seconds; 0 = 0.5 / 30 */
+};
+
 struct cj_router_counters {
     uint64_t up_msgs, up_bytes;          /* forwarded toward the upstream (header + payload bytes) */
     uint64_t down_msgs, down_bytes;      /* forwarded toward workers */
@@ -89,6 +94,10 @@ struct cj_router_counters {
     uint64_t slack_used;                 /* forwards into a worker over link_buffer taken on the upstream's slack */
     uint64_t stalled_closed;             /* worker links closed for not reading */
     uint64_t reconnects;                 /* upstream connection attempts after the first */
+    uint64_t parent_msgs, parent_bytes;  /* forwarded toward the parent (header + payload bytes) */
+    uint64_t parent_reconnects;          /* parent connection attempts after the first */
+    uint64_t drops_parent_full;          /* toward the parent while its queue was over its bound
+                                            (forwarded: also in drops; originated: refused to the caller) */
     uint64_t workers_accepted, workers_refused, workers_replaced;
     uint64_t inflight_failed;            /* worker requests failed with a notice: the upstream was lost */
     uint64_t inflight_untracked;         /* worker requests not remembered: the oldest forgotten at
@@ -116,6 +125,8 @@ struct cj_router_events {
     void (*worker_down)(struct cj_router *r, const char *fqcn, const char *why, void *ctx);
     void (*upstream_up)(struct cj_router *r, const char *peer, void *ctx);
     void (*upstream_down)(struct cj_router *r, const char *why, void *ctx);
+    void (*parent_up)(struct cj_router *r, const char *peer, void *ctx);
+    void (*parent_down)(struct cj_router *r, const char *why, void *ctx);   /* only after parent_up */
 };
 
 enum cj_upstream_state { CJ_UP_DISABLED, CJ_UP_CONNECTING, CJ_UP_UP, CJ_UP_BACKOFF };
@@ -149,6 +160,15 @@ enum cj_upstream_state cj_router_upstream_state(const struct cj_router *r);
 const char *cj_router_upstream_state_name(enum cj_upstream_state s);
 /* The upstream link when it is up, else NULL. */
 struct cj_link *cj_router_upstream(const struct cj_router *r);
+
+/* Starts (and keeps) the link to the parent cell, me minus its last part (the
+ * CP of a client job), handshaking as me.  Once only; before or after the
+ * upstream.  Its READY must name the parent, else the attempt fails. */
+int cj_router_parent_start(struct cj_router *r, const struct cj_parent_cfg *cfg, struct cj_err *err);
+/* CJ_UP_DISABLED when no parent link was started; names: cj_router_upstream_state_name. */
+enum cj_upstream_state cj_router_parent_state(const struct cj_router *r);
+/* The parent link when it is up, else NULL. */
+struct cj_link *cj_router_parent(const struct cj_router *r);
 
 /* A worker connection (accepted socket; the router owns fd from now on). */
 int cj_router_accept(struct cj_router *r, evutil_socket_t fd, const char *peer_addr);

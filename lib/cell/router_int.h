@@ -1,7 +1,7 @@
 /* router_int.h — what the files of the relay cell share (router.c: routing,
  * forwarding, local dispatch; inflight.c: worker requests in flight upstream;
- * pacing.c: pacing, slack, stalls and holds; reconnect.c: the upstream link
- * and its back-off).  Not part of the API: that is router.h. */
+ * pacing.c: pacing, slack, stalls and holds; reconnect.c: the outbound links
+ * and their back-off; parent.c: the parent link and what goes to it).  Not part of the API: that is router.h. */
 #ifndef CJ_CELL_ROUTER_INT_H
 #define CJ_CELL_ROUTER_INT_H
 
@@ -25,7 +25,7 @@
 #define PACE_STALL 5.0         /* seconds */
 #define PACE_ACTIVE 1.0        /* seconds */
 
-enum role { ROLE_UPSTREAM = 1, ROLE_WORKER = 2 };
+enum role { ROLE_UPSTREAM = 1, ROLE_WORKER = 2, ROLE_PARENT = 3 };
 
 /* A worker's request in flight through the upstream (see router.h): what its
  * forwarder error notice needs.  Fixed size: sm__ri, cn__destination,
@@ -64,10 +64,31 @@ struct handler {
     void *ctx;
 };
 
+/* An outbound link (the upstream, the parent) and its back-off (reconnect.c). */
+struct outlink {
+    struct cj_router *r;
+    enum role role;
+    const char *what;          /* "upstream" or "parent": for logs */
+    char url[CJ_ADDR_TEXT_MAX];
+    char tls_name[CJ_EP_ADDR_MAX]; /* grpcs: the server certificate's expected name ("" = the url's host) */
+    SSL_CTX *tls;
+    struct cj_link_cfg cfg;
+    char expect[CJ_FQCN_MAX + 1]; /* the name its READY must carry ("" = any) */
+    double rmin, rmax;
+    int attempt;
+    bool proven;               /* a DATA frame arrived since the link came up */
+    double since;              /* monotonic time the current link came up */
+    enum cj_upstream_state state;
+    struct cj_link *link;      /* the current link, any state */
+    struct event *timer;
+    char last_why[256];        /* reason of the last failure (log once) */
+    uint64_t *reconnects;      /* counter of attempts after the first */
+};
+
 struct cj_router {
     struct event_base *base;
     char me[CJ_FQCN_MAX + 1];
-    struct cj_link_cfg worker_cfg, upstream_cfg;
+    struct cj_link_cfg worker_cfg;
 
     struct cj_link **links;    /* every link, any state */
     size_t n_links, cap_links;
@@ -83,23 +104,12 @@ struct cj_router {
     struct cj_router_events ev;
     void *ev_ctx;
 
-    /* upstream */
-    char up_url[CJ_ADDR_TEXT_MAX];
-    char up_tls_name[CJ_EP_ADDR_MAX]; /* grpcs: the server certificate's expected name ("" = the url's host) */
-    SSL_CTX *up_tls;
+    struct outlink up, parent; /* parent.state CJ_UP_DISABLED: no parent link configured */
     struct evdns_base *dns;
     bool own_dns;
-    double rmin, rmax;
-    int attempt;
-    bool proven;               /* a DATA frame arrived since the link came up */
-    double up_since;           /* monotonic time the current upstream link came up */
-    enum cj_upstream_state up_state;
-    struct cj_link *up_link;   /* the current upstream link, any state */
-    struct event *up_timer;
     uint64_t rng;
 
     /* drop log limiter */
-    char last_why[256];        /* reason of the last upstream failure (log once) */
     double drop_window;
     unsigned drop_lines;
     uint64_t drop_suppressed;
@@ -145,6 +155,18 @@ void inflight_track(struct cj_router *r, struct cj_link *l, const struct cj_hdr 
 void inflight_forget(struct rlink *d, const char *ri);
 void inflight_fail_link(struct cj_router *r, struct cj_link *l, const char *failure, bool rate_limited);
 void inflight_fail_all(struct cj_router *r, const char *failure, bool rate_limited);
+
+/* reconnect.c */
+int outlink_start(struct outlink *o, struct cj_err *err);
+struct outlink *router_outlink(struct cj_router *r, const struct cj_link *l);
+void outlink_heard(struct outlink *o);
+void outlink_free(struct outlink *o);
+
+/* parent.c */
+bool router_for_parent(const struct cj_router *r, const char *dest);
+bool router_parent_origin_ok(const struct cj_router *r, const char *origin);
+bool router_parent_full(const struct cj_link *dst);
+void router_parent_init(struct cj_router *r, const struct cj_link_cfg *base_cfg);
 
 /* pacing.c */
 bool upstream_slack(struct cj_router *r, struct cj_link *src, struct cj_link *dst, double now);
