@@ -2,7 +2,10 @@
  * RETURN, forwarder notices, loop refusal, anti-spoofing, local dispatch and
  * built-ins, child registration (a live name refused, a silent one replaced), backpressure without
  * head-of-line blocking of control frames, upstream reconnect, worker requests
- * in flight through the upstream failed with sm__ERROR notices when it is lost.
+ * in flight through the upstream failed with sm__ERROR notices when it is lost,
+ * the parent link (routing to site-1 and its other children, what it may
+ * speak for, down = unroutable and never the upstream, reconnect, a parent
+ * answering with another name, its bounded queue).
  * The router is site-1.J1; a test "server" link listens on loopback TCP
  * (port 0); workers are socketpairs (a cj_link or a raw socket). */
 #include "testutil.h"
@@ -38,6 +41,11 @@ struct world {
     int srv_accepts;
     struct cj_link_cfg srv_cfg;
     int ups, worker_ups, worker_downs;
+    struct cj_listener *par_lst;   /* the "CP" end of the parent link (parent_listen) */
+    struct cj_link_cfg par_cfg;
+    struct rec par;
+    bool par_raw;                  /* accept raw: the test does the handshake by hand (par_fd) */
+    int par_fd, par_accepts, parent_ups, parent_downs;
 };
 
 static void srv_accept(evutil_socket_t fd, const char *peer, void *ctx)
@@ -54,6 +62,16 @@ static void ev_upstream_up(struct cj_router *r, const char *peer, void *ctx)
 {
     (void)r; (void)peer;
     ((struct world *)ctx)->ups++;
+}
+static void ev_parent_up(struct cj_router *r, const char *peer, void *ctx)
+{
+    (void)r; (void)peer;
+    ((struct world *)ctx)->parent_ups++;
+}
+static void ev_parent_down(struct cj_router *r, const char *why, void *ctx)
+{
+    (void)r; (void)why;
+    ((struct world *)ctx)->parent_downs++;
 }
 static void ev_worker_up(struct cj_router *r, const char *fqcn, struct cj_link *l, void *ctx)
 {
@@ -87,7 +105,8 @@ static void world_init(struct world *w, size_t link_buffer)
     w->r = cj_router_new(w->base, &rc, &err);
     assert_non_null(w->r);
     struct cj_router_events ev = {.upstream_up = ev_upstream_up, .worker_up = ev_worker_up,
-                                  .worker_down = ev_worker_down};
+                                  .worker_down = ev_worker_down, .parent_up = ev_parent_up,
+                                  .parent_down = ev_parent_down};
     cj_router_set_events(w->r, &ev, w);
     char url[64];
     snprintf(url, sizeof url, "tcp://127.0.0.1:%u", cj_listener_port(w->srv_lst));
@@ -109,10 +128,47 @@ static void world_done(struct world *w)
 {
     cj_router_free(w->r);
     rec_free_link(&w->srv);
+    rec_free_link(&w->par);
+    cj_listener_free(w->par_lst);
+    if (w->par_raw && w->par_fd >= 0) close(w->par_fd);
     cj_listener_free(w->srv_lst);
     world_spin(w, 0.01);
     event_free(w->tick);
     event_base_free(w->base);
+}
+
+static void par_accept(evutil_socket_t fd, const char *peer, void *ctx)
+{
+    struct world *w = ctx;
+    struct cj_err err;
+    w->par_accepts++;
+    if (w->par_raw) {
+        if (w->par_fd >= 0) close(w->par_fd);
+        w->par_fd = fd;
+        return;
+    }
+    if (w->par.link) cj_link_free(w->par.link);
+    w->par.link = cj_link_accept(w->base, fd, NULL, peer, &w->par_cfg, &rec_ops, &w->par, &err);
+    assert_non_null(w->par.link);
+}
+
+/* A "CP" answering as name on loopback, and the router's parent link to it. */
+static void parent_listen(struct world *w, const char *name, bool raw)
+{
+    struct cj_err err;
+    struct cj_addr a;
+    w->par_cfg = (struct cj_link_cfg){.name = "test-parent", .me = name, .link_buffer = 1u << 30};
+    w->par_raw = raw;
+    w->par_fd = -1;
+    assert_int_equal(cj_addr_parse("tcp://127.0.0.1:0", CJ_EP_TCP, CJ_ADDR_LISTEN, &a, &err), 0);
+    w->par_lst = cj_listener_open(w->base, &a, 0, par_accept, w, &err);
+    assert_non_null(w->par_lst);
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%u", cj_listener_port(w->par_lst));
+    struct cj_parent_cfg pc = {.url = url, .reconnect_min = 0.05, .reconnect_max = 0.2};
+    assert_int_equal(cj_router_parent_state(w->r), CJ_UP_DISABLED);
+    assert_int_equal(cj_router_parent_start(w->r, &pc, &err), 0);
+    assert_true(cj_router_parent_start(w->r, &pc, &err) < 0);   /* once only */
 }
 
 /* A worker as a cj_link (active) on a socketpair accepted by the router. */
@@ -1050,6 +1106,218 @@ static void test_inflight_bound(void **state)
     world_done(&w);
 }
 
+/* ---- the parent link ----------------------------------------------------------------------- */
+
+#define SITE "site-1"
+#define SIB "site-1.J2"
+
+static void assert_hop(struct world *w, const char *dest, const char *hop)
+{
+    const char *h = cj_router_next_hop_name(w->r, dest);
+    if (!hop) assert_null(h);
+    else assert_string_equal(h ? h : "(none)", hop);
+}
+
+/* The routing table with and without a parent link: the parent, a sibling and
+ * a sibling's child go to the parent; my children, the server, other sites
+ * and the server's job cells as before. */
+static void test_parent_routing(void **state)
+{
+    (void)state;
+    struct world w;
+    struct cj_err err;
+    world_init(&w, 0);
+    struct rec wk;
+    worker_link(&w, T1, &wk);
+    assert_hop(&w, SITE, "server");   /* no parent configured: exactly as before */
+    assert_hop(&w, SIB, "server");
+    struct cj_parent_cfg bad = {.url = "stcp://127.0.0.1:1"};
+    assert_true(cj_router_parent_start(w.r, &bad, &err) < 0);   /* clear tcp only */
+    parent_listen(&w, SITE, false);
+    RUN_UNTIL(&w, cj_router_parent(w.r) && w.par.up, 2);
+    assert_int_equal(cj_router_parent_state(w.r), CJ_UP_UP);
+    assert_string_equal(cj_link_peer(cj_router_parent(w.r)), SITE);
+    assert_string_equal(w.par.hello, ME);                        /* it handshakes as this cell */
+    assert_int_equal(w.parent_ups, 1);
+    assert_hop(&w, SITE, SITE);
+    assert_hop(&w, SIB, SITE);
+    assert_hop(&w, SIB ".trainer_1", SITE);
+    assert_hop(&w, T1, T1);
+    assert_hop(&w, T1 ".sub", T1);
+    assert_hop(&w, T2, NULL);                                    /* my child, not connected */
+    assert_hop(&w, ME, NULL);
+    assert_hop(&w, "server", "server");
+    assert_hop(&w, "server.J1", "server");
+    assert_hop(&w, "site-2", "server");
+    assert_hop(&w, "site-10.J1", "server");                      /* not under site-1 */
+
+    const struct cj_router_counters *c = cj_router_counters(w.r);
+    /* a worker to a sibling job: through the parent, rewritten by this cell */
+    struct cj_msg *m = make_req(T1, ME, SIB, "task", "ping", true, 7);
+    assert_int_equal(cj_link_send_msg(wk.link, m, true), 0);
+    RUN_UNTIL(&w, w.par.nmsgs == 1, 2);
+    assert_int_equal(w.par.nmsgs, 1);
+    assert_string_equal(w.par.msgs[0]->hdr.destination, SIB);
+    assert_string_equal(w.par.msgs[0]->hdr.from, ME);
+    assert_string_equal(w.par.msgs[0]->hdr.to, SITE);
+    assert_int_equal(c->parent_msgs, 1);
+    assert_true(c->parent_bytes > 7);
+    assert_int_equal(w.srv.nmsgs, 0);
+    rec_clear(&w.par);
+    /* the CP to my worker: forwarded down (FLARE routes a CP's message for a
+     * job's descendant through the job cell) */
+    assert_int_equal(cj_link_send_msg(w.par.link, make_req(SITE, ME, T1, "task", "x", false, 0), true), 0);
+    RUN_UNTIL(&w, wk.nmsgs == 1, 2);
+    assert_int_equal(wk.nmsgs, 1);
+    assert_string_equal(wk.msgs[0]->hdr.origin, SITE);
+    /* the CP to me: dispatched here; the "no callback" reply goes back to the parent */
+    uint64_t local = c->local_msgs;
+    assert_int_equal(cj_link_send_msg(w.par.link, make_req(SITE, ME, ME, "client_command", "show_stats", true, 0),
+                                      true), 0);
+    RUN_UNTIL(&w, w.par.nmsgs == 1, 2);
+    assert_int_equal(c->local_msgs, local + 1);
+    assert_int_equal(w.par.nmsgs, 1);
+    assert_int_equal(w.par.msgs[0]->hdr.msg_type, CJ_MSG_REPLY);
+    assert_string_equal(w.par.msgs[0]->hdr.destination, SITE);
+    rec_clear(&w.par);
+    /* a sibling (through the CP) to the server: forwarded on the upstream */
+    assert_int_equal(cj_link_send_msg(w.par.link, make_req(SIB, ME, "server", "task", "y", false, 0), true), 0);
+    RUN_UNTIL(&w, w.srv.nmsgs == 1, 2);
+    assert_int_equal(w.srv.nmsgs, 1);
+    /* anti-spoofing on the parent link: me, my children, the server, another site */
+    assert_int_equal(c->drops_spoof, 0);
+    const char *bad_origins[] = {ME, T1, "server", "site-2"};
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(cj_link_send_msg(w.par.link, make_req(bad_origins[i], ME, ME, "task", "z", true, 0), true), 0);
+    RUN_UNTIL(&w, c->drops_spoof == 4, 2);
+    world_spin(&w, 0.05);
+    assert_int_equal(c->drops_spoof, 4);
+    assert_int_equal(w.par.nmsgs, 0);
+    /* what this cell originates toward the parent goes there too */
+    struct cj_hb hb;
+    cj_hb_init(&hb);
+    struct cj_hdr_msg hm = {.type = CJ_MSG_REQ, .destination = SITE, .channel = "admin",
+                            .topic = "train.notify_job_status", .payload_encoding = "none"};
+    assert_int_equal(cj_router_originate(w.r, &hb, &hm, NULL, false, &err), 0);
+    RUN_UNTIL(&w, w.par.nmsgs == 1, 2);
+    assert_int_equal(w.par.nmsgs, 1);
+    assert_string_equal(w.par.msgs[0]->hdr.topic, "train.notify_job_status");
+    rec_free_link(&wk);
+    world_done(&w);
+}
+
+/* The parent link lost: what goes to the parent side is unroutable (RETURN,
+ * drop) and never goes to the server instead; then it reconnects. */
+static void test_parent_down_and_reconnect(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 0);
+    parent_listen(&w, SITE, false);
+    RUN_UNTIL(&w, cj_router_parent(w.r) && w.par.up, 2);
+    struct rec wk;
+    worker_link(&w, T1, &wk);
+    const struct cj_router_counters *c = cj_router_counters(w.r);
+    cj_link_free(w.par.link);   /* the CP closes */
+    w.par.link = NULL;
+    w.par.up = 0;
+    RUN_UNTIL(&w, cj_router_parent_state(w.r) != CJ_UP_UP, 2);
+    assert_null(cj_router_parent(w.r));
+    assert_int_equal(w.parent_downs, 1);
+    assert_int_equal(cj_router_upstream_state(w.r), CJ_UP_UP);   /* the other link does not care */
+    uint64_t drops = c->drops_unroutable;
+    assert_int_equal(cj_link_send_msg(wk.link, make_req(T1, ME, SITE, "admin", "q", true, 0), true), 0);
+    RUN_UNTIL(&w, wk.nmsgs == 1, 2);
+    assert_int_equal(wk.nmsgs, 1);
+    assert_int_equal(wk.msgs[0]->hdr.msg_type, CJ_MSG_RETURN);
+    assert_int_equal(cj_link_send_msg(wk.link, make_req(T1, ME, SIB, "admin", "n", false, 0), true), 0);
+    RUN_UNTIL(&w, c->drops_unroutable == drops + 2, 2);
+    assert_int_equal(c->drops_unroutable, drops + 2);
+    assert_int_equal(c->inflight_failed, 0);                      /* the upstream's requests are not concerned */
+    struct cj_err err;
+    struct cj_hb hb;
+    cj_hb_init(&hb);
+    struct cj_hdr_msg hm = {.type = CJ_MSG_REQ, .destination = SITE, .channel = "admin", .topic = "s",
+                            .payload_encoding = "none"};
+    assert_true(cj_router_originate(w.r, &hb, &hm, NULL, false, &err) < 0);
+    assert_non_null(strstr(err.msg, "parent link is not connected"));
+    world_spin(&w, 0.02);
+    assert_int_equal(w.srv.nmsgs, 0);                            /* never the server instead */
+    RUN_UNTIL(&w, cj_router_parent(w.r) && w.par.up, 3);
+    assert_int_equal(cj_router_parent_state(w.r), CJ_UP_UP);
+    assert_int_equal(w.parent_ups, 2);
+    assert_true(c->parent_reconnects >= 1);
+    assert_int_equal(c->reconnects, 0);                          /* the upstream's own count */
+    rec_free_link(&wk);
+    world_done(&w);
+}
+
+/* A parent answering with another name is refused, and retried. */
+static void test_parent_wrong_name(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 0);
+    parent_listen(&w, "site-2", false);
+    RUN_UNTIL(&w, w.par_accepts >= 2, 3);
+    assert_true(w.par_accepts >= 2);
+    assert_null(cj_router_parent(w.r));
+    assert_int_not_equal(cj_router_parent_state(w.r), CJ_UP_UP);
+    assert_int_equal(w.parent_ups, 0);
+    assert_true(cj_router_counters(w.r)->parent_reconnects >= 1);
+    assert_hop(&w, SITE, NULL);
+    world_done(&w);
+}
+
+/* A parent that stops reading: its queue stays bounded (messages toward it
+ * refused and counted), and neither the worker nor the upstream is paused. */
+static void test_parent_full(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 64 << 10);
+    parent_listen(&w, SITE, true);
+    RUN_UNTIL(&w, w.par_fd >= 0, 2);
+    assert_true(w.par_fd >= 0);
+    fcntl(w.par_fd, F_SETFL, O_NONBLOCK);
+    uint8_t buf[512];
+    long n = raw_read_frame(w.base, w.par_fd, buf, sizeof buf, 2);   /* the HELLO */
+    assert_true(n > 16);
+    assert_int_equal(buf[6], CJ_FRAME_HELLO);
+    struct cj_frame_hello h;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    assert_int_equal(cj_frame_hello_init(&h, SITE, 1.7e9, NULL), 0);
+    assert_int_equal(cj_frame_build_hello(&sb, CJ_FRAME_READY, 1, 1, &h, NULL), 0);
+    raw_write(w.base, w.par_fd, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+    RUN_UNTIL(&w, cj_router_parent(w.r), 2);
+    assert_non_null(cj_router_parent(w.r));
+    struct rec wk;
+    worker_link(&w, T1, &wk);
+    const struct cj_router_counters *c = cj_router_counters(w.r);
+    for (int i = 0; i < 24 && !c->drops_parent_full; i++) {       /* the CP reads nothing */
+        assert_int_equal(cj_link_send_msg(wk.link, make_req(T1, ME, SIB, "x", "big", false, 1 << 20), false), 0);
+        world_spin(&w, 0.05);
+    }
+    assert_true(c->drops_parent_full >= 1);
+    assert_true(c->drops >= c->drops_parent_full);
+    assert_true(cj_link_queued(cj_router_parent(w.r)) < (64 << 10) + (2 << 20));
+    /* the worker is still read, the server link still carries its traffic */
+    assert_int_equal(cj_link_send_msg(wk.link, make_req(T1, ME, "server", "task", "ping", false, 0), true), 0);
+    RUN_UNTIL(&w, w.srv.nmsgs == 1, 2);
+    assert_int_equal(w.srv.nmsgs, 1);
+    struct cj_err err;
+    struct cj_hb hb;
+    cj_hb_init(&hb);
+    struct cj_hdr_msg hm = {.type = CJ_MSG_REQ, .destination = SITE, .channel = "admin", .topic = "s",
+                            .payload_encoding = "none"};
+    assert_true(cj_router_originate(w.r, &hb, &hm, NULL, false, &err) < 0);
+    assert_non_null(strstr(err.msg, "full"));
+    rec_free_link(&wk);
+    world_done(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1068,6 +1336,10 @@ int main(void)
         cmocka_unit_test(test_upstream_reconnect),
         cmocka_unit_test(test_inflight_failed_on_upstream_loss),
         cmocka_unit_test(test_inflight_bound),
+        cmocka_unit_test(test_parent_routing),
+        cmocka_unit_test(test_parent_down_and_reconnect),
+        cmocka_unit_test(test_parent_wrong_name),
+        cmocka_unit_test(test_parent_full),
     };
     return cmocka_run_group_tests_name("router", tests, NULL, NULL);
 }
