@@ -4,6 +4,9 @@
  * The router is the cell `me` = <site>.<job>.  It owns:
  *   - the upstream link (active, to the server root) and reconnects it with
  *     exponential back-off and jitter between reconnect_min and reconnect_max;
+ *   - optionally the parent link (active, clear tcp, to the parent cell <site>:
+ *     FLARE's client parent, the CP), handshaking as me like the upstream, with
+ *     its own back-off; a READY naming anyone but <site> fails the attempt;
  *   - worker links (passive): a HELLO is accepted only from a direct child
  *     me.<leaf>; a second connection naming a live child is refused (the first stays);
  *   - local handlers by (channel, topic) for messages addressed to me.
@@ -11,11 +14,20 @@
  * Routing of a message with destination D (doc/protocol/cellnet.md §6):
  *   D == me              -> local dispatch (handler by channel/topic)
  *   D == me.leaf[.more]  -> the link of child me.leaf (if connected)
+ *   D == <site>, or <site>.x[.more] with <site>.x != me (the CP's other children)
+ *                        -> the parent link, when one is configured; when it is
+ *                           down the message is unroutable (never the upstream)
  *   anything else        -> upstream
+ * Without a parent link, <site> and its children go upstream like anything else.
  * Forwarding rewrites cn__from/cn__to/cn__route/cn__send_time with
  * cj_hdr_forward and moves the same payload evbuffer to the next link as BULK.
  * Refused: loop (next hop already on cn__route and != D), going back out the
- * link it came in on, header over 64 KiB after the rewrite, no link.  An
+ * link it came in on, header over 64 KiB after the rewrite, no link, the
+ * parent link over its small bound (its queue is bounded by refusing, never by
+ * pausing the upstream or a worker: counted in drops_parent_full).
+ * On the parent link, cn__origin must be <site> or one of its descendants
+ * other than me and mine; what it sends to me is dispatched here, to my
+ * children forwarded down (FLARE lets a CP reach a job's descendants).  An
  * unroutable `req` with cn__reply_expected gets a RETURN on the link it came
  * from; an optional sm__DATA chunk gets an sm__ERROR forwarder notice
  * (doc/protocol/streaming.md §6); anything else is dropped, counted and logged.
