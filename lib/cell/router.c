@@ -317,7 +317,7 @@ static void forward(struct cj_router *r, struct cj_msg *m)
     cj_msg_free(m);
     /* The parent link is bounded by refusing (above), never by pausing its
      * senders: the upstream and the workers keep flowing when the CP does not read. */
-    if (src && rl(dst) && rl(dst)->role != ROLE_PARENT && !upstream_slack(r, src, dst, now) &&
+    if (src && !(rl(dst) && rl(dst)->role == ROLE_PARENT) && !upstream_slack(r, src, dst, now) &&
         cj_link_throttle(src, dst))
         r->c.throttles++;
 }
