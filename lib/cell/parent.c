@@ -9,7 +9,10 @@
  * refused like an unroutable one (RETURN, notice or drop, counted in
  * drops_parent_full) and originated ones fail to their caller.  A CP that
  * stops reading thus costs at most PARENT_QUEUE plus one message, and neither
- * the upstream nor the workers wait for it. */
+ * the upstream nor the workers wait for it (and it stops answering PINGs, so
+ * its link is closed after the heartbeat timeout and reconnected).  The other
+ * way, what the parent sends into a full worker or upstream link pauses the
+ * parent link only, like any sender (cj_link_throttle). */
 #include <stdio.h>
 #include <string.h>
 
