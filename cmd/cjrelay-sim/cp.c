@@ -48,7 +48,7 @@ struct sim_cp;
 /* A show_stats request waiting for its reply. */
 struct cp_pending {
     bool used;
-    char rid[CPMSG_RID_LEN + 1];
+    char rid[CJ_CPMSG_RID_LEN + 1];
     char to[CJ_FQCN_MAX + 1];
     char job[SIM_JOB_MAX];
     struct event *timer;
@@ -151,8 +151,8 @@ static void send_show_stats(struct sim_cp *cp, struct cj_link *l, const char *to
     struct timeval tv = cj_tv(CP_STATS_TIMEOUT);
     snprintf(p->to, sizeof p->to, "%s", to);
     snprintf(p->job, sizeof p->job, "%s", job);
-    if (cpmsg_map_write(&sb, NULL, 0) == 0 &&
-        cpmsg_request(l, cp->me, to, CPMSG_CH_COMMAND, "show_stats", true, &sb, p->rid) == 0 &&
+    if (cj_cpmsg_map_write(&sb, NULL, 0) == 0 &&
+        cpmsg_request(l, cp->me, to, CJ_CPMSG_CH_COMMAND, "show_stats", true, &sb, p->rid) == 0 &&
         (p->timer = evtimer_new(cp->s->base, on_stats_timeout, p)) && evtimer_add(p->timer, &tv) == 0) {
         p->used = true;
         cj_log_info("sim: parent: show_stats sent to %s", to);
@@ -205,7 +205,7 @@ static void on_notify(struct sim_cp *cp, struct cj_link *l, struct cj_msg *m)
     long status;
     size_t len;
     const uint8_t *p = cpmsg_payload(m, &len);
-    if (!p || cpmsg_admin_read(p, len, topic, sizeof topic, job, sizeof job, &status, why, sizeof why) < 0 ||
+    if (!p || cj_cpmsg_admin_read(p, len, topic, sizeof topic, job, sizeof job, &status, why, sizeof why) < 0 ||
         !job[0] || status < 0) {
         if (p && !why[0]) snprintf(why, sizeof why, "no job_id or job_status header");
         cj_log_warning("sim: parent: notify_job_status from %s refused: %s", h->origin,
@@ -225,18 +225,18 @@ static void on_notify(struct sim_cp *cp, struct cj_link *l, struct cj_msg *m)
         msgpack_sbuffer_init(&sb);
         snprintf(body, sizeof body, "notify status: %ld", status);
         snprintf(rtopic, sizeof rtopic, "reply_%s", topic);
-        if (cpmsg_admin_write(&sb, rtopic, body, NULL, -1, "_ok") == 0) cpmsg_reply(l, h, "ok", NULL, &sb);
+        if (cj_cpmsg_admin_write(&sb, rtopic, body, NULL, -1, "_ok") == 0) cpmsg_reply(l, h, "ok", NULL, &sb);
         msgpack_sbuffer_destroy(&sb);
     }
     struct sim_job *j = sim_job_by_id(cp->s, job);
     if (!j) return;
     struct cp_job *cj = &cp->jobs[j->index];
     cj->status = status;
-    if (status == CPMSG_STARTED && !cj->stats_sent) {
+    if (status == CJ_CPMSG_STARTED && !cj->stats_sent) {
         cj->stats_sent = true;
         send_show_stats(cp, l, h->origin, job);
     }
-    if (status == CPMSG_STOPPED && cj->abort_sent && !j->ended) {
+    if (status == CJ_CPMSG_STOPPED && cj->abort_sent && !j->ended) {
         if (cj->abort_wait) evtimer_del(cj->abort_wait);
         sim_aborted(j, "round=%ld: STOPPED from %s %.1f s after the abort", cj->abort_round, h->origin,
                     cj_now() - cj->t_abort);
@@ -250,15 +250,15 @@ static void local(struct sim_cp *cp, struct cj_link *l, struct cj_msg *m)
     const struct cj_hdr *h = &m->hdr;
     if (h->msg_type != CJ_MSG_REQ) {
         on_reply(cp, m);
-    } else if (!strcmp(h->channel, CPMSG_CH_ADMIN) && !strcmp(h->topic, CPMSG_TP_NOTIFY)) {
+    } else if (!strcmp(h->channel, CJ_CPMSG_CH_ADMIN) && !strcmp(h->topic, CJ_CPMSG_TP_NOTIFY)) {
         on_notify(cp, l, m);
-    } else if (!strcmp(h->channel, CPMSG_CH_ADMIN)) {
+    } else if (!strcmp(h->channel, CJ_CPMSG_CH_ADMIN)) {
         /* the CP's admin agent takes every topic; one without a processor gets an error Message */
         cj_log_info("sim: parent: admin/%s from %s: no processor, invalid_request", h->topic, h->origin);
         if (h->reply_expected) {
             msgpack_sbuffer sb;
             msgpack_sbuffer_init(&sb);
-            if (cpmsg_admin_write(&sb, "reply", "invalid_request", NULL, -1, "_error") == 0)
+            if (cj_cpmsg_admin_write(&sb, "reply", "invalid_request", NULL, -1, "_error") == 0)
                 cpmsg_reply(l, h, "ok", NULL, &sb);
             msgpack_sbuffer_destroy(&sb);
         }
@@ -368,10 +368,10 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
  * NULL, or why it could not. */
 static const char *command(struct sim_cp *cp, const char *to, const char *topic, msgpack_sbuffer *sb)
 {
-    char rid[CPMSG_RID_LEN + 1];
+    char rid[CJ_CPMSG_RID_LEN + 1];
     struct cj_link *l = sim_cp_route(cp->s, to);
     if (!l) return "not connected to the parent";
-    return cpmsg_request(l, cp->me, to, CPMSG_CH_COMMAND, topic, false, sb, rid) ? "cannot send" : NULL;
+    return cpmsg_request(l, cp->me, to, CJ_CPMSG_CH_COMMAND, topic, false, sb, rid) ? "cannot send" : NULL;
 }
 
 static void abort_job(struct sim_cp *cp, struct sim_job *j, long round)
@@ -381,7 +381,7 @@ static void abort_job(struct sim_cp *cp, struct sim_job *j, long round)
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     snprintf(to, sizeof to, "%s.%s", cp->me, j->id);
-    const char *why = cpmsg_map_write(&sb, NULL, 0) ? "out of memory" : command(cp, to, "abort", &sb);
+    const char *why = cj_cpmsg_map_write(&sb, NULL, 0) ? "out of memory" : command(cp, to, "abort", &sb);
     msgpack_sbuffer_destroy(&sb);
     if (why) {
         printf("SIM ABORT %s round=%ld not sent: %s %s\n", j->id, round, to, why);
@@ -402,12 +402,12 @@ static void abort_task(struct sim_cp *cp, struct sim_job *j, long round)
     char to[CJ_FQCN_MAX + 1];
     const char *why = NULL;
     snprintf(to, sizeof to, "%s.%s", cp->me, j->id);
-    if (cp->jobs[j->index].status != CPMSG_STARTED) {
+    if (cp->jobs[j->index].status != CJ_CPMSG_STARTED) {
         why = "has not reported STARTED";
     } else {
         msgpack_sbuffer sb;
         msgpack_sbuffer_init(&sb);
-        why = cpmsg_command_write(&sb, "abort_task") ? "out of memory" : command(cp, to, "abort_task", &sb);
+        why = cj_cpmsg_command_write(&sb, "abort_task") ? "out of memory" : command(cp, to, "abort_task", &sb);
         msgpack_sbuffer_destroy(&sb);
     }
     if (why) printf("SIM ABORT_TASK %s round=%ld not sent: %s %s\n", j->id, round, to, why);

@@ -101,7 +101,7 @@ struct drive {
     struct cj_link *plink;
     bool synced, started_sent, stopping;
     long notify_status;                  /* the notice awaiting its reply (0: none) */
-    char notify_rid[CPMSG_RID_LEN + 1];
+    char notify_rid[CJ_CPMSG_RID_LEN + 1];
     struct event *notify_timer;
     int end_code;                        /* the end held until STOPPED is answered */
     char end_why[512];
@@ -123,7 +123,7 @@ static void drive_end(struct drive *d, int code, const char *fmt, ...)
         d->end_code = code;
         snprintf(d->end_why, sizeof d->end_why, "%s", why);
         evtimer_del(d->timer);
-        notify(d, CPMSG_STOPPED);
+        notify(d, CJ_CPMSG_STOPPED);
         return;
     }
     printf("DRIVE %s %s\n", code ? "FAIL" : "END", why);
@@ -169,7 +169,7 @@ static void on_sync(void *arg, struct cj_stream_reply *r)
     }
     printf("DRIVE SYNCED\n");
     d->synced = true;
-    if (d->plink && cj_link_get_state(d->plink) == CJ_LINK_UP && !d->started_sent) notify(d, CPMSG_STARTED);
+    if (d->plink && cj_link_get_state(d->plink) == CJ_LINK_UP && !d->started_sent) notify(d, CJ_CPMSG_STARTED);
     struct cj_fl_client c = fl_client(d);
     cj_fl_client_heartbeat(&c);
     poll_task(d);
@@ -549,7 +549,7 @@ static void notify_done(struct drive *d, const char *rc)
     printf("DRIVE NOTIFIED %ld rc=%s\n", st, rc);
     d->notify_status = 0;
     evtimer_del(d->notify_timer);
-    if (st != CPMSG_STOPPED || !d->stopping) return;
+    if (st != CJ_CPMSG_STOPPED || !d->stopping) return;
     d->stopping = false;
     d->started_sent = false;             /* so drive_end ends now */
     drive_end(d, d->end_code, "%s", d->end_why);
@@ -568,9 +568,9 @@ static void notify(struct drive *d, long status)
     struct timeval tv = cj_tv(5.0);
     msgpack_sbuffer_init(&sb);
     d->notify_status = status;
-    if (status == CPMSG_STARTED) d->started_sent = true;
-    if (cpmsg_admin_write(&sb, CPMSG_TP_NOTIFY, "", d->o->job_id, status, NULL) ||
-        cpmsg_request(d->plink, d->me, d->site, CPMSG_CH_ADMIN, CPMSG_TP_NOTIFY, true, &sb, d->notify_rid))
+    if (status == CJ_CPMSG_STARTED) d->started_sent = true;
+    if (cj_cpmsg_admin_write(&sb, CJ_CPMSG_TP_NOTIFY, "", d->o->job_id, status, NULL) ||
+        cpmsg_request(d->plink, d->me, d->site, CJ_CPMSG_CH_ADMIN, CJ_CPMSG_TP_NOTIFY, true, &sb, d->notify_rid))
         notify_done(d, "not_sent");
     else
         evtimer_add(d->notify_timer, &tv);
@@ -582,11 +582,11 @@ static void parent_command(struct drive *d, struct cj_link *l, const struct cj_h
 {
     if (!strcmp(h->topic, "show_stats")) {
         const char *st = d->stopping ? "stopping" : d->started_sent ? "started" : "starting";
-        struct cpmsg_kv kv[] = {{"cell", d->me, 0}, {"rounds_done", NULL, d->rounds_done}, {"status", st, 0}};
+        struct cj_cpmsg_kv kv[] = {{"cell", d->me, 0}, {"rounds_done", NULL, d->rounds_done}, {"status", st, 0}};
         msgpack_sbuffer sb;
         msgpack_sbuffer_init(&sb);
         printf("DRIVE SHOW_STATS from=%s\n", h->origin);
-        if (h->reply_expected && cpmsg_map_write(&sb, kv, 3) == 0) cpmsg_reply(l, h, "ok", NULL, &sb);
+        if (h->reply_expected && cj_cpmsg_map_write(&sb, kv, 3) == 0) cpmsg_reply(l, h, "ok", NULL, &sb);
         msgpack_sbuffer_destroy(&sb);
     } else if (!strcmp(h->topic, "abort")) {
         printf("DRIVE ABORT from=%s round=%ld\n", h->origin, d->round);
@@ -603,7 +603,7 @@ static void on_parent_up(struct cj_link *l, void *ctx)
 {
     struct drive *d = ctx;
     printf("DRIVE PARENT connected to %s as %s\n", cj_link_peer(l), d->me);
-    if (d->synced && !d->started_sent) notify(d, CPMSG_STARTED);
+    if (d->synced && !d->started_sent) notify(d, CJ_CPMSG_STARTED);
 }
 
 static void on_parent_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
@@ -615,7 +615,7 @@ static void on_parent_msg(struct cj_link *l, struct cj_msg *m, void *ctx)
                        h->destination);
     } else if (h->msg_type != CJ_MSG_REQ) {
         if (d->notify_status && !strcmp(h->req_id, d->notify_rid)) notify_done(d, h->return_code);
-    } else if (!strcmp(h->channel, CPMSG_CH_COMMAND)) {
+    } else if (!strcmp(h->channel, CJ_CPMSG_CH_COMMAND)) {
         parent_command(d, l, h);
     } else {
         printf("DRIVE REQUEST %s/%s from=%s via parent: no callback\n", h->channel, h->topic, h->origin);
