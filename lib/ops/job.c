@@ -17,6 +17,7 @@
 #include "net/link.h"
 #include "net/tls.h"
 #include "ops/flrun.h"
+#include "ops/jobcp.h"
 #include "stream/stream.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -34,6 +35,7 @@ struct cj_job {
     SSL_CTX *tls;                 /* upstream client context (tls / mtls), else NULL */
     struct cj_stream_ep *stream;  /* sm__ endpoint for the messages addressed to the cell itself */
     struct cj_flrun *fl;          /* the FL run: task loop, worker sessions, launcher */
+    struct cj_jobcp *cp;          /* the link to FLARE's client parent, or NULL */
     struct cj_stats stats;        /* the cell's counters (its stream endpoint's io.stats) */
     enum cj_job_state state;
     bool aborting;                /* told to end: the outcome is ABORTED whatever the run says */
@@ -182,6 +184,7 @@ static void end_job(struct cj_job *j, enum cj_job_outcome outcome, const char *w
     snprintf(j->reason, sizeof j->reason, "%s", why);
     cj_log_info("job %s ended: outcome %d (%s)", j->cfg.relay.job_id, (int)j->outcome, j->reason);
     write_rc_file(j);
+    if (j->cp) cj_jobcp_stopped(j->cp);
     if (j->cbs.ended) j->cbs.ended(j->cbs.ctx, j);
 }
 
@@ -242,6 +245,38 @@ static int start_cell(struct cj_job *j, const struct cj_job_opts *opts, struct c
     return start_upstream(j, err);
 }
 
+/* ---- the client parent ------------------------------------------------------------ */
+
+static void cp_abort(void *ctx, const char *why)
+{
+    cj_job_drain(ctx, why);
+}
+
+/* show_stats for the client parent: every counter of the stats registry. */
+static size_t cp_stats(void *ctx, struct cj_cpmsg_kv *kv, size_t max)
+{
+    struct cj_stat_sources s = {0};
+    size_t n = 0;
+    cj_job_stat_sources(ctx, &s);
+    for (size_t i = 0; i < cj_stat_nsections; i++)
+        for (size_t k = 0; k < cj_stat_sections[i].nfields && n < max; k++) {
+            const struct cj_stat_field *f = &cj_stat_sections[i].fields[k];
+            if (cj_stat_present(f, &s)) kv[n++] = (struct cj_cpmsg_kv){f->name, NULL, (int64_t)cj_stat_value(f, &s)};
+        }
+    return n;
+}
+
+static int start_parent(struct cj_job *j, const char *url, struct cj_err *err)
+{
+    struct cj_jobcp_cbs cbs = {.ctx = j, .abort = cp_abort, .stats = cp_stats};
+    return (j->cp = cj_jobcp_new(j->base, j->router, url, j->cfg.relay.job_id, &cbs, err)) ? 0 : -1;
+}
+
+size_t cj_job_flushing(const struct cj_job *j)
+{
+    return j->cp ? cj_jobcp_queued(j->cp) : 0;
+}
+
 struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, const struct cj_job_opts *opts,
                           const struct cj_job_cbs *cbs, struct cj_err *err)
 {
@@ -264,7 +299,10 @@ struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, 
             return NULL;
         }
     }
-    if (start_cell(j, opts, err) != 0) { cj_job_free(j); return NULL; }
+    if (start_cell(j, opts, err) != 0 || (opts && opts->parent_url && start_parent(j, opts->parent_url, err) != 0)) {
+        cj_job_free(j);
+        return NULL;
+    }
     if (opts && opts->connect_timeout > 0) {
         j->connect_timeout = opts->connect_timeout;
         struct timeval tv = cj_tv(opts->connect_timeout);
@@ -295,6 +333,8 @@ void cj_job_remove_dir(const char *dir)
 
 static void free_cell(struct cj_job *j)
 {
+    cj_jobcp_free(j->cp);
+    j->cp = NULL;
     if (j->connect_timer) event_free(j->connect_timer);
     j->connect_timer = NULL;
     cj_flrun_free(j->fl);

@@ -45,6 +45,8 @@ struct cj_job_opts {
     const char *worker_env;         /* worker_envc "NAME=value" strings, one after the other */
     int worker_envc;
     const char *worker_cwd;         /* launched workers' working directory; NULL: the daemon's */
+    const char *parent_url;         /* FLARE's client parent (tcp://HOST:PORT): the cell links to it as its
+                                       child and tells it the job's status (ops/jobcp.h); NULL: none */
 };
 
 struct cj_job_cbs {
@@ -65,6 +67,9 @@ void cj_job_free(struct cj_job *j);
  * its counters as they ended.  Never from inside ended(). */
 void cj_job_release(struct cj_job *j);
 bool cj_job_released(const struct cj_job *j);
+/* Bytes the job still has queued toward its client parent (STOPPED): its cell
+ * is released once they are out. */
+size_t cj_job_flushing(const struct cj_job *j);
 /* Removes a job's runtime directory and the files in it (it holds no others). */
 void cj_job_remove_dir(const char *dir);
 /* cj_now() at start and at the end (0 while running). */

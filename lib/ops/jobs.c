@@ -44,7 +44,8 @@ struct cj_jobs {
     size_t n, cap;
     struct waiter *waiters;
     size_t nwait, capwait;
-    struct event *reap;             /* made active when a job ends: its cell goes from the loop */
+    struct event *reap;             /* armed when a job ends: its cell goes from the loop */
+    int reap_tries;                 /* rounds waited for a job's last words to its client parent */
     struct event *sweep;            /* drops records past job_linger */
 };
 
@@ -158,19 +159,33 @@ static void on_job_ended(void *ctx, struct cj_job *j)
     s->ended = true;
     s->ended_at = time(NULL);
     answer_waiters(js, j);
-    event_active(js->reap, EV_TIMEOUT, 0);   /* the cell goes from the loop, not from inside it */
+    struct timeval now = {0, 0};
+    js->reap_tries = 0;
+    evtimer_add(js->reap, &now);   /* the cell goes from the loop, not from inside it */
     if (js->cbs.ended) js->cbs.ended(js->cbs.ctx, j);
 }
 
+/* Ended jobs let go of their cells; one whose STOPPED to its client parent is
+ * still queued waits for it, 0.1 s at a time, 2 s at most. */
 static void on_reap(evutil_socket_t fd, short what, void *arg)
 {
     struct cj_jobs *js = arg;
+    bool waiting = false;
     for (size_t i = 0; i < js->n; i++) {
         struct slot *s = &js->slots[i];
+        if (s->ended && !s->ini && !cj_job_released(s->job) && cj_job_flushing(s->job) && js->reap_tries < 20) {
+            waiting = true;
+            continue;
+        }
         if (s->ended && !s->ini && !cj_job_released(s->job)) {
             cj_job_release(s->job);
             cj_log_info("job %s: cell closed, record kept %g s", cj_job_id(s->job), js->site.relay.job_linger);
         }
+    }
+    if (waiting) {
+        struct timeval tenth = {0, 100 * 1000};
+        js->reap_tries++;
+        evtimer_add(js->reap, &tenth);
     }
 }
 
@@ -343,7 +358,8 @@ static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg
                                .workspace = (d->has & CJ_JD_WORKSPACE) ? d->workspace : NULL,
                                .connect_timeout = cfg->upstream.first_connect_timeout, .clean_env = true,
                                .worker_env = d->worker.env, .worker_envc = d->worker.envc,
-                               .worker_cwd = (d->has & CJ_JD_CWD) ? d->worker.cwd : NULL};
+                               .worker_cwd = (d->has & CJ_JD_CWD) ? d->worker.cwd : NULL,
+                               .parent_url = (d->has & CJ_JD_PARENT_URL) ? d->parent_url : NULL};
     struct cj_job_cbs cbs = {.ctx = js, .ended = on_job_ended};
     struct cj_err err = {0};
     struct cj_job *j = cj_job_new(js->base, cfg, &opts, &cbs, &err);

@@ -12,6 +12,8 @@
 #     a stale job directory from an earlier daemon is removed (and logged) at start
 # (f) a job whose server never answers ends with 104 after [upstream] first_connect_timeout
 # (g) 100 short jobs in sequence: RSS and open fds flat; 20 idle jobs: the per-job cost
+# (h) the client parent (the simulator plays it): STARTED and STOPPED, show_stats answered,
+#     client_command abort ends the job as aborted (9)
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim
 W=$(mktemp -d); SIMS=; RELAY=
@@ -137,6 +139,22 @@ r=$(job '{"job_id": "J6", "server_url": "tcp://127.0.0.1:1"}')
 check "(f) job start J6 (nothing listens): $r" [ "$r" = "OK job J6 started" ]
 out=$(timeout 30 $C -s "$W/status.sock" job wait J6 | tr '\n' ' ')
 check "(f) job wait J6: outcome 104, the server named ($out)" sh -c "printf '%s' '$out' | grep -q 'outcome: 104 reason: the server tcp://127.0.0.1:1 was not reachable within 1 s'"
+
+# ---- (h) the client parent ---------------------------------------------------------------------
+$S --listen tcp://127.0.0.1:0 --parent tcp://127.0.0.1:0 --site site-1 --job-id JP --rounds 5 --model-size 4M \
+    --tensors 2 --abort-job JP@2 --job-status-log "$W/h.status" > "$W/h.sim" 2> "$W/h.simlog" & SIMS="$SIMS $!"; HP=$!
+PORT=$(sim_port "$W/h.sim"); wait_for 10 grep -q '^SIM PARENT' "$W/h.sim"
+PP=$(awk '/^SIM PARENT/ {print $3}' "$W/h.sim")
+r=$(job "{\"job_id\": \"JP\", \"server_url\": \"tcp://127.0.0.1:$PORT\", \"parent_url\": \"tcp://127.0.0.1:$PP\"}")
+check "(h) job start JP with a parent: $r" [ "$r" = "OK job JP started" ]
+out=$(timeout 60 $C -s "$W/status.sock" job wait JP | tr '\n' ' ')
+check "(h) client_command abort ends JP as aborted ($out)" sh -c "printf '%s' '$out' | grep -q 'outcome: 9 reason: aborted by the client parent'"
+wait_for 15 sh -c "! kill -0 $HP"
+note "$W/h.sim" | grep -E "JOB_STATUS|SHOW_STATS|ABORT|SIM (OK|FAIL)"
+check "(h) the parent recorded STARTED" grep -q '^SIM JOB_STATUS JP 2 from=site-1.JP' "$W/h.sim"
+check "(h) the parent recorded STOPPED" grep -q '^SIM JOB_STATUS JP 3 from=site-1.JP' "$W/h.sim"
+check "(h) show_stats answered with the job's counters" grep -q '^SIM SHOW_STATS JP rc=ok .*tasks_in' "$W/h.sim"
+check "(h) the parent saw the job end as aborted, STOPPED after the abort" grep -q '^SIM OK aborted round=2: STOPPED from site-1.JP' "$W/h.sim"
 
 # ---- (e) SIGTERM with a job running ---------------------------------------------------------
 sim 5 tcp J5 --rounds 50 --model-size 8M --tensors 4; P5=$PORT
