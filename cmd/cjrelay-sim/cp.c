@@ -310,13 +310,7 @@ static int on_hello(struct cj_link *l, const char *peer, char *why, size_t whysz
         snprintf(why, whysz, "%s is not a child of %s", peer, cp->me);
         return -1;
     }
-    for (size_t i = 0; i < cp->n_links; i++) {   /* a newer connection replaces the old one */
-        struct cj_link *o = cp->links[i];
-        if (o != l && cj_link_get_state(o) == CJ_LINK_UP && !strcmp(cj_link_peer(o), peer)) {
-            cj_link_close(o, "replaced by a newer connection from %s (%s)", peer, cj_link_addr(l));
-            break;
-        }
-    }
+    sim_replace_peer(cp->links, cp->n_links, l, peer);
     return 0;
 }
 

@@ -74,17 +74,21 @@ static struct cj_link *route_for(struct sim *s, const char *dest)
     return best ? best : sim_cp_route(s, dest);
 }
 
+void sim_replace_peer(struct cj_link *const *links, size_t n, struct cj_link *l, const char *peer)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct cj_link *o = links[i];
+        if (o != l && cj_link_get_state(o) == CJ_LINK_UP && !strcmp(cj_link_peer(o), peer)) {
+            cj_link_close(o, "replaced by a newer connection from %s (%s)", peer, cj_link_addr(l));
+            return;
+        }
+    }
+}
+
 static int on_hello(struct cj_link *l, const char *peer, char *why, size_t whysz, void *ctx)
 {
     struct sim *s = ctx;
-    /* As FLARE does: a newer connection with a connected name replaces the old one. */
-    for (size_t i = 0; i < s->n_links; i++) {
-        struct cj_link *o = s->links[i];
-        if (o != l && cj_link_get_state(o) == CJ_LINK_UP && !strcmp(cj_link_peer(o), peer)) {
-            cj_link_close(o, "replaced by a newer connection from %s (%s)", peer, cj_link_addr(l));
-            break;
-        }
-    }
+    sim_replace_peer(s->links, s->n_links, l, peer);
     return 0;
 }
 

@@ -226,4 +226,8 @@ struct cj_link *sim_cp_route(struct sim *s, const char *dest);
 /* Round r's task of job j went out: the --abort-job / --abort-task triggers. */
 void sim_cp_task_out(struct sim_job *j, long round);
 
+/* As FLARE does: a newer connection naming a connected peer replaces the
+ * older link (closed), among links[0..n) (sim.c's listener and cp.c's). */
+void sim_replace_peer(struct cj_link *const *links, size_t n, struct cj_link *l, const char *peer);
+
 #endif
