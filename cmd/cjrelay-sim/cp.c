@@ -340,20 +340,7 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
 {
     (void)lev; (void)sa; (void)salen;
     struct sim_cp *cp = arg;
-    struct cj_err err;
-    char peer[128];
-    if (cp->n_links == SIM_MAX_LINKS) {
-        cj_log_warning("sim: parent: %d children already; refusing another", SIM_MAX_LINKS);
-        evutil_closesocket(fd);
-        return;
-    }
-    cj_sock_peer_text(fd, peer, sizeof peer);
-    struct cj_link *l = cj_link_accept(cp->s->base, fd, NULL, peer, &cp->lcfg, &LINK_OPS, cp, &err);
-    if (!l) {
-        cj_log_error("sim: parent: cannot accept a connection from %s: %s", peer, err.msg);
-        return;
-    }
-    cp->links[cp->n_links++] = l;
+    sim_accept_link(cp->s->base, fd, NULL, &cp->lcfg, &LINK_OPS, cp, cp->links, &cp->n_links, "parent");
 }
 
 /* ---- the triggers ----------------------------------------------------------------------- */

@@ -373,24 +373,30 @@ static int on_blob(void *arg, struct cj_stream_blob *b)
 
 /* ---- listener -------------------------------------------------------------------------- */
 
-static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+void sim_accept_link(struct event_base *base, evutil_socket_t fd, SSL_CTX *tls, const struct cj_link_cfg *cfg,
+                     const struct cj_link_ops *ops, void *ctx, struct cj_link **links, size_t *n, const char *who)
 {
-    (void)lev; (void)sa; (void)salen;
-    struct sim *s = arg;
     struct cj_err err;
     char peer[128];
-    if (s->n_links == SIM_MAX_LINKS) {
-        cj_log_warning("sim: %d connections already; refusing another", SIM_MAX_LINKS);
+    if (*n == SIM_MAX_LINKS) {
+        cj_log_warning("sim: %s: %d connections already; refusing another", who, SIM_MAX_LINKS);
         evutil_closesocket(fd);
         return;
     }
     cj_sock_peer_text(fd, peer, sizeof peer);
-    struct cj_link *l = cj_link_accept(s->base, fd, s->tls, peer, &s->lcfg, &LINK_OPS, s, &err);
+    struct cj_link *l = cj_link_accept(base, fd, tls, peer, cfg, ops, ctx, &err);
     if (!l) {
-        cj_log_error("sim: cannot accept a connection from %s: %s", peer, err.msg);
+        cj_log_error("sim: %s: cannot accept a connection from %s: %s", who, peer, err.msg);
         return;
     }
-    s->links[s->n_links++] = l;
+    links[(*n)++] = l;
+}
+
+static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+{
+    (void)lev; (void)sa; (void)salen;
+    struct sim *s = arg;
+    sim_accept_link(s->base, fd, s->tls, &s->lcfg, &LINK_OPS, s, s->links, &s->n_links, "server");
 }
 
 int sim_parse_listen(const char *url, const char *opt, struct cj_addr *a, struct cj_err *err)

@@ -230,4 +230,10 @@ void sim_cp_task_out(struct sim_job *j, long round);
  * older link (closed), among links[0..n) (sim.c's listener and cp.c's). */
 void sim_replace_peer(struct cj_link *const *links, size_t n, struct cj_link *l, const char *peer);
 
+/* Accepts fd as a link of the simulator's (TLS when tls), appended to
+ * links[0..*n); refused (closed) at SIM_MAX_LINKS.  who names the listener
+ * in the log. */
+void sim_accept_link(struct event_base *base, evutil_socket_t fd, SSL_CTX *tls, const struct cj_link_cfg *cfg,
+                     const struct cj_link_ops *ops, void *ctx, struct cj_link **links, size_t *n, const char *who);
+
 #endif
