@@ -82,21 +82,7 @@ struct sim_cp {
 
 struct cj_link *sim_cp_route(struct sim *s, const char *dest)
 {
-    struct sim_cp *cp = s->cp;
-    struct cj_link *best = NULL;
-    size_t best_len = 0;
-    if (!cp) return NULL;
-    for (size_t i = 0; i < cp->n_links; i++) {
-        struct cj_link *l = cp->links[i];
-        const char *p = cj_link_peer(l);
-        if (cj_link_get_state(l) != CJ_LINK_UP || !p[0]) continue;
-        if (strcmp(p, dest) && !cj_fqcn_is_ancestor(p, dest)) continue;
-        if (strlen(p) >= best_len) {
-            best = l;
-            best_len = strlen(p);
-        }
-    }
-    return best;
+    return s->cp ? sim_best_link(s->cp->links, s->cp->n_links, dest) : NULL;
 }
 
 /* Forwards m (taken) to the child link to, as FLARE's cells do (cellnet.md §6). */

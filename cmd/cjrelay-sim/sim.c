@@ -57,20 +57,25 @@ static void forget_link(struct sim *s, struct cj_link *l)
 /* The up link toward destination: the one whose peer is the destination or its
  * longest ancestor, among equals the newest; else a child of the parent cell's
  * toward it (a job connected only through its parent). */
-static struct cj_link *route_for(struct sim *s, const char *dest)
+struct cj_link *sim_best_link(struct cj_link *const *links, size_t n, const char *dest)
 {
     struct cj_link *best = NULL;
     size_t best_len = 0;
-    for (size_t i = 0; i < s->n_links; i++) {
-        struct cj_link *l = s->links[i];
-        const char *p = cj_link_peer(l);
-        if (cj_link_get_state(l) != CJ_LINK_UP || !p[0]) continue;
+    for (size_t i = 0; i < n; i++) {
+        const char *p = cj_link_peer(links[i]);
+        if (cj_link_get_state(links[i]) != CJ_LINK_UP || !p[0]) continue;
         if (strcmp(p, dest) && !cj_fqcn_is_ancestor(p, dest)) continue;
         if (strlen(p) >= best_len) {
-            best = l;
+            best = links[i];
             best_len = strlen(p);
         }
     }
+    return best;
+}
+
+static struct cj_link *route_for(struct sim *s, const char *dest)
+{
+    struct cj_link *best = sim_best_link(s->links, s->n_links, dest);
     return best ? best : sim_cp_route(s, dest);
 }
 

@@ -236,4 +236,8 @@ void sim_replace_peer(struct cj_link *const *links, size_t n, struct cj_link *l,
 void sim_accept_link(struct event_base *base, evutil_socket_t fd, SSL_CTX *tls, const struct cj_link_cfg *cfg,
                      const struct cj_link_ops *ops, void *ctx, struct cj_link **links, size_t *n, const char *who);
 
+/* Among links[0..n), the up link whose peer is dest or its longest ancestor
+ * (among equals the newest), or NULL. */
+struct cj_link *sim_best_link(struct cj_link *const *links, size_t n, const char *dest);
+
 #endif
