@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,7 +126,6 @@ static void jkey(struct jbuf *jb, const char *k, bool first)
 }
 
 static void jkv_str(struct jbuf *jb, const char *k, const char *v, bool first) { jkey(jb, k, first); jstr(jb, v); }
-static void jkv_bool(struct jbuf *jb, const char *k, bool v) { jkey(jb, k, false); jputs(jb, v ? "true" : "false"); }
 static void jkv_int(struct jbuf *jb, const char *k, int64_t v, bool first)
 {
     char num[32];
@@ -134,38 +134,80 @@ static void jkv_int(struct jbuf *jb, const char *k, int64_t v, bool first)
     jputs(jb, num);
 }
 
+/* ---- the file's keys: one table for the writer and the reader ---------------------------- */
+
+enum bkind { BK_INT, BK_PID, BK_STR, BK_BOOL, BK_OBJECT };
+
+struct bkey {
+    const char *name;
+    enum bkind kind;
+    size_t off, size;           /* the field in its struct */
+    const struct bkey *sub;     /* BK_OBJECT: its keys */
+    size_t nsub;
+};
+
+#define TX(name, kind, f) {name, kind, offsetof(struct cj_bootstrap_task_exchange, f), \
+                           sizeof(((struct cj_bootstrap_task_exchange *)0)->f), NULL, 0}
+#define BS(name, kind, f) {name, kind, offsetof(struct cj_bootstrap, f), sizeof(((struct cj_bootstrap *)0)->f), NULL, 0}
+
+static const struct bkey exchange_keys[] = {
+    TX("train_with_eval", BK_BOOL, train_with_eval),
+    TX("exchange_format", BK_STR, exchange_format),
+    TX("server_expected_format", BK_STR, server_expected_format),
+    TX("transfer_type", BK_STR, transfer_type),
+    TX("train_task_name", BK_STR, train_task_name),
+    TX("eval_task_name", BK_STR, eval_task_name),
+    TX("submit_model_task_name", BK_STR, submit_model_task_name),
+    TX("launch_once", BK_BOOL, launch_once),
+};
+
+/* In the order of the spec's table (doc/protocol/fl-protocols.md §8), which is
+ * the order the file is written in. */
+static const struct bkey file_keys[] = {
+    BS("schema_version", BK_INT, schema_version),
+    BS("execution_mode", BK_STR, execution_mode),
+    BS("connect_url", BK_STR, connect_url),
+    BS("cj_fqcn", BK_STR, cj_fqcn),
+    BS("cj_pid", BK_PID, cj_pid),
+    BS("trainer_fqcn", BK_STR, trainer_fqcn),
+    BS("launch_token", BK_STR, launch_token),
+    BS("job_id", BK_STR, job_id),
+    BS("site_name", BK_STR, site_name),
+    BS("secure_mode", BK_BOOL, secure_mode),
+    {"task_exchange", BK_OBJECT, offsetof(struct cj_bootstrap, task_exchange), sizeof(struct cj_bootstrap_task_exchange),
+     exchange_keys, sizeof exchange_keys / sizeof exchange_keys[0]},
+    BS("memory_gc_rounds", BK_INT, memory_gc_rounds),
+    BS("cuda_empty_cache", BK_BOOL, cuda_empty_cache),
+};
+#define NFILE_KEYS (sizeof file_keys / sizeof file_keys[0])
+#undef TX
+#undef BS
+
+/* One object: its keys in table order (a cj_pid of 0 is left out). */
+static void write_object(struct jbuf *jb, const struct bkey *keys, size_t n, const char *base)
+{
+    bool first = true;
+    jputs(jb, "{");
+    for (size_t i = 0; i < n; i++) {
+        const struct bkey *k = &keys[i];
+        const char *f = base + k->off;
+        if (k->kind == BK_PID && *(const int64_t *)f <= 0) continue;
+        if (k->kind == BK_STR) jkv_str(jb, k->name, f, first);
+        else if (k->kind == BK_BOOL) { jkey(jb, k->name, first); jputs(jb, *(const bool *)f ? "true" : "false"); }
+        else if (k->kind == BK_OBJECT) { jkey(jb, k->name, first); write_object(jb, k->sub, k->nsub, f); }
+        else jkv_int(jb, k->name, *(const int64_t *)f, first);
+        first = false;
+    }
+    jputs(jb, "}");
+}
+
 int cj_bootstrap_format(const struct cj_bootstrap *b, char **out, size_t *len, struct cj_err *err)
 {
     int rc = cj_bootstrap_check(b, err);
     if (rc) return rc;
     struct jbuf jb = {0};
-    const struct cj_bootstrap_task_exchange *t = &b->task_exchange;
-    jputs(&jb, "{");
-    jkv_int(&jb, "schema_version", b->schema_version, true);
-    jkv_str(&jb, "execution_mode", b->execution_mode, false);
-    jkv_str(&jb, "connect_url", b->connect_url, false);
-    jkv_str(&jb, "cj_fqcn", b->cj_fqcn, false);
-    if (b->cj_pid > 0) jkv_int(&jb, "cj_pid", b->cj_pid, false);
-    jkv_str(&jb, "trainer_fqcn", b->trainer_fqcn, false);
-    jkv_str(&jb, "launch_token", b->launch_token, false);
-    jkv_str(&jb, "job_id", b->job_id, false);
-    jkv_str(&jb, "site_name", b->site_name, false);
-    jkv_bool(&jb, "secure_mode", b->secure_mode);
-    jkey(&jb, "task_exchange", false);
-    jputs(&jb, "{");
-    jkey(&jb, "train_with_eval", true);
-    jputs(&jb, t->train_with_eval ? "true" : "false");
-    jkv_str(&jb, "exchange_format", t->exchange_format, false);
-    jkv_str(&jb, "server_expected_format", t->server_expected_format, false);
-    jkv_str(&jb, "transfer_type", t->transfer_type, false);
-    jkv_str(&jb, "train_task_name", t->train_task_name, false);
-    jkv_str(&jb, "eval_task_name", t->eval_task_name, false);
-    jkv_str(&jb, "submit_model_task_name", t->submit_model_task_name, false);
-    jkv_bool(&jb, "launch_once", t->launch_once);
-    jputs(&jb, "}");
-    jkv_int(&jb, "memory_gc_rounds", b->memory_gc_rounds, false);
-    jkv_bool(&jb, "cuda_empty_cache", b->cuda_empty_cache);
-    jputs(&jb, "}\n");
+    write_object(&jb, file_keys, NFILE_KEYS, (const char *)b);
+    jputs(&jb, "\n");
     if (jb.bad) {
         if (jb.p) { explicit_bzero(jb.p, jb.cap); free(jb.p); }
         return cj_fail(err, CJ_E_INVALID, 0, "bootstrap: a string is not valid UTF-8 (or out of memory)");
@@ -287,53 +329,38 @@ static int get_bool(const struct cj_json_val *v, const char *key, bool *dst, str
     return rc;
 }
 
-#define KEY_IS(k) (klen == strlen(k) && !memcmp(key, k, klen))
-#define STR_FIELD(k, dst) if (KEY_IS(k)) return get_str(v, k, dst, sizeof dst, err)
-
-static int on_task_exchange(void *ud, const char *key, size_t klen, const struct cj_json_val *v, struct cj_err *err)
-{
-    struct cj_bootstrap_task_exchange *t = ud;
-    if (KEY_IS("train_with_eval")) return get_bool(v, "task_exchange.train_with_eval", &t->train_with_eval, err);
-    if (KEY_IS("launch_once")) return get_bool(v, "task_exchange.launch_once", &t->launch_once, err);
-    STR_FIELD("exchange_format", t->exchange_format);
-    STR_FIELD("server_expected_format", t->server_expected_format);
-    STR_FIELD("transfer_type", t->transfer_type);
-    STR_FIELD("train_task_name", t->train_task_name);
-    STR_FIELD("eval_task_name", t->eval_task_name);
-    STR_FIELD("submit_model_task_name", t->submit_model_task_name);
-    return 0;
-}
-
-struct parse_state {
-    struct cj_bootstrap *b;
-    bool has_schema, has_mode;
+/* Walking one object of the file: its key table and the struct it fills. */
+struct walk {
+    const struct bkey *keys;
+    size_t n;
+    char *base;
+    const char *prefix;         /* "" or "task_exchange." for error texts */
+    unsigned seen;              /* bit i: keys[i] was in the object */
 };
 
 static int on_member(void *ud, const char *key, size_t klen, const struct cj_json_val *v, struct cj_err *err)
 {
-    struct parse_state *ps = ud;
-    struct cj_bootstrap *b = ps->b;
-    if (KEY_IS("schema_version")) { ps->has_schema = true; return get_int(v, "schema_version", &b->schema_version, err); }
-    if (KEY_IS("execution_mode")) {
-        ps->has_mode = true;
-        return get_str(v, "execution_mode", b->execution_mode, sizeof b->execution_mode, err);
-    }
-    STR_FIELD("connect_url", b->connect_url);
-    STR_FIELD("cj_fqcn", b->cj_fqcn);
-    STR_FIELD("trainer_fqcn", b->trainer_fqcn);
-    STR_FIELD("launch_token", b->launch_token);
-    STR_FIELD("job_id", b->job_id);
-    STR_FIELD("site_name", b->site_name);
-    if (KEY_IS("cj_pid")) {
-        if (v->type == CJ_JSON_NULL) { b->cj_pid = 0; return 0; }
-        return get_int(v, "cj_pid", &b->cj_pid, err);
-    }
-    if (KEY_IS("secure_mode")) return get_bool(v, "secure_mode", &b->secure_mode, err);
-    if (KEY_IS("memory_gc_rounds")) return get_int(v, "memory_gc_rounds", &b->memory_gc_rounds, err);
-    if (KEY_IS("cuda_empty_cache")) return get_bool(v, "cuda_empty_cache", &b->cuda_empty_cache, err);
-    if (KEY_IS("task_exchange")) {
-        int rc = want_type(v, CJ_JSON_OBJECT, "task_exchange", err);
-        return rc ? rc : cj_json_object_walk(v->raw, v->raw_len, on_task_exchange, &b->task_exchange, err);
+    struct walk *w = ud;
+    for (size_t i = 0; i < w->n; i++) {
+        const struct bkey *k = &w->keys[i];
+        if (klen != strlen(k->name) || memcmp(key, k->name, klen)) continue;
+        char name[64];
+        char *f = w->base + k->off;
+        snprintf(name, sizeof name, "%s%s", w->prefix, k->name);
+        w->seen |= 1u << i;
+        switch (k->kind) {
+        case BK_STR: return get_str(v, name, f, k->size, err);
+        case BK_BOOL: return get_bool(v, name, (bool *)f, err);
+        case BK_INT: return get_int(v, name, (int64_t *)f, err);
+        case BK_PID:
+            if (v->type == CJ_JSON_NULL) { *(int64_t *)f = 0; return 0; }
+            return get_int(v, name, (int64_t *)f, err);
+        case BK_OBJECT: {
+            int rc = want_type(v, CJ_JSON_OBJECT, name, err);
+            struct walk sub = {k->sub, k->nsub, f, "task_exchange.", 0};
+            return rc ? rc : cj_json_object_walk(v->raw, v->raw_len, on_member, &sub, err);
+        }
+        }
     }
     return 0;   /* unknown keys are tolerated */
 }
@@ -343,11 +370,11 @@ int cj_bootstrap_parse(const char *json, size_t len, struct cj_bootstrap *b, str
     cj_bootstrap_defaults(b);
     b->execution_mode[0] = 0;
     b->schema_version = 0;
-    struct parse_state ps = {b, false, false};
-    int rc = cj_json_object_walk(json, len, on_member, &ps, err);
+    struct walk w = {file_keys, NFILE_KEYS, (char *)b, "", 0};
+    int rc = cj_json_object_walk(json, len, on_member, &w, err);
     if (rc) return rc;
-    if (!ps.has_schema) return cj_fail(err, CJ_E_MISSING, 0, "bootstrap: schema_version is missing");
-    if (!ps.has_mode) return cj_fail(err, CJ_E_MISSING, 0, "bootstrap: execution_mode is missing");
+    if (!(w.seen & 1u << 0)) return cj_fail(err, CJ_E_MISSING, 0, "bootstrap: schema_version is missing");
+    if (!(w.seen & 1u << 1)) return cj_fail(err, CJ_E_MISSING, 0, "bootstrap: execution_mode is missing");
     return cj_bootstrap_check(b, err);
 }
 
