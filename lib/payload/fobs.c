@@ -27,6 +27,14 @@ static int read_map(struct mp_cur *c, uint32_t *n, const char *what, struct cj_e
     return 0;
 }
 
+/* A cursor over buf[0..len) that starts with a map: its entry count in *n. */
+static int open_map(struct mp_cur *c, const uint8_t *buf, size_t len, uint32_t *n, const char *what,
+                    struct cj_err *err)
+{
+    mp_cur_init(c, buf, len);
+    return read_map(c, n, what, err);
+}
+
 /* ---- the Shareable wrapper -------------------------------------------------- */
 
 /* Scans the __fobs_data__ map at c for __headers__. */
@@ -60,10 +68,9 @@ static int find_headers(struct mp_cur *c, struct cj_fobs_shareable *sh, struct c
 int cj_fobs_find_shareable(const uint8_t *buf, size_t len, struct cj_fobs_shareable *sh, struct cj_err *err)
 {
     struct mp_cur c;
-    mp_cur_init(&c, buf, len);
-    memset(sh, 0, sizeof *sh);
     uint32_t n;
-    int rc = read_map(&c, &n, "Shareable body", err);
+    memset(sh, 0, sizeof *sh);
+    int rc = open_map(&c, buf, len, &n, "Shareable body", err);
     if (rc) return rc;
     bool have_type = false, have_data = false;
     size_t data_at = 0, data_end = 0;
@@ -100,9 +107,8 @@ int cj_fobs_find_shareable(const uint8_t *buf, size_t len, struct cj_fobs_sharea
 int cj_fobs_map_get(const uint8_t *map, size_t len, const char *key, struct cj_range *val, struct cj_err *err)
 {
     struct mp_cur c;
-    mp_cur_init(&c, map, len);
     uint32_t n;
-    int rc = read_map(&c, &n, "value", err), found = 0;
+    int rc = open_map(&c, map, len, &n, "value", err), found = 0;
     if (rc) return rc;
     for (uint32_t i = 0; i < n; i++) {
         struct mp_val k;
@@ -148,10 +154,9 @@ int cj_fobs_read_headers(const uint8_t *hdrs, size_t len, struct cj_fobs_headers
         {"__rc__", offsetof(struct cj_fobs_headers, rc)},
     };
     struct mp_cur c;
-    mp_cur_init(&c, hdrs, len);
-    memset(h, 0, sizeof *h);
     uint32_t n;
-    int rc = read_map(&c, &n, "__headers__", err);
+    memset(h, 0, sizeof *h);
+    int rc = open_map(&c, hdrs, len, &n, "__headers__", err);
     if (rc) return rc;
     for (uint32_t i = 0; i < n; i++) {
         struct mp_val k;
