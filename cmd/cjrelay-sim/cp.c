@@ -85,7 +85,7 @@ struct cj_link *sim_cp_route(struct sim *s, const char *dest)
     return s->cp ? sim_best_link(s->cp->links, s->cp->n_links, dest) : NULL;
 }
 
-/* Forwards m (taken) to the child link to, as FLARE's cells do (cellnet.md §6). */
+/* Forwards m (taken) to the child link to, as FLARE's cells do (doc/protocol/cellnet.md §6). */
 static void forward(struct sim_cp *cp, struct cj_link *from, struct cj_link *to, struct cj_msg *m)
 {
     msgpack_sbuffer sb;
