@@ -83,7 +83,7 @@ void wk_connect(struct wk *w)
     struct cj_err err = {0};
     struct cj_link_cfg cfg = {.name = "relay", .me = w->bs.trainer_fqcn, .quiet = true};
     if (w->link || w->exiting) return;
-    w->link = cj_link_connect(w->base, NULL, w->bs.connect_url, NULL, &cfg, &LINK_OPS, w, &err);
+    w->link = cj_link_connect(w->base, NULL, w->bs.connect_url, w->tls, &cfg, &LINK_OPS, w, &err);
     if (!w->link) {
         snprintf(w->last_error, sizeof w->last_error, "%s", err.msg);
         wk_retry_in(w, WK_RETRY_EVERY);

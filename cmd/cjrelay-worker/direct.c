@@ -11,7 +11,12 @@
  *   DIRECT round=<r> task=<id> bytes=<B> secs=<T> MiB/s=<X>
  *   DIRECT FAIL <why>            (exit 1)
  *
- * No result goes back: the server keeps the task out (the benchmark stops it). */
+ * No result goes back: the server keeps the task out (the benchmark stops it).
+ *
+ * Over stcp://, https:// or grpcs:// the worker presents the site's
+ * certificate (--tls-dir: rootCA.pem, client.crt, client.key, the layout
+ * cjrelay-sim --tls-dir reads on the server side); the link does the rest
+ * (ALPN h2 and the host name check on grpcs), as on the relay's upstream. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +27,7 @@
 
 #include "fl/capi.h"
 #include "net/link.h"
+#include "net/tls.h"
 #include "payload/fobs.h"
 #include "payload/lobs.h"
 #include "payload/splice.h"
@@ -55,6 +61,19 @@ int wk_direct_bootstrap(const struct wk_opts *o, struct cj_bootstrap *bs)
         return -1;
     }
     return 0;
+}
+
+SSL_CTX *wk_direct_tls(const struct wk_opts *o)
+{
+    char ca[sizeof o->tls_dir + 16], crt[sizeof o->tls_dir + 16], key[sizeof o->tls_dir + 16];
+    snprintf(ca, sizeof ca, "%s/rootCA.pem", o->tls_dir);
+    snprintf(crt, sizeof crt, "%s/client.crt", o->tls_dir);
+    snprintf(key, sizeof key, "%s/client.key", o->tls_dir);
+    struct cj_tls_client_opts t = {.mode = CJ_TLS_MUTUAL, .ca_file = ca, .cert_file = crt, .key_file = key};
+    struct cj_err e = {0};
+    SSL_CTX *ctx = cj_tls_client_ctx(&t, &e);
+    if (!ctx) cj_log_error("--tls-dir %s: %s", o->tls_dir, e.msg);
+    return ctx;
 }
 
 /* The worker's requests to the server. */

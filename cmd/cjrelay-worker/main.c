@@ -1,7 +1,7 @@
 /* cjrelay-worker — the reference Client API worker (doc/interface.md, doc/design.md).
  *
  *   cjrelay-worker [--bootstrap FILE] [--connect-window SECS] [--log-level LEVEL]
- *   cjrelay-worker --direct tcp://HOST:PORT --job-id J [--site S]   (benchmarks: no relay)
+ *   cjrelay-worker --direct URL [--tls-dir DIR] --job-id J [--site S]   (benchmarks: no relay)
  *
  * Table of contents:
  *   worker.h   what the worker does, its state, exit codes (read this first)
@@ -35,16 +35,23 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: cjrelay-worker [--bootstrap FILE] [--connect-window SECS] [--log-level LEVEL]\n"
-            "       cjrelay-worker --direct URL --job-id JOB [--site SITE] [--cell FQCN] [--raw] [--log-level LEVEL]\n"
+            "       cjrelay-worker --direct URL [--tls-dir DIR] --job-id JOB [--site SITE] [--cell FQCN] [--raw]\n"
+            "                      [--log-level LEVEL]\n"
             "       cjrelay-worker --version | --help\n"
             "  --bootstrap FILE       the bootstrap JSON written by the relay (default: $%s)\n"
             "  --connect-window SECS  how long to retry connect / hello / session_ready, and to\n"
             "                         reconnect a lost link (default %g)\n"
             "  --log-level LEVEL      error | warning | info (default) | debug\n"
             "  --direct URL           benchmarks: no bootstrap, no session; connect to the server at\n"
-            "                         URL (tcp://HOST:PORT) as the cell SITE.JOB, take one task\n"
-            "                         (get_task), download and transform its model as usual, print\n"
-            "                         'DIRECT round=R task=ID bytes=B secs=T MiB/s=X', exit 0\n"
+            "                         URL as the cell SITE.JOB, take one task (get_task), download\n"
+            "                         and transform its model as usual, print\n"
+            "                         'DIRECT round=R task=ID bytes=B secs=T MiB/s=X', exit 0;\n"
+            "                         URL: tcp://, http://, grpc://, or with --tls-dir stcp://,\n"
+            "                         https://, grpcs:// (HOST:PORT), or the relay's unix:PATH\n"
+            "  --tls-dir DIR          direct mode over a TLS scheme: mutual TLS with DIR/rootCA.pem\n"
+            "                         (the CA the server's certificate must chain to), DIR/client.crt\n"
+            "                         and DIR/client.key (the site's certificate and key); grpcs also\n"
+            "                         checks that the server's certificate names URL's host\n"
             "  --job-id JOB, --site SITE  the job and site in direct mode (SITE default site-1)\n"
             "  --cell FQCN            direct mode's cell name (default SITE.JOB); a child of a relay\n"
             "                         (SITE.JOB.LEAF) with URL the relay's worker socket goes through\n"
@@ -54,6 +61,30 @@ static void usage(FILE *f)
             "exit: 0 shutdown, 1 abort or fatal error, 2 usage or bootstrap refused,\n"
             "      3 no session with the relay, 4 relay lost\n",
             CJ_BOOTSTRAP_ENV, WK_CONNECT_WINDOW);
+}
+
+/* The --direct URL: a scheme the link speaks, --tls-dir exactly when it is a
+ * TLS one.  0, or -1 with the reason printed. */
+static int check_direct_url(const struct wk_opts *o)
+{
+    struct cj_addr addr;
+    struct cj_err err = {0};
+    if (cj_addr_parse(o->direct, CJ_EP_NET | CJ_EP_UNIX, 0, &addr, &err) < 0) {
+        fprintf(stderr, "cjrelay-worker: --direct %s: %s\n", o->direct, err.msg);
+        return -1;
+    }
+    bool tls = cj_ep_tls(addr.ep.kind);
+    if (tls && !o->tls_dir[0]) {
+        fprintf(stderr, "cjrelay-worker: --direct %s: a TLS scheme needs --tls-dir DIR (rootCA.pem, client.crt, "
+                        "client.key)\n", o->direct);
+        return -1;
+    }
+    if (!tls && o->tls_dir[0]) {
+        fprintf(stderr, "cjrelay-worker: --tls-dir needs a TLS --direct URL (stcp://, https:// or grpcs://), not %s\n",
+                o->direct);
+        return -1;
+    }
+    return 0;
 }
 
 /* 0 to run, 1 to exit 0 (--help, --version), -1 usage error (printed). */
@@ -81,6 +112,12 @@ static int parse_args(int argc, char **argv, struct wk_opts *o)
                 return -1;
             }
             snprintf(o->bootstrap, sizeof o->bootstrap, "%s", v);
+        } else if (!strcmp(a, "--tls-dir")) {
+            if (!*v || strlen(v) >= sizeof o->tls_dir) {
+                fprintf(stderr, "cjrelay-worker: --tls-dir: empty or too long path\n");
+                return -1;
+            }
+            snprintf(o->tls_dir, sizeof o->tls_dir, "%s", v);
         } else if (!strcmp(a, "--connect-window")) {
             if (cj_parse_duration(v, &o->connect_window, &why) < 0 || o->connect_window <= 0) {
                 fprintf(stderr, "cjrelay-worker: --connect-window %s: %s\n", v, why ? why : "must be > 0");
@@ -112,11 +149,11 @@ static int parse_args(int argc, char **argv, struct wk_opts *o)
         }
         i++;
     }
-    if (o->raw && !o->direct[0]) {
-        fprintf(stderr, "cjrelay-worker: --raw needs --direct\n");
+    if ((o->raw || o->tls_dir[0]) && !o->direct[0]) {
+        fprintf(stderr, "cjrelay-worker: %s needs --direct\n", o->raw ? "--raw" : "--tls-dir");
         return -1;
     }
-    return 0;
+    return o->direct[0] ? check_direct_url(o) : 0;
 }
 
 /* Reads and checks the bootstrap as the stock trainer's flare.init() would,

@@ -12,6 +12,7 @@
 
 #include "dl/producer.h"
 #include "net/link.h"
+#include "net/tls.h"
 #include "stream/stream.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -132,6 +133,7 @@ static void teardown(struct wk *w)
         event_base_free(w->base);
     }
     free(w->m);
+    if (w->tls) cj_tls_ctx_free(w->tls);   /* after the loop: a closing link may still hold an SSL */
     explicit_bzero(w, sizeof *w);   /* the launch token and delegated credentials */
     free(w);
 }
@@ -148,6 +150,11 @@ int wk_run(const struct wk_opts *o, const struct cj_bootstrap *bs)
     w->mode = o->direct[0] ? &wk_direct_mode : &wk_launched_mode;
     w->phase = WK_CONNECTING;
     w->started = cj_now();
+    if (o->tls_dir[0] && !(w->tls = wk_direct_tls(o))) {
+        w->exiting = true;
+        teardown(w);
+        return WK_EXIT_USAGE;
+    }
     if (setup(w)) {
         cj_log_error("cannot set up the event loop (out of memory?)");
         w->exiting = true;

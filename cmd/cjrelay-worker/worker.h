@@ -35,7 +35,10 @@
  * server.<job> for one task (__sync_runner__, get_task), turns it into the
  * task_ready a relay would have sent (cj_splice_task_ready) and runs the very
  * same download and transform (task.c), timed the same way; then it prints
- * one DIRECT line on stdout and exits 0, without sending a result.
+ * one DIRECT line on stdout and exits 0, without sending a result.  The URL
+ * may use any of FLARE's schemes; the TLS ones (stcp, https, grpcs) take the
+ * site's certificates from --tls-dir and connect with mutual TLS, the context
+ * and the link made as the relay's upstream makes them (net/tls.h, net/link.h).
  *
  * What differs between the two modes is one struct wk_mode, chosen at start:
  * the launched mode's (session.c, and task.c's result) and direct mode's
@@ -55,6 +58,7 @@
 #include <stdint.h>
 
 #include <event2/event.h>
+#include <openssl/ssl.h>
 
 #include "fl/bootstrap.h"
 #include "fl/capi.h"
@@ -122,6 +126,7 @@ struct wk_opts {
     char site[128];              /* --site (direct mode, default site-1) */
     char cell[256];              /* --cell FQCN (direct mode, default <site>.<job>) */
     bool raw;                    /* --raw (direct mode): items checked and dropped, no transform */
+    char tls_dir[4096];          /* --tls-dir DIR (direct mode, a TLS URL): rootCA.pem, client.crt, client.key */
 };
 
 enum wk_phase {
@@ -136,6 +141,7 @@ struct wk {
     struct wk_opts opts;
     struct cj_bootstrap bs;
     struct cj_link *link;
+    SSL_CTX *tls;                       /* direct mode over a TLS scheme: the client context; else NULL */
     struct cj_stream_ep *ep;
     struct cj_dl_producer *prod;
     struct cj_capi_msg *m;              /* scratch for decoding (large: kept off the stack) */
@@ -241,5 +247,8 @@ void wk_task_begin(struct wk *w, uint8_t *p, size_t n, const struct cj_capi_msg 
 
 /* Fills a bootstrap for direct mode (cell <site>.<job> talking to the server at url). */
 int wk_direct_bootstrap(const struct wk_opts *o, struct cj_bootstrap *bs);
+/* The TLS client context for --tls-dir (mutual TLS, as a provisioned site); NULL
+ * when a file is refused (logged, naming it). */
+SSL_CTX *wk_direct_tls(const struct wk_opts *o);
 
 #endif
