@@ -27,7 +27,8 @@
 #   7. raw transfer: a worker that only checks and drops the items (cjrelay-worker --direct --raw)
 #      downloads BENCH_TPUT_MODEL, built before the task went out (cjrelay-sim --prebuild), through
 #      the relay and direct; MiB/s, median of BENCH_TPUT_RUNS
-#   8. the raw transfer of 7 over http and grpc: relay and direct worker both on the scheme
+#   8. the raw transfer of 7 on each of FLARE's schemes (tcp, stcp, http, https, grpc, grpcs):
+#      the relay's upstream and the direct worker both on the scheme, mutual TLS on the TLS ones
 #   9. a site daemon: one job alone, then BENCH_JOBS jobs at once (job start), each its own
 #      cell and worker; every job's MiB/s against a fair share of the one job's
 #
@@ -465,7 +466,8 @@ raw_run() { # raw_run NAME relay|direct: prints MiB/s or nothing
     else
         url="$(up_scheme)://127.0.0.1:$PORT"; cell=site-1.J1
     fi
-    "$WK" --direct "$url" --job-id J1 --cell "$cell" --raw > "$W/$n.out" 2> "$W/$n.err" & DIRECTS=$!
+    td=; [ "$2" = direct ] && up_tls && td=$W/certs   # the direct worker presents the site's certificate
+    "$WK" --direct "$url" --job-id J1 --cell "$cell" --raw ${td:+--tls-dir} ${td:+"$td"} > "$W/$n.out" 2> "$W/$n.err" & DIRECTS=$!
     wait_exit "$DIRECTS" "$JOB_TIMEOUT" >/dev/null
     DIRECTS=
     direct_field "$W/$n.out" 'MiB/s'
@@ -485,10 +487,15 @@ RAW_A_MED=$(echo $RAW_A | tr ' ' '\n' | median)
 RAW_B_MED=$(echo $RAW_B | tr ' ' '\n' | median)
 RAW_RATIO=$(awk -v a="$RAW_A_MED" -v b="$RAW_B_MED" 'BEGIN {if (a != "" && b > 0) printf "%.3f", a / b}')
 
-# ---- 8. the same raw transfer over http and grpc (the direct worker speaks them clear) --------------
+# ---- 8. the same raw transfer on each scheme (the TLS ones: the relay and the direct worker with mtls) --
 SCH_ROWS=; SCH_JSON=
 if has schemes; then
-    for sc in http grpc; do
+    SCH_TLS=true
+    [ -s "$W/certs/client.key" ] || { command -v openssl >/dev/null 2>&1 &&
+        sh "$ROOT/tests/unit/tls_certs.sh" "$W/certs" >/dev/null 2>&1; } || SCH_TLS=false
+    [ $SCH_TLS = true ] || echo "bench: no stcp, https or grpcs row (certificates could not be made)" >&2
+    for sc in tcp stcp http https grpc grpcs; do
+        case $sc in stcp|https|grpcs) [ $SCH_TLS = true ] || continue ;; esac
         a=; b=; i=1
         while [ $i -le "$TPUT_RUNS" ]; do
             echo "bench: raw transfer over $sc, run $i/$TPUT_RUNS: through the relay, then direct ..."
@@ -599,8 +606,8 @@ echo "  through the relay: ${RAW_A_MED:-?}   runs:${RAW_A:- none}"
 echo "  direct:            ${RAW_B_MED:-?}   runs:${RAW_B:- none}"
 echo "  relay / direct: ${RAW_RATIO:-n/a}"
 echo
-echo "8. raw transfer over FLARE's other clear schemes, $TPUT_MODEL (MiB/s, median of $TPUT_RUNS; the relay's upstream and the"
-echo "   direct worker both use the scheme; the relay's workers stay on a Unix socket)"
+echo "8. raw transfer on each of FLARE's schemes, $TPUT_MODEL (MiB/s, median of $TPUT_RUNS; the relay's upstream and the"
+echo "   direct worker both use the scheme, mutual TLS on stcp/https/grpcs; the relay's workers stay on a Unix socket)"
 printf '%s' "$SCH_ROWS"
 echo
 echo "9. a site daemon: $JOBS_N jobs at once, one round of $JOBS_MODEL each, a launched worker each (the simulator's"
