@@ -10,6 +10,9 @@
 #     client does), https does not (FLARE's http client does not);
 #   - the TLS refusals of test_tls.sh (a server CA not trusted, a client certificate from
 #     another CA, an expired one) on https and grpcs, each with OpenSSL's reason;
+#   - the direct worker (the bench's baseline, cjrelay-worker --direct) downloads a task
+#     straight from an https and a grpcs server with the site's certificate (--tls-dir),
+#     and refuses a TLS URL without --tls-dir, naming the option;
 #   - a relay speaking the wrong scheme to a server: each side names what it got;
 #   - hostile servers (tests/e2e/cjhostile serve): a refused upgrade, a bad accept hash,
 #     a text or oversized WebSocket message, a GOAWAY in the middle of a gRPC message, a
@@ -104,6 +107,21 @@ wait_for 60 sh -c "! kill -0 $SIM 2>/dev/null"
 check "https to a host the certificate does not name: accepted (FLARE's http client does not check)" \
     grep -q '^SIM OK rounds=1' "$W/name-https/sim.out"
 stop_all
+
+# The direct worker on https and grpcs: mutual TLS with --tls-dir, one task downloaded;
+# without --tls-dir a usage error (exit 2) before any connection.
+for sc in https grpcs; do
+    start_sim "direct-$sc" "$sc" 127.0.0.1 1
+    R=$W/direct-$sc
+    timeout 60 "$WK" --direct "$sc://127.0.0.1:$PORT" --tls-dir "$K" --job-id J1 --raw > "$R/direct.out" 2> "$R/direct.err"; rc=$?
+    check "$sc: cjrelay-worker --direct --tls-dir downloads the task from the server (exit 0)" \
+        sh -c "[ $rc = 0 ] && grep -q '^DIRECT round=1 task=.* bytes=[1-9]' '$R/direct.out'" || { note "$R/direct.out"; tail -5 "$R/direct.err" | note; }
+    timeout 10 "$WK" --direct "$sc://127.0.0.1:$PORT" --job-id J1 > "$R/notls.out" 2> "$R/notls.err"; rc=$?
+    check "$sc: --direct without --tls-dir: refused (exit 2), the message names --tls-dir" \
+        sh -c "[ $rc = 2 ] && grep -q '^cjrelay-worker: --direct $sc://127.0.0.1:$PORT: a TLS scheme needs --tls-dir DIR' '$R/notls.err'" ||
+        head -2 "$R/notls.err" | note
+    stop_all
+done
 
 # The wrong scheme for the server: each refusal names what came back.
 start_sim wrong-grpc http 127.0.0.1 1
