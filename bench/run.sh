@@ -39,7 +39,10 @@
 # BENCH_LAT_ROUNDS [1000], BENCH_FANIN [16], BENCH_FANIN_MODEL [64M per worker],
 # BENCH_CPU_MODEL [256M], BENCH_CPU [1; 0 skips callgrind], BENCH_SIM_ARGS [] (extra sim flags,
 # e.g. "--window 4M"), BENCH_JOB_TIMEOUT [300 s per job], BENCH_SYS_MODEL [1G], BENCH_SYS_RUNS [5],
-# BENCH_JOBS [20], BENCH_JOBS_MODEL [64M],
+# BENCH_JOBS [20], BENCH_JOBS_MODEL [64M], BENCH_SCHEMES [tcp stcp http https grpc grpcs] (section 8's rows),
+# BENCH_PROFILE [unset; a directory: perf record -e cpu-clock -g of every process measured in sections
+# 6 and 8 (the relay, the floor, the worker, the simulator), one file per run and process, for
+# `perf report -i FILE --no-children --sort dso,sym`],
 # BENCH_SECTIONS [tput mem lat fanin cpu sys raw schemes jobs], BENCH_BIN [build/] (the cjrelay binaries to
 # measure, e.g. an older build's; the floor is always build/bench/floor).
 TPUT_MODEL=${BENCH_TPUT_MODEL:-1G}
@@ -58,6 +61,7 @@ JOBS_MODEL=${BENCH_JOBS_MODEL:-64M}
 SYS_MODEL=${BENCH_SYS_MODEL:-1G}
 SYS_RUNS=${BENCH_SYS_RUNS:-5}
 SIM_EXTRA=${BENCH_SIM_ARGS:-}
+PROFILE=${BENCH_PROFILE:-}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${BENCH_BIN:-$ROOT/build}
@@ -117,6 +121,24 @@ json_num() { [ -n "$1" ] && echo "$1" || echo null; }
 # tcp); the TLS ones use the certificates in $W/certs (the relay with mtls).
 up_scheme() { echo "${UP_SCHEME:-tcp}"; }
 up_tls() { case $(up_scheme) in stcp|https|grpcs) return 0 ;; esac; return 1; }
+# profile_start NAME PID...: with BENCH_PROFILE, a CPU profile of each PID until profile_stop
+# (perf's software clock: this machine has no hardware counters); NAME-PID.data in that directory
+PROFILERS=
+profile_start() {
+    [ -n "$PROFILE" ] || return 0
+    _pn=$1; shift
+    mkdir -p "$PROFILE"
+    for _pp in "$@"; do
+        perf record -e cpu-clock -F 2000 -g -p "$_pp" -o "$PROFILE/$_pn-$_pp.data" >/dev/null 2>&1 &
+        PROFILERS="$PROFILERS $!"
+    done
+    sleep 0.3   # perf attaches before the measured part starts
+}
+profile_stop() {
+    [ -n "$PROFILERS" ] || return 0
+    # shellcheck disable=SC2086
+    kill -INT $PROFILERS 2>/dev/null; wait $PROFILERS 2>/dev/null; PROFILERS=
+}
 
 # start_sim NAME SIM-ARGS...: sets SIM PORT
 start_sim() {
@@ -384,8 +406,10 @@ sys_round() {
     if ! start_relay "$n" "$2" 1; then end_relay "$n"; return; fi
     wait_for 30 sh -c "'$C' -s '$W/$n.status.sock' show workers json 2>/dev/null | grep -q client_api_trainer_1"
     u0=$(usage "$RELAY")
+    profile_start "sys-$_l-relay" "$RELAY"
     wait_exit "$SIM" "$JOB_TIMEOUT"; RC=$?
     u1=$(usage "$RELAY")
+    profile_stop
     end_relay "$n"
     if [ $RC -ne 0 ] || ! grep -q '^SIM OK rounds=1' "$W/$n.sim"; then
         echo "bench: $n did not complete" >&2; tail -2 "$W/$n.sim" | sed 's/^/  sim: /' >&2; return
@@ -413,8 +437,10 @@ floor_round() {
     fp=$(awk '/^FLOOR PORT/ {print $3}' "$W/floor.server")
     "$FLOOR" relay "$fp" "$W/floor.sock" > "$W/floor.relay" 2>&1 & RELAY=$!
     wait_for 10 grep -q '^FLOOR LISTENING' "$W/floor.relay"
+    profile_start sys-floor "$RELAY"
     "$FLOOR" client "$W/floor.sock" "$fb" > "$W/floor.client" 2>&1
     wait_exit "$RELAY" 60 >/dev/null; RELAY=
+    profile_stop
     wait_exit "$DIRECTS" 10 >/dev/null; DIRECTS=
     line=$(grep '^FLOOR cpu_user' "$W/floor.relay") || { echo "bench: the floor relay failed: $(cat "$W/floor.relay")" >&2; return; }
     get() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
@@ -468,7 +494,10 @@ raw_run() { # raw_run NAME relay|direct: prints MiB/s or nothing
     fi
     td=; [ "$2" = direct ] && up_tls && td=$W/certs   # the direct worker presents the site's certificate
     "$WK" --direct "$url" --job-id J1 --cell "$cell" --raw ${td:+--tls-dir} ${td:+"$td"} > "$W/$n.out" 2> "$W/$n.err" & DIRECTS=$!
+    # shellcheck disable=SC2046
+    profile_start "$n" "$DIRECTS" "$SIM" $([ "$2" = relay ] && echo "$RELAY")
     wait_exit "$DIRECTS" "$JOB_TIMEOUT" >/dev/null
+    profile_stop
     DIRECTS=
     direct_field "$W/$n.out" 'MiB/s'
     if [ "$2" = relay ]; then end_relay "$n"; else stop_job; fi
@@ -494,7 +523,7 @@ if has schemes; then
     [ -s "$W/certs/client.key" ] || { command -v openssl >/dev/null 2>&1 &&
         sh "$ROOT/tests/unit/tls_certs.sh" "$W/certs" >/dev/null 2>&1; } || SCH_TLS=false
     [ $SCH_TLS = true ] || echo "bench: no stcp, https or grpcs row (certificates could not be made)" >&2
-    for sc in tcp stcp http https grpc grpcs; do
+    for sc in ${BENCH_SCHEMES:-tcp stcp http https grpc grpcs}; do
         case $sc in stcp|https|grpcs) [ $SCH_TLS = true ] || continue ;; esac
         a=; b=; i=1
         while [ $i -le "$TPUT_RUNS" ]; do
