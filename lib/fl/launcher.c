@@ -70,6 +70,8 @@ struct cj_launcher {
     char *env_text;             /* envc "NAME=value" strings, one after the other */
     int envc;
     char cwd[PATH_MAX];
+    bool has_account;
+    struct cj_account account;
     char connect_url[CJ_BOOTSTRAP_URL_MAX + 1];
     char site[NAME_MAX_LEN + 1], job[NAME_MAX_LEN + 1];
     bool secure;
@@ -324,6 +326,12 @@ static void free_env(char **env)
 static void child_exec(const struct cj_launcher *l, int out_fd, int err_fd, char **env)
 {
     setsid();   /* leads its own process group: pgid = pid */
+    if (l->has_account && cj_account_enter(&l->account) != 0) {
+        static const char msg[] = "cjrelay launcher: cannot switch to the worker's account\n";
+        ssize_t rc = write(err_fd, msg, sizeof msg - 1);
+        (void)rc;
+        _exit(127);
+    }
     if (l->cwd[0] && chdir(l->cwd) != 0) {
         static const char msg[] = "cjrelay launcher: cannot enter the worker's directory\n";
         ssize_t rc = write(err_fd, msg, sizeof msg - 1);
@@ -396,6 +404,11 @@ static int spawn(struct slot *sl)
         goto fail;
     }
     if (write_bootstrap(l, sl, token)) goto fail;
+    if (l->has_account && chown(sl->bootstrap, l->account.uid, l->account.gid) != 0) {
+        cj_log_error("worker %s: cannot give its bootstrap file to uid %u: %s", sl->leaf, (unsigned)l->account.uid,
+                     strerror(errno));
+        goto fail;
+    }
     if (!(env = make_env(l, sl->bootstrap)) || pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
         cj_log_error("worker %s: cannot prepare its launch: %s", sl->leaf, strerror(errno));
         goto fail;
@@ -605,6 +618,10 @@ struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_lau
     l->count = cfg->count;
     snprintf(l->runtime_dir, sizeof l->runtime_dir, "%s", cfg->runtime_dir);
     if (cfg->cwd) snprintf(l->cwd, sizeof l->cwd, "%s", cfg->cwd);
+    if (cfg->account) {
+        l->has_account = true;
+        l->account = *cfg->account;
+    }
     l->clean_env = cfg->clean_env;
     if (cfg->clean_env && cfg->env && cfg->envc > 0) {
         size_t len = 0;

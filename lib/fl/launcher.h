@@ -25,6 +25,8 @@
 #define CJ_FL_LAUNCHER_H
 
 #include <stdbool.h>
+
+#include "util/account.h"
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -56,6 +58,9 @@ struct cj_launcher_cfg {
     const char *env;
     int envc;
     const char *cwd;            /* the worker's working directory; NULL or "": the daemon's */
+    /* The account workers run as (copied); NULL: the daemon's.  Their bootstrap
+     * files are given to it; the switch happens in the child before the cwd. */
+    const struct cj_account *account;
 };
 
 struct cj_launcher_cbs {

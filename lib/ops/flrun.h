@@ -18,6 +18,7 @@
 #include "ops/statreg.h"
 #include "util/err.h"
 
+struct cj_account;
 struct event_base;
 struct cj_stream_ep;
 struct cj_router;
@@ -38,6 +39,7 @@ struct cj_flrun_opts {
     bool clean_env;                 /* launched workers get PATH, worker_env and the bootstrap path only */
     const char *worker_env;         /* worker_envc "NAME=value" strings, one after the other */
     int worker_envc;
+    const struct cj_account *worker_account;   /* launched workers' account; NULL: the daemon's */
     const char *worker_cwd;         /* launched workers' working directory; NULL: the daemon's */
 };
 

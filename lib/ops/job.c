@@ -19,6 +19,7 @@
 #include "ops/flrun.h"
 #include "ops/jobcp.h"
 #include "stream/stream.h"
+#include "util/account.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/stats.h"
@@ -62,7 +63,9 @@ static uint32_t max_frame(const struct cj_config *cfg)
     return m > CJ_FRAME_MAX_DEFAULT ? CJ_FRAME_MAX_DEFAULT : (uint32_t)m;
 }
 
-static int open_worker_listeners(struct cj_job *j, struct cj_err *err)
+/* Unix sockets belong to the workers' account when they run as another one:
+ * they connect with its rights, and socket_mode gives the owner the access. */
+static int open_worker_listeners(struct cj_job *j, const struct cj_account *acc, struct cj_err *err)
 {
     const struct cj_listen_list *ls = &j->cfg.workers.listen;
     for (int i = 0; i < ls->n; i++) {
@@ -70,6 +73,9 @@ static int open_worker_listeners(struct cj_job *j, struct cj_err *err)
         unsigned port = 0;
         cj_endpoint_format(&ls->ep[i], url, sizeof url);
         if (cj_router_listen(j->router, url, j->cfg.workers.socket_mode, &port, err) != 0) return -1;
+        if (acc && ls->ep[i].kind == CJ_EP_UNIX && chown(ls->ep[i].addr, acc->uid, acc->gid) != 0)
+            return cj_fail(err, CJ_E_INVALID, 0, "cannot give the worker socket %s to uid %u: %s", ls->ep[i].addr,
+                           (unsigned)acc->uid, strerror(errno));
     }
     return 0;
 }
@@ -232,7 +238,7 @@ static int start_cell(struct cj_job *j, const struct cj_job_opts *opts, struct c
         .no_pacing = !c->limits.pacing,
     };
     if (!(j->router = cj_router_new(j->base, &rc, err))) return -1;
-    if (start_stream(j, err) != 0 || open_worker_listeners(j, err) != 0) return -1;
+    if (start_stream(j, err) != 0 || open_worker_listeners(j, opts ? opts->worker_account : NULL, err) != 0) return -1;
     struct cj_flrun_cbs cbs = {.ctx = j, .ended = on_fl_ended, .fatal = on_fl_fatal};
     struct cj_flrun_opts fo = {.creds = j->has_creds ? &j->creds : NULL, .runtime_dir = j->dir[0] ? j->dir : NULL};
     if (opts) {
@@ -240,6 +246,7 @@ static int start_cell(struct cj_job *j, const struct cj_job_opts *opts, struct c
         fo.worker_env = opts->worker_env;
         fo.worker_envc = opts->worker_envc;
         fo.worker_cwd = opts->worker_cwd;
+        fo.worker_account = opts->worker_account;
     }
     if (!(j->fl = cj_flrun_new(j->base, j->stream, j->router, &j->cfg, &fo, &cbs, err))) return -1;
     return start_upstream(j, err);

@@ -19,6 +19,7 @@
 #include "ops/statreg.h"
 #include "util/err.h"
 
+struct cj_account;
 struct event_base;
 struct cj_job;
 
@@ -45,6 +46,8 @@ struct cj_job_opts {
     const char *worker_env;         /* worker_envc "NAME=value" strings, one after the other */
     int worker_envc;
     const char *worker_cwd;         /* launched workers' working directory; NULL: the daemon's */
+    const struct cj_account *worker_account;   /* launched workers' account (and owner of their unix
+                                                  sockets and bootstrap files); NULL: the daemon's */
     const char *parent_url;         /* FLARE's client parent (tcp://HOST:PORT): the cell links to it as its
                                        child and tells it the job's status (ops/jobcp.h); NULL: none */
 };

@@ -14,6 +14,7 @@
 
 #include "fl/creds.h"
 #include "ops/jobdesc.h"
+#include "util/account.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -333,9 +334,13 @@ static void desc_creds(const struct cj_job_desc *d, struct cj_creds *c)
 
 static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg, size_t msgsz)
 {
-    if (d->has & (CJ_JD_USER | CJ_JD_GROUP)) {
-        snprintf(msg, msgsz, "worker.%s: workers run as the daemon's account; another account is not supported yet",
-                 (d->has & CJ_JD_USER) ? "user" : "group");
+    /* Names are looked up here, once per job start (numeric ids need no lookup). */
+    struct cj_account acc;
+    char why[300];
+    if ((d->has & (CJ_JD_USER | CJ_JD_GROUP)) &&
+        cj_account_resolve((d->has & CJ_JD_USER) ? d->worker.user : NULL, (d->has & CJ_JD_GROUP) ? d->worker.group : NULL,
+                           &acc, why, sizeof why) != 0) {
+        snprintf(msg, msgsz, "worker.%s", why);
         return 400;
     }
     struct cj_job *old = cj_jobs_find(js, d->job_id);
@@ -359,6 +364,7 @@ static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg
                                .connect_timeout = cfg->upstream.first_connect_timeout, .clean_env = true,
                                .worker_env = d->worker.env, .worker_envc = d->worker.envc,
                                .worker_cwd = (d->has & CJ_JD_CWD) ? d->worker.cwd : NULL,
+                               .worker_account = (d->has & (CJ_JD_USER | CJ_JD_GROUP)) ? &acc : NULL,
                                .parent_url = (d->has & CJ_JD_PARENT_URL) ? d->parent_url : NULL};
     struct cj_job_cbs cbs = {.ctx = js, .ended = on_job_ended};
     struct cj_err err = {0};
