@@ -58,17 +58,20 @@ struct cj_job *cj_daemon_sole_job(struct cj_daemon *d)
     return d->ini ? d->ini : cj_jobs_count(d->jobs) == 1 ? cj_jobs_at(d->jobs, 0) : NULL;
 }
 
-/* A field summed over every job in the table. */
-static unsigned long long stat_total(struct cj_daemon *d, const char *name)
+/* Fields summed over every job in the table: one reading of each job's sources. */
+static void stat_totals(struct cj_daemon *d, const char *const *names, unsigned long long *out, size_t n)
 {
-    const struct cj_stat_field *f = cj_stat_find(name);
-    unsigned long long v = 0;
-    for (size_t i = 0; f && i < cj_jobs_count(d->jobs); i++) {
+    const struct cj_stat_field *f[8];
+    for (size_t k = 0; k < n; k++) {
+        f[k] = cj_stat_find(names[k]);
+        out[k] = 0;
+    }
+    for (size_t i = 0; i < cj_jobs_count(d->jobs); i++) {
         struct cj_stat_sources s = {0};
         cj_job_stat_sources(cj_jobs_at(d->jobs, i), &s);
-        v += cj_stat_value(f, &s);
+        for (size_t k = 0; k < n; k++)
+            if (f[k]) out[k] += cj_stat_value(f[k], &s);
     }
-    return v;
 }
 
 size_t cj_daemon_workers(struct cj_daemon *d)
@@ -84,8 +87,11 @@ static void send_status_line(struct cj_daemon *d)
     if (d->ini) snprintf(head, sizeof head, "%s %s; upstream %s", cj_job_fqcn(d->ini), cj_daemon_state_name(d),
                          cj_job_upstream_state(d->ini));
     else snprintf(head, sizeof head, "%s %s; jobs %zu", d->cfg.relay.site, cj_daemon_state_name(d), cj_jobs_live(d->jobs));
+    static const char *const names[] = {"tasks_in", "tasks_out", "msgs_up", "msgs_down"};
+    unsigned long long v[4];
+    stat_totals(d, names, v, 4);
     snprintf(line, sizeof line, "%s; workers %zu; tasks in %llu out %llu; relayed %llu msgs", head, cj_daemon_workers(d),
-             stat_total(d, "tasks_in"), stat_total(d, "tasks_out"), stat_total(d, "msgs_up") + stat_total(d, "msgs_down"));
+             v[0], v[1], v[2] + v[3]);
     cj_notify_status(line);
 }
 

@@ -192,6 +192,7 @@ static void ev_upstream_up(struct cj_router *r, const char *peer, void *ctx)
     struct cj_flrun *f = ctx;
     if (f->started || f->ending) return;
     f->started = true;
+    if (f->cbs.started) f->cbs.started(f->cbs.ctx);
     cj_fl_up_start(f->up);
     /* doc/protocol/fl-protocols.md §1: workers are launched once the server side is reachable. */
     if (f->launcher && cj_launcher_start(f->launcher) != 0) cj_log_error("cannot launch the workers");

@@ -29,6 +29,7 @@ struct cj_flrun_cbs {
     void *ctx;
     void (*ended)(void *ctx, const char *why);   /* run over, workers stopped: exit (or idle) */
     void (*fatal)(void *ctx, const char *why);   /* cannot go on: exit 2 */
+    void (*started)(void *ctx);                  /* optional: the server link came up the first time */
 };
 
 /* What a job started at run time brings beyond its configuration. */

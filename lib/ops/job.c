@@ -200,6 +200,12 @@ static void on_fl_ended(void *ctx, const char *why)
     end_job(ctx, CJ_JOB_SUCCESS, why);
 }
 
+static void on_fl_started(void *ctx)
+{
+    struct cj_job *j = ctx;
+    if (j->state == CJ_JOB_STARTING) j->state = CJ_JOB_RUNNING;
+}
+
 static void on_fl_fatal(void *ctx, const char *why)
 {
     struct cj_job *j = ctx;
@@ -239,7 +245,7 @@ static int start_cell(struct cj_job *j, const struct cj_job_opts *opts, struct c
     };
     if (!(j->router = cj_router_new(j->base, &rc, err))) return -1;
     if (start_stream(j, err) != 0 || open_worker_listeners(j, opts ? opts->worker_account : NULL, err) != 0) return -1;
-    struct cj_flrun_cbs cbs = {.ctx = j, .ended = on_fl_ended, .fatal = on_fl_fatal};
+    struct cj_flrun_cbs cbs = {.ctx = j, .ended = on_fl_ended, .fatal = on_fl_fatal, .started = on_fl_started};
     struct cj_flrun_opts fo = {.creds = j->has_creds ? &j->creds : NULL, .runtime_dir = j->dir[0] ? j->dir : NULL};
     if (opts) {
         fo.clean_env = opts->clean_env;
@@ -418,8 +424,6 @@ const char *cj_job_reason(const struct cj_job *j) { return j->reason; }
 
 enum cj_job_state cj_job_state(const struct cj_job *j)
 {
-    if (j->state == CJ_JOB_STARTING && j->router && cj_router_upstream_state(j->router) == CJ_UP_UP)
-        ((struct cj_job *)j)->state = CJ_JOB_RUNNING;   /* the server link came up once */
     return j->state;
 }
 

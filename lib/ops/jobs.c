@@ -79,11 +79,18 @@ static int add_slot(struct cj_jobs *js, struct cj_job *j, bool ini)
     return 0;
 }
 
-struct cj_job *cj_jobs_find(struct cj_jobs *js, const char *id)
+/* The slot of the newest job with that id, or -1. */
+static ssize_t find_slot(const struct cj_jobs *js, const char *id)
 {
     for (size_t i = js->n; i-- > 0;)
-        if (!strcmp(cj_job_id(js->slots[i].job), id)) return js->slots[i].job;
-    return NULL;
+        if (!strcmp(cj_job_id(js->slots[i].job), id)) return (ssize_t)i;
+    return -1;
+}
+
+struct cj_job *cj_jobs_find(struct cj_jobs *js, const char *id)
+{
+    ssize_t i = find_slot(js, id);
+    return i < 0 ? NULL : js->slots[i].job;
 }
 
 size_t cj_jobs_live(const struct cj_jobs *js)
@@ -343,8 +350,8 @@ static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg
         snprintf(msg, msgsz, "worker.%s", why);
         return 400;
     }
-    struct cj_job *old = cj_jobs_find(js, d->job_id);
-    if (old && cj_job_state(old) != CJ_JOB_ENDED) { snprintf(msg, msgsz, "job %s is running", d->job_id); return 409; }
+    ssize_t old = find_slot(js, d->job_id);
+    if (old >= 0 && cj_job_state(js->slots[old].job) != CJ_JOB_ENDED) { snprintf(msg, msgsz, "job %s is running", d->job_id); return 409; }
     if (cj_jobs_live(js) >= (size_t)js->site.relay.max_jobs) {
         snprintf(msg, msgsz, "%zu jobs are running, the most [relay] max_jobs allows", cj_jobs_live(js));
         return 503;
@@ -355,7 +362,7 @@ static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg
     int rc = cj_jobdesc_config(d, &js->site, cfg, msg, msgsz) != 0 ? 400 : place_job(js, d, cfg, dir, sizeof dir, msg,
                                                                                          msgsz);
     if (rc) { free(cfg); return rc; }
-    if (old) drop_slot(js, (size_t)(slot_of(js, old) - js->slots));   /* the same id again: the old record goes */
+    if (old >= 0) drop_slot(js, (size_t)old);   /* the same id again: the old record goes */
     struct cj_creds creds;
     if (d->has & CJ_JD_CREDENTIALS) desc_creds(d, &creds);
     /* A job's workers start in a clean environment: PATH and what its description gives. */

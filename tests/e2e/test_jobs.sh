@@ -119,6 +119,7 @@ sim 4 tcp J4 --rounds 50 --model-size 8M --tensors 4; P4=$PORT
 r=$(job "{\"job_id\": \"J4\", \"server_url\": \"tcp://127.0.0.1:$P4\", \"workspace\": \"$W/ws\"}")
 check "(c) job start J4: $r" [ "$r" = "OK job J4 started" ]
 wait_for 30 grep -q '^ROUND 1 .*verified' "$W/4.sim"
+check "(c) J4 is running once its server link came up" sh -c "$CTL show jobs | grep -q '^J4  *running '"
 r=$(ctl job stop J4 operator asked)
 check "(c) job stop J4: $r" [ "$r" = "OK" ]
 out=$(timeout 30 $C -s "$W/status.sock" job wait J4 | tr '\n' ' ')
