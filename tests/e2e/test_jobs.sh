@@ -6,11 +6,12 @@
 #     show jobs / show stats job ID / show workers job ID; the totals are labelled
 # (b) every kind of mistake in a description refused with the field named, nothing started;
 #     a second job with a live job's id (409); the job limit (503); read-only clients (403)
-# (c) job stop mid-run: outcome 9 (aborted), reason given, _process_rc.txt in the workspace
+# (c) job stop mid-download: outcome 9 (aborted), reason given, _process_rc.txt in the workspace
 # (d) the description's credentials appear in no log, argv or show output
 # (e) SIGTERM with a job running: it drains, the daemon exits 0, no job directory is left;
 #     a stale job directory from an earlier daemon is removed (and logged) at start
-# (f) a job whose server never answers ends with 104 after [upstream] first_connect_timeout
+# (f) a job whose server never answers ends with 104 after [upstream] first_connect_timeout,
+#     while a job beside it verifies
 # (g) 100 short jobs in sequence: RSS and open fds flat; 20 idle jobs: the per-job cost
 # (h) the client parent (the simulator plays it): STARTED and STOPPED, show_stats answered,
 #     client_command abort ends the job as aborted (9)
@@ -114,18 +115,20 @@ check "(b) nothing started by a refused description" sh -c "! $CTL show jobs | g
 check "(b) a read-only client cannot start or stop a job" sh -c "setpriv --reuid=65534 --regid=65534 --clear-groups $CTL job start '{\"job_id\": \"R1\"}' | grep -q '^ERR 403' && setpriv --reuid=65534 --regid=65534 --clear-groups $CTL job stop J1 | grep -q '^ERR 403'"
 check "(b) a read-only client may wait for a job" sh -c "setpriv --reuid=65534 --regid=65534 --clear-groups $CTL job wait J1 | grep -qx 'outcome: 0'"
 
-# ---- (c) job stop mid-run -----------------------------------------------------------------
-sim 4 tcp J4 --rounds 50 --model-size 8M --tensors 4; P4=$PORT
+# ---- (c) job stop mid-download -----------------------------------------------------------------
+sim 4 tcp J4 --rounds 50 --model-size 128M --tensors 4; P4=$PORT
 r=$(job "{\"job_id\": \"J4\", \"server_url\": \"tcp://127.0.0.1:$P4\", \"workspace\": \"$W/ws\"}")
 check "(c) job start J4: $r" [ "$r" = "OK job J4 started" ]
 wait_for 30 grep -q '^ROUND 1 .*verified' "$W/4.sim"
 check "(c) J4 is running once its server link came up" sh -c "$CTL show jobs | grep -q '^J4  *running '"
+wait_for 30 grep -q '^TASK 2 ' "$W/4.sim"   # round 2's 128 MiB is on its way to the worker
 r=$(ctl job stop J4 operator asked)
 check "(c) job stop J4: $r" [ "$r" = "OK" ]
 out=$(timeout 30 $C -s "$W/status.sock" job wait J4 | tr '\n' ' ')
 check "(c) job wait J4: outcome 9 with the reason ($out)" sh -c "printf '%s' '$out' | grep -q 'outcome: 9' && printf '%s' '$out' | grep -q 'operator asked'"
 check "(c) _process_rc.txt is 9 for J4" sh -c "[ \"\$(cat $W/ws/J4/_process_rc.txt)\" = 9 ]"
 r=$($CTL job stop J4); check "(c) stopping an ended job: $r" sh -c "printf '%s' '$r' | grep -q '^ERR 409'"
+note "$W/4.sim" | grep -E '^# (TASK|ROUND|DOWNLOAD|SIM)' | tail -4
 kill -TERM $SIMS 2>/dev/null; SIMS=
 
 # ---- (d) credentials ----------------------------------------------------------------------
@@ -138,10 +141,16 @@ check "(d) the log says where J2's credentials came from" grep -q "from the job 
 sed -i 's/^\[upstream\]$/[upstream]\nfirst_connect_timeout = 1/' "$W/site.ini"
 grep -q '^first_connect_timeout' "$W/site.ini" || printf '[upstream]\nfirst_connect_timeout = 1\n' >> "$W/site.ini"
 check "(f) reload with first_connect_timeout = 1" sh -c "$CTL reload | grep -qx OK"
+sim 6 tcp J16 --rounds 3 --model-size 8M --tensors 4; P6=$PORT
+r=$(job "{\"job_id\": \"J16\", \"server_url\": \"tcp://127.0.0.1:$P6\"}")
+check "(f) job start J16 beside it (its server answers): $r" [ "$r" = "OK job J16 started" ]
 r=$(job '{"job_id": "J6", "server_url": "tcp://127.0.0.1:1"}')
 check "(f) job start J6 (nothing listens): $r" [ "$r" = "OK job J6 started" ]
 out=$(timeout 30 $C -s "$W/status.sock" job wait J6 | tr '\n' ' ')
 check "(f) job wait J6: outcome 104, the server named ($out)" sh -c "printf '%s' '$out' | grep -q 'outcome: 104 reason: the server tcp://127.0.0.1:1 was not reachable within 1 s'"
+out=$(timeout 60 $C -s "$W/status.sock" job wait J16 | tr '\n' ' ')
+wait_for 10 grep -q '^SIM OK\|^SIM FAIL' "$W/6.sim"
+check "(f) J16 verified its rounds meanwhile ($(tail -1 "$W/6.sim"); $out)" sh -c "grep -q '^SIM OK rounds=3' $W/6.sim && printf '%s' '$out' | grep -q 'outcome: 0'"
 
 # ---- (h) the client parent ---------------------------------------------------------------------
 $S --listen tcp://127.0.0.1:0 --parent tcp://127.0.0.1:0 --site site-1 --job-id JP --rounds 5 --model-size 4M \
