@@ -2,7 +2,10 @@
  *
  *   cjrelayctl [-s SOCKET] [-c FILE] COMMAND [ARGS] [json]
  *
- * Sends one command line, prints the answer up to its closing empty line.
+ * Sends one command line, prints the answer up to its closing empty line.  A
+ * last argument "-" is replaced by standard input (line breaks become spaces):
+ * `cjrelayctl job start - < job.json` keeps a description's credentials off
+ * every argv.
  * Exit: 0 on OK/data, 1 on an ERR answer, 2 when the socket cannot be reached. */
 #include <errno.h>
 #include <poll.h>
@@ -19,6 +22,7 @@
 
 #define DEFAULT_SOCKET "/run/cjrelay/status.sock"
 #define ANSWER_TIMEOUT_MS 30000
+#define LINE_MAX_BYTES (64 * 1024)   /* the daemon's longest command line (a job description) */
 
 /* The commands are the daemon's table (ops/commands.c): the list cannot drift. */
 static void usage(FILE *f)
@@ -31,6 +35,7 @@ static void usage(FILE *f)
         for (int t = 0; i == CJ_CMD_SHOW && t < CJ_SHOW_COUNT; t++)
             fprintf(f, "      %-16s %s\n", cj_shows[t].name, cj_shows[t].help);
     }
+    fprintf(f, "a last argument '-' is read from standard input (job start - < job.json)\n");
     fprintf(f, "socket: -s SOCKET, else [status] socket of -c FILE, else %s\n", DEFAULT_SOCKET);
 }
 
@@ -91,6 +96,32 @@ static int read_answer(int fd, int timeout_ms)
     }
 }
 
+/* Appends s to line (one space between words); -1 when the line would be too long. */
+static int append_word(char *line, size_t *len, const char *s, size_t n)
+{
+    if (*len + n + 2 >= LINE_MAX_BYTES) return -1;
+    if (*len) line[(*len)++] = ' ';
+    memcpy(line + *len, s, n);
+    *len += n;
+    line[*len] = '\0';
+    return 0;
+}
+
+/* Standard input as one word: line breaks and tabs become spaces. */
+static int append_stdin(char *line, size_t *len)
+{
+    char *buf = malloc(LINE_MAX_BYTES);
+    if (!buf) return -1;
+    size_t n = fread(buf, 1, LINE_MAX_BYTES, stdin);
+    int rc = n == LINE_MAX_BYTES || ferror(stdin) ? -1 : 0;
+    for (size_t k = 0; k < n; k++)
+        if (buf[k] == '\n' || buf[k] == '\r' || buf[k] == '\t') buf[k] = ' ';
+    while (n && buf[n - 1] == ' ') n--;
+    if (rc == 0) rc = append_word(line, len, buf, n);
+    free(buf);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *sock = NULL, *conf = NULL;
@@ -110,16 +141,18 @@ int main(int argc, char **argv)
     }
     if (!sock) sock = DEFAULT_SOCKET;
 
-    char line[1024] = "";
+    static char line[LINE_MAX_BYTES];
+    size_t len = 0;
     for (; i < argc; i++) {
-        if (strlen(line) + strlen(argv[i]) + 2 >= sizeof line) { fprintf(stderr, "cjrelayctl: command too long\n"); return 2; }
-        if (line[0]) strcat(line, " ");
-        strcat(line, argv[i]);
+        int rc = i == argc - 1 && !strcmp(argv[i], "-") ? append_stdin(line, &len)
+                                                         : append_word(line, &len, argv[i], strlen(argv[i]));
+        if (rc != 0) { fprintf(stderr, "cjrelayctl: command too long (at most %d bytes)\n", LINE_MAX_BYTES - 2); return 2; }
     }
-    strcat(line, "\n");
+    line[len++] = '\n';
+    line[len] = '\0';
     int fd = connect_socket(sock);
     if (fd < 0) return 2;
-    if (send_all(fd, line, strlen(line)) != 0) {
+    if (send_all(fd, line, len) != 0) {
         fprintf(stderr, "cjrelayctl: cannot send to %s: %s\n", sock, strerror(errno));
         close(fd);
         return 2;
