@@ -1,0 +1,117 @@
+"""The ``job start`` description of a job: what a stock CJ would have received from the CP.
+
+Everything comes from what the CP put in ``fl_ctx`` before calling the launcher
+(``JOB_PROCESS_ARGS``, ``WORKSPACE_OBJECT``, ``SERVER_CONFIG``, ``CLIENT_CONFIG``,
+``SECURE_MODE``); the keys are those of cjrelayd's job description (doc/interface.md).
+Credentials go into the description only, never into argv, the environment or a log line.
+"""
+
+import os
+
+from nvflare.apis.fl_constant import FLContextKey
+from nvflare.apis.job_launcher_spec import JobProcessArgs
+from nvflare.utils.job_launcher_utils import add_custom_dir_to_path
+
+from .app_config import NotServable, TrainerSpec
+
+# FLARE's secure schemes for each clear one: with connection_security tls or mtls, FLARE's
+# drivers run TLS on the provisioned scheme; cjrelayd names the TLS variant in the URL.
+_SECURE_SCHEME = {"tcp": "stcp", "http": "https", "grpc": "grpcs"}
+_CLEAR_SCHEME = {v: k for k, v in _SECURE_SCHEME.items()}
+
+# The CP's variables a trainer keeps (its Python environment); cjrelayd starts workers in a
+# clean environment with its own PATH and these. Credentials are never passed.
+DEFAULT_PASS_ENV = ("HOME", "LANG", "LC_ALL", "VIRTUAL_ENV", "CONDA_PREFIX", "CUDA_VISIBLE_DEVICES",
+                    "NVFLARE_COMM_DRIVER_PATH")
+_NEVER_PASS = ("NVFLARE_JOB_AUTH_TOKEN", "NVFLARE_JOB_TOKEN_SIGNATURE", "NVFLARE_JOB_SSID",
+               "NVFLARE_CLIENT_API_BOOTSTRAP", "CLIENT_API_TYPE")
+
+
+def job_arg(fl_ctx, name, default=None):
+    """One value of the CP's JOB_PROCESS_ARGS (each entry is ``(flag, value)``)."""
+    entry = (fl_ctx.get_prop(FLContextKey.JOB_PROCESS_ARGS) or {}).get(name)
+    return entry[1] if entry and entry[1] is not None else default
+
+
+def server_link(fl_ctx) -> dict:
+    """server_url, connection_security, the startup kit's TLS files and the project name."""
+    scheme = job_arg(fl_ctx, JobProcessArgs.SCHEME, "grpc")
+    target = job_arg(fl_ctx, JobProcessArgs.TARGET)
+    if not target:
+        raise NotServable("JOB_PROCESS_ARGS has no server target")
+    client = fl_ctx.get_prop(FLContextKey.CLIENT_CONFIG) or {}
+    conn_sec = client.get("connection_security")
+    if not conn_sec:
+        secure = scheme in _CLEAR_SCHEME or bool(fl_ctx.get_prop(FLContextKey.SECURE_MODE))
+        conn_sec = "mtls" if secure else "clear"
+    out = {"connection_security": conn_sec}
+    if conn_sec == "clear":
+        out["server_url"] = f"{_CLEAR_SCHEME.get(scheme, scheme)}://{target}"
+    else:
+        out["server_url"] = f"{_SECURE_SCHEME.get(scheme, scheme)}://{target}"
+        out.update(_tls_files(fl_ctx, client, conn_sec))
+    servers = fl_ctx.get_prop(FLContextKey.SERVER_CONFIG) or []
+    if servers and isinstance(servers[0], dict) and servers[0].get("name"):
+        out["project_name"] = servers[0]["name"]
+    return out
+
+
+def _tls_files(fl_ctx, client: dict, conn_sec: str) -> dict:
+    startup = job_arg(fl_ctx, JobProcessArgs.STARTUP_DIR)
+    if not startup:
+        startup = fl_ctx.get_prop(FLContextKey.WORKSPACE_OBJECT).get_startup_kit_dir()
+    keys = {"ca_file": ("ssl_root_cert", "ssl_rootcert")}
+    if conn_sec == "mtls":
+        keys.update({"cert_file": ("ssl_cert",), "key_file": ("ssl_private_key",)})
+    out = {}
+    for name, names in keys.items():
+        value = next((client[k] for k in names if client.get(k)), None)
+        if not value:
+            raise NotServable(f"connection_security {conn_sec} but the client config has no {names[0]}")
+        out[name] = value if os.path.isabs(value) else os.path.join(startup, value)
+    return out
+
+
+def credentials(fl_ctx):
+    """token, token_signature, ssid: from JOB_PROCESS_ARGS, else the CP's FederatedClient."""
+    site = fl_ctx.get_prop(FLContextKey.SITE_OBJ)
+    token = job_arg(fl_ctx, JobProcessArgs.AUTH_TOKEN, getattr(site, "token", None))
+    sig = job_arg(fl_ctx, JobProcessArgs.TOKEN_SIGNATURE, getattr(site, "token_signature", None))
+    ssid = job_arg(fl_ctx, JobProcessArgs.SSID, getattr(site, "ssid", None))
+    if not token or not sig:
+        return None
+    return {"token": str(token), "token_signature": str(sig), "ssid": str(ssid or "")}
+
+
+def worker_env(custom_dir: str, pass_env) -> dict:
+    """The trainer's environment: the CP's sys.path and the app's custom dir on PYTHONPATH
+    (FLARE's own helper), and the CP's variables named in ``pass_env``."""
+    env = {k: os.environ[k] for k in pass_env if k in os.environ and k not in _NEVER_PASS}
+    add_custom_dir_to_path(custom_dir, env)
+    return env
+
+
+def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
+    """The whole description. ``opts``: site, workspace, app_dir, custom_dir, parent_url,
+    pass_env, worker_listen, mode. Resolves the trainer's secrets (last step before sending)."""
+    desc = {"job_id": job_id, "site": opts["site"]}
+    desc.update(server_link(fl_ctx))
+    if opts.get("parent_url"):
+        desc["parent_url"] = opts["parent_url"]
+    if opts.get("mode"):
+        desc["mode"] = opts["mode"]
+    desc["workspace"] = opts["workspace"]
+    worker = {"cwd": opts["app_dir"], "count": 1, "env": worker_env(opts["custom_dir"], opts["pass_env"])}
+    if opts.get("worker_listen"):
+        worker["listen"] = opts["worker_listen"]
+    desc["bootstrap"] = {
+        "task_exchange": spec.task_exchange(),
+        "memory_gc_rounds": int(spec.arg("memory_gc_rounds") or 0),
+        "cuda_empty_cache": bool(spec.arg("cuda_empty_cache")),
+    }
+    creds = credentials(fl_ctx)
+    if creds:
+        desc["credentials"] = creds
+    worker["argv"] = spec.trainer_argv()
+    desc["worker"] = worker
+    return desc

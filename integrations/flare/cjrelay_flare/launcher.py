@@ -1,0 +1,127 @@
+"""CJRelayJobLauncher: the site's one job launcher; cjrelayd runs the jobs it can serve.
+
+Registered in the site's ``local/resources.json``. On BEFORE_JOB_LAUNCH it registers itself for
+every job (FLARE wants exactly one launcher), then ``launch_job`` picks:
+
+* the job's client app runs one ClientAPIExecutor in external_process mode (and, with
+  ``job_property`` set, the job's meta has that property true): cjrelayd gets ``job start``;
+* any other job: FLARE's stock ClientProcessJobLauncher, unchanged.
+
+cjrelayd down or refusing a job it should serve: the reason goes to FLARE's log, then per
+``on_daemon_error`` the job falls back to the stock launcher (``"fallback"``) or the launch
+fails with INFRASTRUCTURE_ERROR (``"fail"``, a handle whose poll() is 104).
+"""
+
+from nvflare.apis.event_type import EventType
+from nvflare.apis.fl_constant import FLContextKey, JobConstants
+from nvflare.apis.job_launcher_spec import JobLauncherSpec, JobProcessArgs, JobReturnCode, add_launcher
+from nvflare.app_common.job_launcher.client_process_launcher import ClientProcessJobLauncher
+
+from . import description
+from .app_config import NotServable, load_trainer_spec, system_vars
+from .handle import CJRelayJobHandle
+from .status import DaemonRefused, DaemonUnavailable, StatusClient
+
+FALLBACK = "fallback"
+FAIL = "fail"
+
+
+class FailedLaunchHandle(CJRelayJobHandle):
+    """A launch that could not happen: it has ended, with INFRASTRUCTURE_ERROR and the reason."""
+
+    def __init__(self, job_id: str, reason: str, logger=None):
+        super().__init__(job_id, client=None, logger=logger)
+        self._code = JobReturnCode.INFRASTRUCTURE_ERROR
+        self.reason = reason
+
+
+class CJRelayJobLauncher(JobLauncherSpec):
+    def __init__(
+        self,
+        socket_path: str = "/run/cjrelay/status.sock",
+        connect_timeout: float = 10.0,
+        on_daemon_error: str = FALLBACK,
+        job_property: str = "",
+        pass_env=None,
+        worker_listen: str = "",
+        mode: str = "",
+    ):
+        """Args:
+        socket_path: cjrelayd's status socket (``[status] socket`` in its INI).
+        connect_timeout: seconds for each status command but ``job wait``.
+        on_daemon_error: ``fallback`` (the stock launcher runs the job) or ``fail`` (104).
+        job_property: if set, only jobs whose meta has this key true go to cjrelay.
+        pass_env: the CP's environment variables the trainer keeps (default: description.DEFAULT_PASS_ENV).
+        worker_listen: the job's worker listener (``unix:PATH``, ``tcp://127.0.0.1:PORT``); default the INI's.
+        mode: ``pass_through`` or ``spool``; default the INI's.
+        """
+        super().__init__()
+        if on_daemon_error not in (FALLBACK, FAIL):
+            raise ValueError(f"on_daemon_error must be '{FALLBACK}' or '{FAIL}', not {on_daemon_error!r}")
+        self.client = StatusClient(socket_path, connect_timeout)
+        self.on_daemon_error = on_daemon_error
+        self.job_property = job_property
+        self.pass_env = tuple(description.DEFAULT_PASS_ENV if pass_env is None else pass_env)
+        self.worker_listen = worker_listen
+        self.mode = mode
+        self.stock = ClientProcessJobLauncher()
+
+    def handle_event(self, event_type: str, fl_ctx):
+        if event_type == EventType.BEFORE_JOB_LAUNCH:
+            add_launcher(self, fl_ctx)
+
+    def launch_job(self, job_meta: dict, fl_ctx):
+        job_id = job_meta.get(JobConstants.JOB_ID)
+        try:
+            desc = self._describe(job_id, job_meta, fl_ctx)
+        except NotServable as e:
+            self.logger.info(f"job {job_id}: not for cjrelay ({e}); FLARE's process launcher runs it")
+            return self.stock.launch_job(job_meta, fl_ctx)
+        try:
+            answer = self.client.command("job start " + _one_line_json(desc))
+        except (DaemonUnavailable, DaemonRefused) as e:
+            return self._daemon_error(job_id, job_meta, fl_ctx, e)
+        finally:
+            desc = None  # drop the resolved secrets and credentials
+        self.logger.info(f"job {job_id}: cjrelayd runs it ({' '.join(answer)})")
+        return CJRelayJobHandle(job_id, self.client, logger=self.logger)
+
+    def _describe(self, job_id, job_meta: dict, fl_ctx) -> dict:
+        """The job description, or NotServable when cjrelay does not serve the job."""
+        if self.job_property and not job_meta.get(self.job_property):
+            raise NotServable(f"the job's meta does not set {self.job_property}")
+        arg = lambda name: description.job_arg(fl_ctx, name)  # noqa: E731
+        if arg(JobProcessArgs.PARENT_CONN_SEC) not in (None, "", "clear"):
+            raise NotServable(f"the CP's internal listener is {arg(JobProcessArgs.PARENT_CONN_SEC)}; cjrelayd links to a clear one")
+        workspace = fl_ctx.get_prop(FLContextKey.WORKSPACE_OBJECT)
+        site = arg(JobProcessArgs.CLIENT_NAME) or fl_ctx.get_identity_name()
+        link = description.server_link(fl_ctx)
+        sys_vars = system_vars(job_id, site, workspace, link["server_url"], arg(JobProcessArgs.PARENT_URL),
+                               bool(fl_ctx.get_prop(FLContextKey.SECURE_MODE)))
+        spec = load_trainer_spec(workspace.get_app_config_dir(job_id), sys_vars)
+        opts = {
+            "site": site,
+            "workspace": arg(JobProcessArgs.WORKSPACE) or workspace.get_root_dir(),
+            "app_dir": workspace.get_app_dir(job_id),
+            "custom_dir": workspace.get_app_custom_dir(job_id),
+            "parent_url": arg(JobProcessArgs.PARENT_URL),
+            "pass_env": self.pass_env,
+            "worker_listen": self.worker_listen,
+            "mode": self.mode,
+        }
+        return description.build(job_id, fl_ctx, spec, opts)
+
+    def _daemon_error(self, job_id, job_meta, fl_ctx, e):
+        """cjrelayd down or refusing: say why, then fall back or fail with 104."""
+        what = "is not reachable" if isinstance(e, DaemonUnavailable) else "refused the job"
+        if self.on_daemon_error == FALLBACK:
+            self.logger.error(f"job {job_id}: cjrelayd {what} ({e}); FLARE's process launcher runs it")
+            return self.stock.launch_job(job_meta, fl_ctx)
+        self.logger.error(f"job {job_id}: cjrelayd {what} ({e}); the launch fails (104)")
+        return FailedLaunchHandle(job_id, f"cjrelayd {what}: {e}", logger=self.logger)
+
+
+def _one_line_json(obj) -> str:
+    import json
+
+    return json.dumps(obj, separators=(", ", ": "), ensure_ascii=False)
