@@ -1,0 +1,103 @@
+#!/bin/sh
+# FLARE's side: the client parent's job launcher (integrations/flare, cjrelay_flare) against the
+# real cjrelayd (a site daemon) and cjrelay-sim, with FLARE replaced by the stand-in in
+# tests/flare (tests/flare/README.md). tests/flare/drive.py plays the CP's launch steps on a
+# client workspace laid out as FLARE's (startup/, local/resources.json, the job's
+# app_site-1/config/config_fed_client.json with ClientAPIExecutor external_process):
+# (a) a job runs to the simulator's verified end: poll while running, wait, return code 0;
+#     the sim, as the client parent, saw STARTED and STOPPED; what the trainer got
+# (b) terminate() mid-run: the job ends as aborted (9)
+# (c) jobs cjrelay does not serve (an in_process executor; a job_property the meta lacks)
+#     go to FLARE's ClientProcessJobLauncher
+#     and a job cjrelayd refuses falls back too
+# (d) cjrelayd down: fallback to the stock launcher, or (on_daemon_error fail) 104
+# (e) the credentials and the resolved secret appear in no log, argv or show output
+. "$(dirname "$0")/lib.sh"
+D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim
+PY=/usr/bin/python3
+W=$(mktemp -d); SIMS=; RELAY=
+cleanup() {
+    for p in $RELAY $SIMS; do kill -TERM "$p" 2>/dev/null; done
+    sleep 0.3
+    for p in $RELAY $SIMS; do kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$W"
+}
+trap cleanup EXIT
+if [ ! -x "$PY" ]; then skip "all: $PY missing (tests/deps.sh installs python3)"; finish; fi
+export PYTHONDONTWRITEBYTECODE=1
+# the package as a site installs it: pip install of a copy (the tree stays clean), else the source
+cp -r "$ROOT/integrations/flare" "$W/pkg"
+if $PY -m pip install -q --no-deps --no-build-isolation --no-index --target "$W/site" "$W/pkg" > "$W/pip.log" 2>&1; then
+    pass "pip install ./integrations/flare"
+    PKG=$W/site
+else
+    skip "pip install ./integrations/flare: pip or setuptools missing; the tests use the source ($(tail -1 "$W/pip.log"))"
+    PKG=$ROOT/integrations/flare
+fi
+export PYTHONPATH="$ROOT/tests/flare:$PKG"
+check "the installed package imports with the FLARE stand-in" $PY -c "import cjrelay_flare; assert cjrelay_flare.__file__.startswith('$PKG')"
+CTL="$C -s $W/status.sock"
+# drive SCENARIO ARGS...: runs tests/flare/drive.py, counts its ok / not ok lines here
+drive() {
+    sc=$1; shift
+    $PY "$ROOT/tests/flare/drive.py" --scenario "$sc" --socket "$W/status.sock" --worker "$BUILD/cjrelay-worker" \
+        "$@" > "$W/$sc.tap" 2> "$W/$sc.log"
+    rc=$?
+    while IFS= read -r line; do
+        case $line in
+            "ok - "*) pass "($sc) ${line#ok - }" ;;
+            "not ok - "*) fail "($sc) ${line#not ok - }" ;;
+        esac
+    done < "$W/$sc.tap"
+    [ $rc -eq 0 ] || { fail "($sc) drive.py exited $rc"; note "$W/$sc.log" | tail -20; }
+}
+
+relay_ini "$W/site.ini" relay.job_id= relay.max_jobs=4 relay.job_linger=60 workers.count=1 \
+    workers.heartbeat_interval=1 workers.heartbeat_timeout=5 workers.shutdown_grace=2 \
+    status.socket="$W/status.sock" log.level=info
+CJTEST_DAEMON_ONLY=1 $D -c "$W/site.ini" > "$W/relay.log" 2>&1 & RELAY=$!
+wait_for 10 test -S "$W/status.sock"
+check "the site daemon runs with no job" sh -c "$CTL show jobs | wc -l | grep -qx 1"
+
+# ---- (a) a job to its verified end, the simulator as server and client parent ---------------
+mkdir -p "$W/a"
+$S --listen tcp://127.0.0.1:0 --parent tcp://127.0.0.1:0 --site site-1 --job-id FJ1 --rounds 3 --model-size 4M \
+    --tensors 2 > "$W/a.sim" 2> "$W/a.simlog" & SIMS="$SIMS $!"; PA=$!
+P=$(sim_port "$W/a.sim"); wait_for 10 grep -q '^SIM PARENT' "$W/a.sim"
+PP=$(awk '/^SIM PARENT/ {print $3}' "$W/a.sim")
+drive success --ws "$W/a" --target "127.0.0.1:$P" --parent "tcp://localhost:$PP"
+wait_for 15 sh -c "! kill -0 $PA"
+note "$W/a.sim" | grep -E "ROUND|JOB_STATUS|SIM (OK|FAIL)"
+check "(a) the simulator verified the job's every round" grep -q '^SIM OK rounds=3' "$W/a.sim"
+check "(a) the daemon took the credentials from the job description" grep -q 'from the job description' "$W/relay.log"
+check "(a) the client parent saw STARTED and STOPPED from site-1.FJ1" sh -c \
+    "grep -q '^SIM JOB_STATUS FJ1 2 from=site-1.FJ1' $W/a.sim && grep -q '^SIM JOB_STATUS FJ1 3 from=site-1.FJ1' $W/a.sim"
+
+# ---- (b) terminate() mid-run ---------------------------------------------------------------
+mkdir -p "$W/b"
+$S --listen tcp://127.0.0.1:0 --job-id FJ2 --rounds 50 --model-size 4M --tensors 2 > "$W/b.sim" 2> "$W/b.simlog" &
+SIMS="$SIMS $!"
+P=$(sim_port "$W/b.sim")
+drive abort --ws "$W/b" --target "127.0.0.1:$P" --sim-out "$W/b.sim"
+check "(b) the daemon logged the stop's reason" grep -q 'terminated by the client parent' "$W/relay.log"
+
+# ---- (c) jobs cjrelay does not serve -------------------------------------------------------
+mkdir -p "$W/c" "$W/c2"
+drive stock --ws "$W/c" --target 127.0.0.1:1
+drive narrowed --ws "$W/c2" --target 127.0.0.1:1
+check "(c) neither reached cjrelayd" sh -c "! $CTL show jobs | grep -q '^FJ[34] '"
+mkdir -p "$W/c3"
+drive refused --ws "$W/c3" --target 127.0.0.1:1
+
+# ---- (e) secrets ------------------------------------------------------------------------------
+for w in info jobs config; do $CTL show $w; $CTL show $w json; done > "$W/shows.txt" 2>&1
+for f in relay.log shows.txt; do
+    check "(e) no credential or secret in $f" sh -c "! grep -qF -e cjtest-flaretoken -e cjtest-flaresig -e cjtest-flaressid -e cjtest-secret $W/$f"
+done
+
+# ---- (d) cjrelayd down ---------------------------------------------------------------------------
+kill -TERM "$RELAY"; wait_for 20 sh -c "! kill -0 $RELAY"; wait "$RELAY"; RELAY=
+mkdir -p "$W/d" "$W/d2"
+drive down --ws "$W/d" --target 127.0.0.1:1
+drive downfail --ws "$W/d2" --target 127.0.0.1:1
+finish

@@ -1,0 +1,1 @@
+"""Test stand-in for the FLARE package of the same name (tests/flare/README.md)."""
