@@ -6,6 +6,7 @@
 # app_site-1/config/config_fed_client.json with ClientAPIExecutor external_process):
 # (a) a job runs to the simulator's verified end: poll while running, wait, return code 0;
 #     the sim, as the client parent, saw STARTED and STOPPED; what the trainer got
+#     and over mutual TLS with the startup kit's certificates (scheme tcp, mtls -> stcp://)
 # (b) terminate() mid-run: the job ends as aborted (9)
 # (c) jobs cjrelay does not serve (an in_process executor; a job_property the meta lacks)
 #     go to FLARE's ClientProcessJobLauncher
@@ -72,6 +73,18 @@ check "(a) the simulator verified the job's every round" grep -q '^SIM OK rounds
 check "(a) the daemon took the credentials from the job description" grep -q 'from the job description' "$W/relay.log"
 check "(a) the client parent saw STARTED and STOPPED from site-1.FJ1" sh -c \
     "grep -q '^SIM JOB_STATUS FJ1 2 from=site-1.FJ1' $W/a.sim && grep -q '^SIM JOB_STATUS FJ1 3 from=site-1.FJ1' $W/a.sim"
+
+# ---- (a) mutual TLS with the startup kit's files ----------------------------------------------
+if command -v openssl >/dev/null && sh "$ROOT/tests/unit/tls_certs.sh" "$W/t/startup"; then
+    $S --listen stcp://127.0.0.1:0 --tls-dir "$W/t/startup" --job-id FJ8 --rounds 2 --model-size 4M --tensors 2 \
+        > "$W/t.sim" 2> "$W/t.simlog" & SIMS="$SIMS $!"; PT=$!
+    P=$(sim_port "$W/t.sim")
+    drive tls --ws "$W/t" --target "127.0.0.1:$P" --conn-sec mtls
+    wait_for 15 sh -c "! kill -0 $PT"
+    check "(a) the stcp simulator verified the TLS job" grep -q '^SIM OK rounds=2' "$W/t.sim"
+else
+    skip "(a) mutual TLS: openssl missing or the certificates could not be made"
+fi
 
 # ---- (b) terminate() mid-run ---------------------------------------------------------------
 mkdir -p "$W/b"

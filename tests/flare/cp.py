@@ -26,13 +26,13 @@ def write_json(path, obj):
         json.dump(obj, f, indent=2)
 
 
-def make_workspace(root, scheme, target, launcher_args):
+def make_workspace(root, scheme, target, launcher_args, conn_sec="clear"):
     """startup/fed_client.json as FLARE provisions it, local/resources.json naming the launcher."""
     write_json(os.path.join(root, "startup", "fed_client.json"), {
         "format_version": 2,
         "servers": [{"name": "cjtest_project", "service": {"target": target, "scheme": scheme}, "identity": "server"}],
         "client": {"ssl_private_key": "client.key", "ssl_cert": "client.crt", "ssl_root_cert": "rootCA.pem",
-                   "fqsn": SITE, "is_leaf": True, "connection_security": "clear"},
+                   "fqsn": SITE, "is_leaf": True, "connection_security": conn_sec},
     })
     write_json(os.path.join(root, "local", "resources.json"), {
         "format_version": 2,

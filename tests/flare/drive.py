@@ -4,6 +4,8 @@ Run by tests/e2e/test_flare.sh with PYTHONPATH = tests/flare (the FLARE stand-in
 integrations/flare (the package). One scenario per run:
 
   success   launch into cjrelayd, poll while running, wait, return code 0, what the trainer got
+  tls       as the startup kit provisions mutual TLS (scheme tcp, connection_security mtls, the
+            kit's rootCA.pem, client.crt, client.key): the job reaches an stcp server, return code 0
   abort     launch, terminate() mid-run, wait, return code 9
   stock     a job cjrelay does not serve (in_process executor) goes to ClientProcessJobLauncher
   narrowed  job_property set and the job's meta lacks it: ClientProcessJobLauncher
@@ -56,7 +58,7 @@ def launcher_args(a, **extra):
 
 
 def start(a, job, executor, largs, meta_extra=None):
-    cp.make_workspace(a.ws, a.scheme, a.target, largs)
+    cp.make_workspace(a.ws, a.scheme, a.target, largs, a.conn_sec)
     meta = cp.deploy_job(a.ws, job, executor, meta_extra, {"worker_bin": a.worker})
     launcher = cp.select_launcher(a.ws, meta)
     check(f"{job}: the site's one launcher is CJRelayJobLauncher", isinstance(launcher, cjrelay_flare.CJRelayJobLauncher))
@@ -90,6 +92,17 @@ def success(a):
           _read(os.path.join(a.ws, job + ".arg")).strip() == SECRET)
     check(f"{job}: no credential in the trainer's environment", not any(c in env for c in CREDS))
     check(f"{job}: the CP's variable passed on (LANG)", _env(env, "LANG") == os.environ.get("LANG"))
+
+
+def tls(a):
+    job = "FJ8"
+    h = start(a, job, external(a.worker, a.ws), launcher_args(a))
+    check(f"{job}: launched into cjrelayd", isinstance(h, cjrelay_flare.CJRelayJobHandle))
+    row = jobs_row(a, job)
+    check(f"{job}: the server url is the TLS scheme", row is not None and row.get("server") == "stcp://" + a.target, row)
+    h.wait()
+    code = cp.return_code(h, a.ws, job)
+    check(f"{job}: over mutual TLS to its end; return code 0", code == 0, f"{code} {h.reason}")
 
 
 def abort(a):
@@ -154,12 +167,15 @@ def main():
     p.add_argument("--scheme", default="tcp")
     p.add_argument("--parent", default="")
     p.add_argument("--sim-out", default="")
+    p.add_argument("--conn-sec", default="clear")
     a = p.parse_args()
     logging.basicConfig(level=logging.INFO, handlers=[logging.StreamHandler(_LOG), logging.StreamHandler(sys.stderr)])
     os.environ["CJTEST_TRAINER_SECRET"] = SECRET
     os.environ.setdefault("LANG", "C.UTF-8")
     if a.scenario == "success":
         success(a)
+    elif a.scenario == "tls":
+        tls(a)
     elif a.scenario == "abort":
         abort(a)
     elif a.scenario == "stock":
