@@ -21,7 +21,7 @@ cleanup() {
     for p in $RELAY $SIMS; do kill -TERM "$p" 2>/dev/null; done
     sleep 0.3
     for p in $RELAY $SIMS; do kill -KILL "$p" 2>/dev/null; done
-    rm -rf "$W"
+    if [ -n "$KEEP" ]; then echo "# kept $W"; else rm -rf "$W"; fi
 }
 trap cleanup EXIT
 if [ ! -x "$PY" ]; then skip "all: $PY missing (tests/deps.sh installs python3)"; finish; fi
@@ -48,6 +48,7 @@ drive() {
         case $line in
             "ok - "*) pass "($sc) ${line#ok - }" ;;
             "not ok - "*) fail "($sc) ${line#not ok - }" ;;
+            "skip - "*) skip "($sc) ${line#skip - }" ;;
         esac
     done < "$W/$sc.tap"
     [ $rc -eq 0 ] || { fail "($sc) drive.py exited $rc"; note "$W/$sc.log" | tail -20; }

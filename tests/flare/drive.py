@@ -44,7 +44,8 @@ def external(worker, ws):
     then becomes the reference worker. {JOB_ID}, {WORKSPACE} and {worker_bin} are FLARE
     variables; the last argument is a secret reference resolved from the CP's environment."""
     script = ("env > {WORKSPACE}/{JOB_ID}.env; pwd > {WORKSPACE}/{JOB_ID}.cwd; "
-              "echo $1 > {WORKSPACE}/{JOB_ID}.arg; exec {worker_bin}")
+              "echo $1 > {WORKSPACE}/{JOB_ID}.arg; cp $NVFLARE_CLIENT_API_BOOTSTRAP {WORKSPACE}/{JOB_ID}.boot; "
+              "exec {worker_bin}")
     return {"path": "nvflare.app_common.executors.client_api_executor.ClientAPIExecutor",
             "args": {"execution_mode": "external_process",
                      "command": ["/bin/sh", "-c", script, "trainer", "${secret:CJTEST_TRAINER_SECRET}"],
@@ -63,7 +64,26 @@ def start(a, job, executor, largs, meta_extra=None):
     launcher = cp.select_launcher(a.ws, meta)
     check(f"{job}: the site's one launcher is CJRelayJobLauncher", isinstance(launcher, cjrelay_flare.CJRelayJobLauncher))
     ctx = cp.launch_context(a.ws, job, a.parent, CREDS)
+    _spy(launcher)
     return launcher.launch_job(meta, ctx)
+
+
+SENT = {}
+
+
+def _spy(launcher):
+    """Keeps the job description the launcher sends (in memory, for the checks)."""
+    client = getattr(launcher, "client", None)
+    if client is None:
+        return
+    real = client.command
+
+    def command(line, timeout=None):
+        if line.startswith("job start "):
+            SENT.update(json.loads(line[len("job start "):]))
+        return real(line, timeout)
+
+    client.command = command
 
 
 def jobs_row(a, job):
@@ -92,17 +112,45 @@ def success(a):
           _read(os.path.join(a.ws, job + ".arg")).strip() == SECRET)
     check(f"{job}: no credential in the trainer's environment", not any(c in env for c in CREDS))
     check(f"{job}: the CP's variable passed on (LANG)", _env(env, "LANG") == os.environ.get("LANG"))
+    described(job, a)
+    boot = _bootstrap(a, job)
+    if boot.get("memory_gc_rounds") == 2:
+        print(f"ok - {job}: the trainer's bootstrap file has the description's bootstrap keys")
+    else:
+        print(f"skip - {job}: the trainer's bootstrap file has the description's bootstrap keys: cjrelayd "
+              f"does not write them yet (memory_gc_rounds {boot.get('memory_gc_rounds')}, not 2)")
+
+
+def described(job, a):
+    """What the launcher put in the job description, as a stock CJ would have received it."""
+    te = SENT.get("bootstrap", {}).get("task_exchange", {})
+    check(f"{job}: described: the executor's task_exchange", te.get("exchange_format") == "numpy"
+          and te.get("train_task_name") == "train" and te.get("launch_once") is True, te)
+    check(f"{job}: described: memory_gc_rounds, cuda_empty_cache",
+          SENT["bootstrap"].get("memory_gc_rounds") == 2 and SENT["bootstrap"].get("cuda_empty_cache") is False)
+    check(f"{job}: described: site, server, project, parent, workspace", SENT.get("site") == cp.SITE
+          and SENT.get("server_url") == "tcp://" + a.target and SENT.get("connection_security") == "clear"
+          and SENT.get("project_name") == "cjtest_project" and SENT.get("parent_url") == a.parent
+          and SENT.get("workspace") == a.ws)
+    check(f"{job}: described: the credentials from fl_ctx", SENT.get("credentials") == dict(
+          zip(("token", "token_signature", "ssid"), CREDS)))
+    check(f"{job}: described: argv with the variables resolved", SENT["worker"]["argv"][2].startswith(
+          f"env > {a.ws}/{job}.env;") and SENT["worker"]["argv"][2].endswith("exec " + a.worker))
 
 
 def tls(a):
     job = "FJ8"
-    h = start(a, job, external(a.worker, a.ws), launcher_args(a))
+    h = start(a, job, external(a.worker, a.ws), launcher_args(a, worker_listen="tcp://127.0.0.1:0"))
     check(f"{job}: launched into cjrelayd", isinstance(h, cjrelay_flare.CJRelayJobHandle))
     row = jobs_row(a, job)
     check(f"{job}: the server url is the TLS scheme", row is not None and row.get("server") == "stcp://" + a.target, row)
+
     h.wait()
     code = cp.return_code(h, a.ws, job)
     check(f"{job}: over mutual TLS to its end; return code 0", code == 0, f"{code} {h.reason}")
+    url = _bootstrap(a, job).get("connect_url", "")
+    check(f"{job}: the trainer reached a loopback port picked for the job", url.startswith("tcp://127.0.0.1:")
+          and not url.endswith(":0"), url)
 
 
 def abort(a):
@@ -151,6 +199,13 @@ def _read(path):
             return f.read()
     except OSError:
         return ""
+
+
+def _bootstrap(a, job):
+    try:
+        return json.loads(_read(os.path.join(a.ws, job + ".boot")))
+    except ValueError:
+        return {}
 
 
 def _env(text, name):

@@ -12,6 +12,8 @@ cjrelayd down or refusing a job it should serve: the reason goes to FLARE's log,
 fails with INFRASTRUCTURE_ERROR (``"fail"``, a handle whose poll() is 104).
 """
 
+import json
+
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import FLContextKey, JobConstants
 from nvflare.apis.job_launcher_spec import JobLauncherSpec, JobProcessArgs, JobReturnCode, add_launcher
@@ -52,7 +54,8 @@ class CJRelayJobLauncher(JobLauncherSpec):
         on_daemon_error: ``fallback`` (the stock launcher runs the job) or ``fail`` (104).
         job_property: if set, only jobs whose meta has this key true go to cjrelay.
         pass_env: the CP's environment variables the trainer keeps (default: description.DEFAULT_PASS_ENV).
-        worker_listen: the job's worker listener (``unix:PATH``, ``tcp://127.0.0.1:PORT``); default the INI's.
+        worker_listen: the job's worker listener (``unix:PATH``, ``tcp://127.0.0.1:PORT``; ``tcp://127.0.0.1:0``
+            picks a free port per job, for stock trainers, which reach only tcp); default the INI's.
         mode: ``pass_through`` or ``spool``; default the INI's.
         """
         super().__init__()
@@ -122,6 +125,4 @@ class CJRelayJobLauncher(JobLauncherSpec):
 
 
 def _one_line_json(obj) -> str:
-    import json
-
     return json.dumps(obj, separators=(", ", ": "), ensure_ascii=False)
