@@ -10,7 +10,7 @@
 # (b) terminate() mid-run: the job ends as aborted (9)
 # (c) jobs cjrelay does not serve (an in_process executor; a job_property the meta lacks)
 #     go to FLARE's ClientProcessJobLauncher
-#     and a job cjrelayd refuses falls back too
+#     and a job cjrelayd refuses falls back too; one whose start answer was lost does not
 # (d) cjrelayd down: fallback to the stock launcher, or (on_daemon_error fail) 104
 # (e) the credentials and the resolved secret appear in no log, argv or show output
 . "$(dirname "$0")/lib.sh"
@@ -102,6 +102,8 @@ drive narrowed --ws "$W/c2" --target 127.0.0.1:1
 check "(c) neither reached cjrelayd" sh -c "! $CTL show jobs | grep -q '^FJ[34] '"
 mkdir -p "$W/c3"
 drive refused --ws "$W/c3" --target 127.0.0.1:1
+mkdir -p "$W/c4"
+drive lost --ws "$W/c4" --target 127.0.0.1:1
 
 # ---- (e) secrets ------------------------------------------------------------------------------
 for w in info jobs config; do $CTL show $w; $CTL show $w json; done > "$W/shows.txt" 2>&1

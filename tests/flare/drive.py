@@ -10,6 +10,7 @@ integrations/flare (the package). One scenario per run:
   stock     a job cjrelay does not serve (in_process executor) goes to ClientProcessJobLauncher
   narrowed  job_property set and the job's meta lacks it: ClientProcessJobLauncher
   refused   cjrelayd refuses the job (ERR 400: a job id it does not take): ClientProcessJobLauncher
+  lost      the answer to job start is lost after the job started: no second start by the stock launcher
   down      cjrelayd not listening, on_daemon_error fallback: ClientProcessJobLauncher, the reason logged
   downfail  cjrelayd not listening, on_daemon_error fail: a handle that has ended with 104
 """
@@ -26,7 +27,7 @@ import cp
 from nvflare.app_common.job_launcher.client_process_launcher import ClientProcessJobLauncher
 
 import cjrelay_flare
-from cjrelay_flare.status import StatusClient
+from cjrelay_flare.status import DaemonUnavailable, StatusClient
 
 CREDS = ("cjtest-flaretoken-5be1d07c", "cjtest-flaresig-9a0c44e1", "cjtest-flaressid-31f7")
 SECRET = "cjtest-secret-value-8d2f"
@@ -69,6 +70,35 @@ def start(a, job, executor, largs, meta_extra=None):
 
 
 SENT = {}
+
+
+def _lose_answer(launcher):
+    """The job start goes through, but its answer is lost (as on a timeout)."""
+    real = launcher.client.command
+
+    def command(line, timeout=None):
+        answer = real(line, timeout)
+        if line.startswith("job start "):
+            raise DaemonUnavailable("the answer was lost (test)")
+        return answer
+
+    launcher.client.command = command
+
+
+def lost(a):
+    job = "FJ9"
+    ClientProcessJobLauncher.launched.clear()
+    cp.make_workspace(a.ws, a.scheme, a.target, launcher_args(a))
+    meta = cp.deploy_job(a.ws, job, external(a.worker, a.ws), None, {"worker_bin": a.worker})
+    launcher = cp.select_launcher(a.ws, meta)
+    _lose_answer(launcher)
+    h = launcher.launch_job(meta, cp.launch_context(a.ws, job, a.parent, CREDS))
+    check(f"{job}: a started job whose answer was lost keeps its cjrelay handle",
+          isinstance(h, cjrelay_flare.CJRelayJobHandle) and ClientProcessJobLauncher.launched == [])
+    check(f"{job}: the log says so", "but cjrelayd runs the job" in _LOG.getvalue())
+    h.terminate()
+    h.wait()
+    check(f"{job}: and it ends through terminate() (9)", h.poll() == 9, h.poll())
 
 
 def _spy(launcher):
@@ -240,6 +270,8 @@ def main():
     elif a.scenario == "narrowed":
         stock(a, "FJ4", external(a.worker, a.ws), launcher_args(a, job_property="use_cjrelay"),
               expect_log="does not set use_cjrelay")
+    elif a.scenario == "lost":
+        lost(a)
     elif a.scenario == "refused":
         stock(a, "FJ.7", external(a.worker, a.ws), launcher_args(a), expect_log="cjrelayd refused the job (ERR 400 job_id")
     elif a.scenario == "down":

@@ -53,16 +53,20 @@ class CJRelayJobHandle(JobHandleSpec):
         if self._code is not None:
             return self._code
         try:
-            table = self.client.show_json("jobs")
+            rows = self.rows()
         except (DaemonUnavailable, DaemonRefused) as e:
             self.logger.error(f"cjrelay job {self.job_id}: cannot poll: {e}")
             return self._ended(JobReturnCode.INFRASTRUCTURE_ERROR, f"cjrelayd unreachable: {e}")
-        row = next((r for r in _rows(table) if r.get("job_id") == self.job_id), None)
+        row = next((r for r in rows if r.get("job_id") == self.job_id), None)
         if row is None:
             return self._ended(JobReturnCode.INFRASTRUCTURE_ERROR, "cjrelayd no longer knows the job")
         if row.get("state") != "ended":
             return JobReturnCode.UNKNOWN
         return self._ended(return_code(row.get("outcome")), row.get("reason", ""))
+
+    def rows(self) -> list:
+        """``show jobs json``: one dict per job cjrelayd knows."""
+        return _rows(self.client.show_json("jobs"))
 
     def wait(self):
         """Block until the job has ended (``job wait``); a lost connection is retried while the

@@ -83,6 +83,9 @@ class CJRelayJobLauncher(JobLauncherSpec):
         try:
             answer = self.client.command("job start " + _one_line_json(desc))
         except (DaemonUnavailable, DaemonRefused) as e:
+            if isinstance(e, DaemonUnavailable) and self._started_anyway(job_id):
+                self.logger.warning(f"job {job_id}: job start got no answer ({e}), but cjrelayd runs the job")
+                return CJRelayJobHandle(job_id, self.client, logger=self.logger)
             return self._daemon_error(job_id, job_meta, fl_ctx, e)
         finally:
             desc = None  # drop the resolved secrets and credentials
@@ -113,6 +116,14 @@ class CJRelayJobLauncher(JobLauncherSpec):
             "mode": self.mode,
         }
         return description.build(job_id, fl_ctx, spec, opts)
+
+    def _started_anyway(self, job_id) -> bool:
+        """Whether a job start whose answer was lost started the job (never start it twice)."""
+        probe = CJRelayJobHandle(job_id, self.client, logger=self.logger)
+        try:
+            return any(r.get("job_id") == job_id for r in probe.rows())
+        except (DaemonUnavailable, DaemonRefused):
+            return False
 
     def _daemon_error(self, job_id, job_meta, fl_ctx, e):
         """cjrelayd down or refusing: say why, then fall back or fail with 104."""
