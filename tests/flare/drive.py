@@ -3,12 +3,12 @@
 Run by tests/e2e/test_flare.sh with PYTHONPATH = tests/flare (the FLARE stand-in) and
 integrations/flare (the package). One scenario per run:
 
-  success   launch into cjrelayd, poll while running, wait, return code 0, what the trainer got
+  success   (job_property set, and the job's custom_props set it) launch into cjrelayd, poll while running, wait, return code 0, what the trainer got
   tls       as the startup kit provisions mutual TLS (scheme tcp, connection_security mtls, the
             kit's rootCA.pem, client.crt, client.key): the job reaches an stcp server, return code 0
   abort     launch, terminate() mid-run, wait, return code 9
   stock     a job cjrelay does not serve (in_process executor) goes to ClientProcessJobLauncher
-  narrowed  job_property set and the job's meta lacks it: ClientProcessJobLauncher
+  narrowed  job_property set and the job's custom_props lack it: ClientProcessJobLauncher
   refused   cjrelayd refuses the job (ERR 400: a job id it does not take): ClientProcessJobLauncher
   lost      the answer to job start is lost after the job started: no second start by the stock launcher
   down      cjrelayd not listening, on_daemon_error fallback: ClientProcessJobLauncher, the reason logged
@@ -124,7 +124,8 @@ def jobs_row(a, job):
 
 def success(a):
     job = "FJ1"
-    h = start(a, job, external(a.worker, a.ws), launcher_args(a))
+    h = start(a, job, external(a.worker, a.ws), launcher_args(a, job_property="use_cjrelay"),
+              {"custom_props": {"use_cjrelay": True}})
     check(f"{job}: launch_job returned a cjrelay handle", isinstance(h, cjrelay_flare.CJRelayJobHandle), type(h).__name__)
     code = h.poll()
     check(f"{job}: poll while running gives UNKNOWN (127)", code == 127, code)
@@ -269,7 +270,7 @@ def main():
         stock(a, "FJ3", inproc, launcher_args(a), expect_log="not for cjrelay")
     elif a.scenario == "narrowed":
         stock(a, "FJ4", external(a.worker, a.ws), launcher_args(a, job_property="use_cjrelay"),
-              expect_log="does not set use_cjrelay")
+              {"custom_props": {"other": True}}, expect_log="do not set use_cjrelay")
     elif a.scenario == "lost":
         lost(a)
     elif a.scenario == "refused":

@@ -4,7 +4,8 @@ Registered in the site's ``local/resources.json``. On BEFORE_JOB_LAUNCH it regis
 every job (FLARE wants exactly one launcher), then ``launch_job`` picks:
 
 * the job's client app runs one ClientAPIExecutor in external_process mode (and, with
-  ``job_property`` set, the job's meta has that property true): cjrelayd gets ``job start``;
+  ``job_property`` set, the job's ``custom_props`` set that property true): cjrelayd gets
+  ``job start``;
 * any other job: FLARE's stock ClientProcessJobLauncher, unchanged.
 
 cjrelayd down or refusing a job it should serve: the reason goes to FLARE's log, then per
@@ -16,6 +17,7 @@ import json
 
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import FLContextKey, JobConstants
+from nvflare.apis.job_def import get_custom_prop
 from nvflare.apis.job_launcher_spec import JobLauncherSpec, JobProcessArgs, JobReturnCode, add_launcher
 from nvflare.app_common.job_launcher.client_process_launcher import ClientProcessJobLauncher
 
@@ -52,7 +54,7 @@ class CJRelayJobLauncher(JobLauncherSpec):
         socket_path: cjrelayd's status socket (``[status] socket`` in its INI).
         connect_timeout: seconds for each status command but ``job wait``.
         on_daemon_error: ``fallback`` (the stock launcher runs the job) or ``fail`` (104).
-        job_property: if set, only jobs whose meta has this key true go to cjrelay.
+        job_property: if set, only jobs whose meta's custom_props set this key true go to cjrelay.
         pass_env: the CP's environment variables the trainer keeps (default: description.DEFAULT_PASS_ENV).
         worker_listen: the job's worker listener (``unix:PATH``, ``tcp://127.0.0.1:PORT``; ``tcp://127.0.0.1:0``
             picks a free port per job, for stock trainers, which reach only tcp); default the INI's.
@@ -94,8 +96,8 @@ class CJRelayJobLauncher(JobLauncherSpec):
 
     def _describe(self, job_id, job_meta: dict, fl_ctx) -> dict:
         """The job description, or NotServable when cjrelay does not serve the job."""
-        if self.job_property and not job_meta.get(self.job_property):
-            raise NotServable(f"the job's meta does not set {self.job_property}")
+        if self.job_property and not get_custom_prop(job_meta, self.job_property):
+            raise NotServable(f"the job's custom_props do not set {self.job_property}")
         arg = lambda name: description.job_arg(fl_ctx, name)  # noqa: E731
         if arg(JobProcessArgs.PARENT_CONN_SEC) not in (None, "", "clear"):
             raise NotServable(f"the CP's internal listener is {arg(JobProcessArgs.PARENT_CONN_SEC)}; cjrelayd links to a clear one")
