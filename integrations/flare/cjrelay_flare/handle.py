@@ -53,7 +53,7 @@ class CJRelayJobHandle(JobHandleSpec):
         if self._code is not None:
             return self._code
         try:
-            rows = self.rows()
+            rows = job_rows(self.client)
         except (DaemonUnavailable, DaemonRefused) as e:
             self.logger.error(f"cjrelay job {self.job_id}: cannot poll: {e}")
             return self._ended(JobReturnCode.INFRASTRUCTURE_ERROR, f"cjrelayd unreachable: {e}")
@@ -63,10 +63,6 @@ class CJRelayJobHandle(JobHandleSpec):
         if row.get("state") != "ended":
             return JobReturnCode.UNKNOWN
         return self._ended(return_code(row.get("outcome")), row.get("reason", ""))
-
-    def rows(self) -> list:
-        """``show jobs json``: one dict per job cjrelayd knows."""
-        return _rows(self.client.show_json("jobs"))
 
     def wait(self):
         """Block until the job has ended (``job wait``); a lost connection is retried while the
@@ -96,8 +92,9 @@ class CJRelayJobHandle(JobHandleSpec):
             self.logger.error(f"cjrelay job {self.job_id}: cannot stop: {e}")
 
 
-def _rows(table):
-    """The rows of a ``show jobs json`` answer, whatever object wraps them."""
+def job_rows(client: StatusClient) -> list:
+    """``show jobs json``: one dict per job cjrelayd knows (running, or ended and still kept)."""
+    table = client.show_json("jobs")
     if isinstance(table, list):
         return [r for r in table if isinstance(r, dict)]
     if isinstance(table, dict):

@@ -23,7 +23,7 @@ from nvflare.app_common.job_launcher.client_process_launcher import ClientProces
 
 from . import description
 from .app_config import NotServable, load_trainer_spec, system_vars
-from .handle import CJRelayJobHandle
+from .handle import CJRelayJobHandle, job_rows
 from .status import DaemonRefused, DaemonUnavailable, StatusClient
 
 FALLBACK = "fallback"
@@ -121,9 +121,8 @@ class CJRelayJobLauncher(JobLauncherSpec):
 
     def _started_anyway(self, job_id) -> bool:
         """Whether a job start whose answer was lost started the job (never start it twice)."""
-        probe = CJRelayJobHandle(job_id, self.client, logger=self.logger)
         try:
-            return any(r.get("job_id") == job_id for r in probe.rows())
+            return any(r.get("job_id") == job_id for r in job_rows(self.client))
         except (DaemonUnavailable, DaemonRefused):
             return False
 
