@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 
@@ -49,7 +50,7 @@ def external(worker, ws):
               "exec {worker_bin}")
     return {"path": "nvflare.app_common.executors.client_api_executor.ClientAPIExecutor",
             "args": {"execution_mode": "external_process",
-                     "command": ["/bin/sh", "-c", script, "trainer", "${secret:CJTEST_TRAINER_SECRET}"],
+                     "command": ["sh", "-c", script, "trainer", "${secret:CJTEST_TRAINER_SECRET}"],
                      "params_exchange_format": "numpy", "train_task_name": "train", "memory_gc_rounds": 2}}
 
 
@@ -165,6 +166,8 @@ def described(job, a):
           and SENT.get("workspace") == a.ws)
     check(f"{job}: described: the credentials from fl_ctx", SENT.get("credentials") == dict(
           zip(("token", "token_signature", "ssid"), CREDS)))
+    check(f"{job}: described: the program found on the CP's PATH", SENT["worker"]["argv"][0] == shutil.which("sh"),
+          SENT["worker"]["argv"][0])
     check(f"{job}: described: argv with the variables resolved", SENT["worker"]["argv"][2].startswith(
           f"env > {a.ws}/{job}.env;") and SENT["worker"]["argv"][2].endswith("exec " + a.worker))
 

@@ -7,6 +7,7 @@ Credentials go into the description only, never into argv, the environment or a 
 """
 
 import os
+import shutil
 import socket
 
 from nvflare.apis.fl_constant import FLContextKey
@@ -103,6 +104,17 @@ def worker_listener(listen: str) -> str:
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
+def absolute_program(argv: list) -> list:
+    """argv with a bare program name (``python3``) looked up on the CP's PATH, as a stock CJ's
+    subprocess finds it: cjrelayd starts workers with its own PATH, which may not hold the
+    CP's Python environment (a venv, conda)."""
+    if argv and os.sep not in argv[0]:
+        found = shutil.which(argv[0])
+        if found:
+            argv = [os.path.abspath(found)] + argv[1:]
+    return argv
+
+
 def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
     """The whole description. ``opts``: site, workspace, app_dir, custom_dir, parent_url,
     pass_env, worker_listen, mode. Resolves the trainer's secrets (last step before sending)."""
@@ -124,6 +136,6 @@ def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
     creds = credentials(fl_ctx)
     if creds:
         desc["credentials"] = creds
-    worker["argv"] = spec.trainer_argv()
+    worker["argv"] = absolute_program(spec.trainer_argv())
     desc["worker"] = worker
     return desc
