@@ -4,13 +4,14 @@
 #include "ops/daemon.h"
 
 const struct cj_exit_code cj_exit_codes[] = {
-    {"cjrelayd", CJ_EXIT_OK, "clean end: drained after SIGTERM or shutdown, the single-job "
-                             "shorthand's run ended (on_end_run = exit), or --check-config found no problem"},
-    {"cjrelayd", CJ_EXIT_CONFIG, "configuration error: the file is missing or has problems "
-                                 "(each printed with FILE:LINE), or a bad argument"},
-    {"cjrelayd", CJ_EXIT_FATAL, "fatal runtime error: the daemon could not start (a socket it could "
-                                "not bind, a TLS file it could not load), or the single-job shorthand's "
-                                "job failed with an execution error"},
+    {"cjrelayd", CJ_EXIT_OK, "a clean end: a drain finished, or the single-job shorthand's run ended "
+                             "with on_end_run = exit; also --version, --help, and --check-config "
+                             "with no problem"},
+    {"cjrelayd", CJ_EXIT_CONFIG, "configuration error: a bad or missing -c, an unknown argument, a "
+                                 "configuration with problems (each printed as FILE:LINE)"},
+    {"cjrelayd", CJ_EXIT_FATAL, "fatal runtime error: the daemon could not start (sockets, TLS files, "
+                                "spool) or the single-job shorthand's job could not go on (e.g. it "
+                                "cannot sync with the server)"},
     {"cjrelayctl", CJ_CTL_EXIT_OK, "the daemon answered OK or with data"},
     {"cjrelayctl", CJ_CTL_EXIT_ERR, "the daemon answered ERR (the line says why)"},
     {"cjrelayctl", CJ_CTL_EXIT_UNREACHABLE, "the socket could not be reached, the answer was cut "
