@@ -98,7 +98,7 @@ need() { # need TOOL PACKAGE: 0 when TOOL is there or could be installed
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null 2>&1
     command -v "$1" >/dev/null
 }
-if ! need dpkg-buildpackage dpkg-dev || ! need dh debhelper || ! need fakeroot fakeroot; then
+if ! need dpkg-buildpackage dpkg-dev || ! need dh debhelper; then
     skip "the packages (dpkg-buildpackage or debhelper missing and not installable)"; finish
 fi
 DEB=$ROOT/build/deb
