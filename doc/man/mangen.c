@@ -8,8 +8,9 @@
  *                           WHAT: keys commands shows stats exit
  *
  * Markers (a line of its own): @CONFIG_KEYS@ (ops/config.c), @COMMANDS@ and
- * @SHOW_TARGETS@ (ops/commands.c), @STATS@ (ops/statreg.c), @EXIT_CJRELAYD@ and
- * @EXIT_CJRELAYCTL@ (ops/exitcodes.c); @VERSION@ anywhere in a line. */
+ * @SHOW_TARGETS@ (ops/commands.c), @STATS@ (ops/statreg.c), @EXIT_CJRELAYD@,
+ * @EXIT_CJRELAYCTL@ and @EXIT_JOB@ (ops/exitcodes.c), @STATUS_LIMITS@ (ops/status.h); @VERSION@
+ * anywhere in a line. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "ops/config.h"
 #include "ops/exitcodes.h"
 #include "ops/statreg.h"
+#include "ops/status.h"
 #include "util/version.h"
 
 /* Text as roff: backslashes escaped, hyphens as minus signs where they are
@@ -125,6 +127,12 @@ static void put_exit(FILE *f, const char *program)
     }
 }
 
+static void put_status_limits(FILE *f)
+{
+    fprintf(f, "A command line is at most %d bytes, its newline included (a job description\n"
+               "must fit in it); a longer one is refused with ERR 413 and the connection closed.\n", CJ_STATUS_MAX_LINE);
+}
+
 /* Writes line with every @VERSION@ replaced. */
 static void put_line(FILE *f, const char *line)
 {
@@ -149,6 +157,8 @@ static int page(const char *path)
         else if (!strcmp(line, "@STATS@\n")) put_stats(stdout);
         else if (!strcmp(line, "@EXIT_CJRELAYD@\n")) put_exit(stdout, "cjrelayd");
         else if (!strcmp(line, "@EXIT_CJRELAYCTL@\n")) put_exit(stdout, "cjrelayctl");
+        else if (!strcmp(line, "@EXIT_JOB@\n")) put_exit(stdout, "job");
+        else if (!strcmp(line, "@STATUS_LIMITS@\n")) put_status_limits(stdout);
         else if (line[0] == '@') { fprintf(stderr, "%s: unknown marker %s", path, line); fclose(in); return 1; }
         else put_line(stdout, line);
     }

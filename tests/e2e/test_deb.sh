@@ -1,7 +1,7 @@
 #!/bin/sh
 # The man pages and the Debian packages:
-# (a) the generated pages list every config key, status command, show target, stats field and
-#     exit status, checked against the generator's table dump and the binaries' own output
+# (a) the generated pages list every config key, status command, show target, stats field,
+#     exit status and job outcome, checked against the generator's table dump and the binaries' own output
 #     (cjrelayctl --help, show config and show stats of a running daemon), and render cleanly;
 # (b) make deb's packages (rebuilt when a source is newer than them): contents, maintainer
 #     scripts, the sysusers entry creating the service user, the units, lintian, and
@@ -66,6 +66,9 @@ same_set "cjrelayd(8) lists every exit status" "$W/exit-d" "$W/page-exit-d"
 "$G" list exit | awk '$1 == "cjrelayctl" {print $2}' > "$W/exit-c"
 page_items "$M/man8/cjrelayctl.8" "EXIT STATUS" > "$W/page-exit-c"
 same_set "cjrelayctl(8) lists every exit status" "$W/exit-c" "$W/page-exit-c"
+"$G" list exit | awk '$1 == "job" {print $2}' > "$W/exit-j"
+page_items "$M/man8/cjrelayctl.8" "JOB OUTCOMES" > "$W/page-exit-j"
+same_set "cjrelayctl(8) lists every job outcome" "$W/exit-j" "$W/page-exit-j"
 
 # The running daemon's own view: show config's keys and (spool mode: every section)
 # show stats' fields must all be in the pages.
