@@ -1,6 +1,6 @@
 # cjrelay — GNU make build.
 #
-#   make            build/libcjrelay.a and the four binaries
+#   make            build/libcjrelay.a, the four binaries and the man pages (build/man/)
 #   make deps       install the Debian packages that are missing (as root)
 #   make check      deps, build, unit tests, unit tests again under ASan+UBSan, the
 #                   end-to-end suites, then the main e2e suites again with the binaries
