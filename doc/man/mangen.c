@@ -9,8 +9,8 @@
  *
  * Markers (a line of its own): @CONFIG_KEYS@ (ops/config.c), @COMMANDS@ and
  * @SHOW_TARGETS@ (ops/commands.c), @STATS@ (ops/statreg.c), @EXIT_CJRELAYD@,
- * @EXIT_CJRELAYCTL@ and @EXIT_JOB@ (ops/exitcodes.c), @STATUS_LIMITS@ (ops/status.h); @VERSION@
- * anywhere in a line. */
+ * @EXIT_CJRELAYCTL@ and @EXIT_JOB@ (ops/exitcodes.c), @STATUS_LIMITS@
+ * (ops/status.h); @VERSION@ anywhere in a line. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +22,9 @@
 #include "ops/status.h"
 #include "util/version.h"
 
-/* Text as roff: backslashes escaped, hyphens as minus signs where they are
- * part of a name or flag, a leading dot or quote guarded. */
+/* Text as roff: backslashes escaped, every hyphen as \- (names and flags are
+ * copied from the page, and a roff hyphen may not paste as '-'), a leading dot
+ * or quote guarded. */
 static void roff(FILE *f, const char *s)
 {
     if (*s == '.' || *s == '\'') fputs("\\&", f);
