@@ -1,6 +1,6 @@
 # cjrelay — GNU make build.
 #
-#   make            build/libcjrelay.a and the four binaries
+#   make            build/libcjrelay.a, the four binaries and the man pages (build/man/)
 #   make deps       install the Debian packages that are missing (as root)
 #   make check      deps, build, unit tests, unit tests again under ASan+UBSan, the
 #                   end-to-end suites, then the main e2e suites again with the binaries
@@ -11,7 +11,11 @@
 #   make soak       deps, build, run tests/soak.sh (long; outside make check)
 #   make demo       deps, build, run the end-to-end demo (SCHEME=tcp|stcp|http|https|grpc|grpcs)
 #   make bench      deps, build -O2, run the benchmarks (numbers, not pass/fail)
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make man        the man pages into build/man/ (make builds them too)
+#   make deb        deps, then the Debian packages into build/deb/ (dpkg-buildpackage, lintian)
+#   make install    PREFIX=/usr/local DESTDIR=: the daemon and cjrelayctl in bin/, the
+#                   test tools (cjrelay-sim, cjrelay-worker) in lib/cjrelay/, the man
+#                   pages, the units (UNITDIR), the sysusers.d and tmpfiles.d entries
 #
 # Sources are found by wildcard: a new lib/<layer>/<file>.c, tests/unit/test_<name>.c
 # or tests/fuzz/fuzz_<name>.c is picked up without editing this file.
@@ -56,10 +60,16 @@ SCHEME   ?= tcp
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 
-.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench install clean
+.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench man deb install clean
 .DEFAULT_GOAL := all
 
-all: $(B)/libcjrelay.a $(BIN_OUT)
+# Man pages: the hand-written doc/man/<page>.in with the tables filled in by
+# build/mangen, which links the library and walks the tables the code uses.
+MAN_IN   := $(sort $(wildcard doc/man/*.in))
+# build/man/man<N>/<page>.<N>: MANPATH=build/man finds them (man, systemd-analyze verify).
+MAN_OUT  := $(foreach f,$(MAN_IN),$(B)/man/man$(subst .,,$(suffix $(basename $(f))))/$(notdir $(basename $(f))))
+
+all: $(B)/libcjrelay.a $(BIN_OUT) $(MAN_OUT)
 
 deps:
 	@sh tests/deps.sh
@@ -79,6 +89,18 @@ $(B)/$(1): $(patsubst %.c,$(B)/obj/%.o,$(wildcard cmd/$(1)/*.c)) $(B)/libcjrelay
 	$$(CC) $$(ALL_CFLAGS) -o $$@ $$(filter %.o,$$^) $(B)/libcjrelay.a $$(LDLIBS)
 endef
 $(foreach b,$(BINS),$(eval $(call BIN_RULE,$(b))))
+
+$(B)/mangen: doc/man/mangen.c $(B)/libcjrelay.a
+	$(CC) $(ALL_CFLAGS) -MMD -MP -o $@ $< $(B)/libcjrelay.a $(LDLIBS)
+
+define MAN_RULE
+$(B)/man/man$(1)/%: doc/man/%.in $(B)/mangen
+	@mkdir -p $$(dir $$@)
+	$(B)/mangen page $$< > $$@.tmp && mv $$@.tmp $$@
+endef
+$(foreach n,5 8,$(eval $(call MAN_RULE,$(n))))
+
+man: $(MAN_OUT)
 
 # ---- unit tests ------------------------------------------------------------
 $(B)/tests/%: tests/unit/%.c tests/unit/testutil.h $(B)/libcjrelay.a
@@ -176,16 +198,38 @@ bench: deps
 	$(MAKE) -j$(JOBS) all $(B)/bench/floor OPT="-O2 -g"
 	@sh bench/run.sh
 
+# The test tools are not commands an operator runs: they go to lib/cjrelay/.
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+TOOLDIR     ?= $(PREFIX)/lib/cjrelay
+MANDIR      ?= $(PREFIX)/share/man
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/cjrelay \
-	           $(DESTDIR)/etc/cjrelay $(DESTDIR)$(PREFIX)/lib/systemd/system
-	install -m 0755 $(BIN_OUT) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(TOOLDIR) $(DESTDIR)$(PREFIX)/share/cjrelay \
+	           $(DESTDIR)/etc/cjrelay $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
+	           $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR)
+	install -m 0755 $(B)/cjrelayd $(B)/cjrelayctl $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(B)/cjrelay-sim $(B)/cjrelay-worker $(DESTDIR)$(TOOLDIR)/
 	install -m 0644 conf/cjrelay.ini $(DESTDIR)$(PREFIX)/share/cjrelay/cjrelay.ini.example
+	install -m 0644 $(filter %.5,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man5/
+	install -m 0644 $(filter %.8,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 systemd/cjrelay.sysusers $(DESTDIR)$(SYSUSERSDIR)/cjrelay.conf
+	install -m 0644 systemd/cjrelay.tmpfiles $(DESTDIR)$(TMPFILESDIR)/cjrelay.conf
 	for u in systemd/*.service; do \
-	    sed 's|/usr/local/|$(PREFIX)/|g' "$$u" > $(DESTDIR)$(PREFIX)/lib/systemd/system/$$(basename "$$u"); \
-	    chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/$$(basename "$$u"); done
+	    sed 's|/usr/local/|$(PREFIX)/|g' "$$u" > $(DESTDIR)$(UNITDIR)/$$(basename "$$u"); \
+	    chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename "$$u"); done
+
+# The Debian packages cjrelay and cjrelay-tools (debian/): dpkg-buildpackage on a
+# copy of the tree in build/deb/src, so its outputs (.deb, .changes, .buildinfo)
+# land in build/deb/ and its clean step leaves this build/ alone; lintian checks them.
+deb: deps
+	rm -rf $(B)/deb && mkdir -p $(B)/deb/src
+	tar -cf - --exclude=./$(B) --exclude=./.git . | tar -xf - -C $(B)/deb/src
+	cd $(B)/deb/src && dpkg-buildpackage -b -us -uc -j$(JOBS)
+	lintian --fail-on error,warning $(B)/deb/*.changes
 
 clean:
 	rm -rf $(B)
 
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+# (build/deb holds the package build's own tree, sysusers.d directories included)
+-include $(shell find $(B) -path $(B)/deb -prune -o -name '*.d' -type f -print 2>/dev/null)

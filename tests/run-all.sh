@@ -4,7 +4,8 @@
 # LeakSanitizer on: a sanitizer report in any process fails the suite; see
 # tests/e2e/lib.sh for CJ_BIN / CJ_SAN).  CJ_SAN_SUITES="fl tls ..." limits the
 # sanitized pass to those suites ("none" skips it); default "all": every suite
-# but test_systemd (runs no binary of ours) and test_sim / test_worker (they
+# but test_systemd (runs no binary of ours), test_deb (the man pages and the
+# packages) and test_sim / test_worker (they
 # test the simulator and the reference worker, which run sanitized inside the
 # fl, spool, faults and hostile suites anyway): make check stays within its
 # 10 minutes on 2 cores.
@@ -55,6 +56,7 @@ for s in tests/e2e/test_*.sh; do
     esac
     case $n in
         test_systemd) [ "${CJ_SAN_SUITES:-all}" = all ] && { echo "== $n.sh under ASan+UBSan: left out (runs no binary of ours)"; continue; } ;;
+        test_deb) [ "${CJ_SAN_SUITES:-all}" = all ] && { echo "== $n.sh under ASan+UBSan: left out (checks the man pages and the packages; its daemon only answers show)"; continue; } ;;
         test_sim|test_worker) [ "${CJ_SAN_SUITES:-all}" = all ] && { echo "== $n.sh under ASan+UBSan: left out (tests a tool binary that runs sanitized in the other suites; CJ_SAN_SUITES=${n#test_} runs it)"; continue; } ;;
     esac
     case " $mem_suites " in

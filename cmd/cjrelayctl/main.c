@@ -6,7 +6,8 @@
  * last argument "-" is replaced by standard input (line breaks become spaces):
  * `cjrelayctl job start - < job.json` keeps a description's credentials off
  * every argv.
- * Exit: 0 on OK/data, 1 on an ERR answer, 2 when the socket cannot be reached. */
+ * Exit statuses: ops/exitcodes.c (0 on OK/data, 1 on an ERR answer, 2 when the
+ * socket cannot be reached). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 
 #include "ctl.h"
 #include "ops/commands.h"
+#include "ops/exitcodes.h"
 #include "util/version.h"
 
 #define DEFAULT_SOCKET "/run/cjrelay/status.sock"
@@ -37,6 +39,11 @@ static void usage(FILE *f)
     }
     fprintf(f, "a last argument '-' is read from standard input (job start - < job.json)\n");
     fprintf(f, "socket: -s SOCKET, else [status] socket of -c FILE, else %s\n", DEFAULT_SOCKET);
+    fprintf(f, "exit status:\n");
+    for (size_t i = 0; i < cj_exit_ncodes; i++)
+        if (!strcmp(cj_exit_codes[i].program, "cjrelayctl"))
+            fprintf(f, "  %d  %s\n", cj_exit_codes[i].code, cj_exit_codes[i].meaning);
+    fprintf(f, "see cjrelayctl(8); the stats fields: cjrelayd(8)\n");
 }
 
 static int connect_socket(const char *path)
@@ -68,7 +75,8 @@ static int send_all(int fd, const char *buf, size_t n)
 }
 
 /* Reads until the empty line that ends an answer (waiting at most
- * timeout_ms, -1: as long as it takes); prints it; 0 OK, 1 ERR, 2 broken. */
+ * timeout_ms, -1: as long as it takes); prints it; returns the exit status
+ * (OK, ERR, or unreachable when the answer was cut short). */
 static int read_answer(int fd, int timeout_ms)
 {
     char buf[8192];
@@ -78,16 +86,16 @@ static int read_answer(int fd, int timeout_ms)
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int pr = poll(&p, 1, timeout_ms);
-        if (pr == 0) { fprintf(stderr, "cjrelayctl: no answer within %d s\n", timeout_ms / 1000); return 2; }
-        if (pr < 0) { if (errno == EINTR) continue; return 2; }
+        if (pr == 0) { fprintf(stderr, "cjrelayctl: no answer within %d s\n", timeout_ms / 1000); return CJ_CTL_EXIT_UNREACHABLE; }
+        if (pr < 0) { if (errno == EINTR) continue; return CJ_CTL_EXIT_UNREACHABLE; }
         ssize_t r = recv(fd, buf, sizeof buf, 0);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) { fprintf(stderr, "cjrelayctl: connection closed before the answer ended\n"); return 2; }
+        if (r <= 0) { fprintf(stderr, "cjrelayctl: connection closed before the answer ended\n"); return CJ_CTL_EXIT_UNREACHABLE; }
         for (ssize_t i = 0; i < r; i++) {
             if (is_err < 0 && have == 0) is_err = (size_t)r >= 4 && memcmp(buf, "ERR ", 4) == 0;
             if (buf[i] == '\n' && prev == '\n' && have > 0) {
                 fwrite(buf, 1, (size_t)i, stdout);
-                return is_err == 1 ? 1 : 0;
+                return is_err == 1 ? CJ_CTL_EXIT_ERR : CJ_CTL_EXIT_OK;
             }
             prev = buf[i];
             have++;
@@ -129,14 +137,14 @@ int main(int argc, char **argv)
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (!strcmp(argv[i], "-s") && i + 1 < argc) sock = argv[++i];
         else if (!strcmp(argv[i], "-c") && i + 1 < argc) conf = argv[++i];
-        else if (!strcmp(argv[i], "--version")) { printf("cjrelayctl %s\n", CJRELAY_VERSION); return 0; }
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
-        else { usage(stderr); return 2; }
+        else if (!strcmp(argv[i], "--version")) { printf("cjrelayctl %s\n", CJRELAY_VERSION); return CJ_CTL_EXIT_OK; }
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return CJ_CTL_EXIT_OK; }
+        else { usage(stderr); return CJ_CTL_EXIT_UNREACHABLE; }
     }
-    if (i >= argc) { usage(stderr); return 2; }
+    if (i >= argc) { usage(stderr); return CJ_CTL_EXIT_UNREACHABLE; }
     char path[4096];
     if (!sock && conf) {
-        if (ctl_socket_from_config(conf, path, sizeof path) != 0) return 2;
+        if (ctl_socket_from_config(conf, path, sizeof path) != 0) return CJ_CTL_EXIT_UNREACHABLE;
         sock = path;
     }
     if (!sock) sock = DEFAULT_SOCKET;
@@ -146,16 +154,16 @@ int main(int argc, char **argv)
     for (; i < argc; i++) {
         int rc = i == argc - 1 && !strcmp(argv[i], "-") ? append_stdin(line, &len)
                                                          : append_word(line, &len, argv[i], strlen(argv[i]));
-        if (rc != 0) { fprintf(stderr, "cjrelayctl: command too long (at most %d bytes)\n", LINE_MAX_BYTES - 2); return 2; }
+        if (rc != 0) { fprintf(stderr, "cjrelayctl: command too long (at most %d bytes)\n", LINE_MAX_BYTES - 2); return CJ_CTL_EXIT_UNREACHABLE; }
     }
     line[len++] = '\n';
     line[len] = '\0';
     int fd = connect_socket(sock);
-    if (fd < 0) return 2;
+    if (fd < 0) return CJ_CTL_EXIT_UNREACHABLE;
     if (send_all(fd, line, len) != 0) {
         fprintf(stderr, "cjrelayctl: cannot send to %s: %s\n", sock, strerror(errno));
         close(fd);
-        return 2;
+        return CJ_CTL_EXIT_UNREACHABLE;
     }
     /* job wait answers when the job ends, however long that takes */
     int rc = read_answer(fd, strncmp(line, "job wait ", 9) == 0 ? -1 : ANSWER_TIMEOUT_MS);

@@ -4,13 +4,15 @@
  *   cjrelayd -c FILE --check-config   validate FILE, print every problem, exit 0/1
  *   cjrelayd --version
  *
- * Exit status: 0 clean end, 1 configuration error, 2 fatal runtime error. */
+ * Exit status: ops/exitcodes.c (0 clean end, 1 configuration error, 2 fatal
+ * runtime error). */
 #include <stdio.h>
 #include <string.h>
 
 #include "ops/config.h"
 #include "net/tls.h"
 #include "ops/daemon.h"
+#include "ops/exitcodes.h"
 #include "util/log.h"
 #include "util/version.h"
 
@@ -19,9 +21,19 @@ struct args {
     int check_only;
 };
 
+/* The man page's synopsis, options and exit statuses, in short. */
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: cjrelayd -c FILE [--check-config]\n       cjrelayd --version\n");
+    fprintf(f, "usage: cjrelayd -c FILE [--check-config]\n       cjrelayd --version\n"
+               "  -c, --config FILE     the configuration file (cjrelay.ini(5))\n"
+               "  -t, --check-config    print every problem of FILE with FILE:LINE, then exit\n"
+               "  --version             the version and the FLARE wire format it is pinned to\n"
+               "signals: HUP reloads; TERM/INT drains (a second one stops at once); QUIT stops at once\n"
+               "exit status:\n");
+    for (size_t i = 0; i < cj_exit_ncodes; i++)
+        if (!strcmp(cj_exit_codes[i].program, "cjrelayd"))
+            fprintf(f, "  %d  %s\n", cj_exit_codes[i].code, cj_exit_codes[i].meaning);
+    fprintf(f, "see cjrelayd(8), cjrelayctl(8), cjrelay.ini(5)\n");
 }
 
 static int parse_args(int argc, char **argv, struct args *a)

@@ -1,0 +1,179 @@
+#!/bin/sh
+# The man pages and the Debian packages:
+# (a) the generated pages list every config key, status command, show target, stats field,
+#     exit status and job outcome, checked against the generator's table dump and the binaries' own output
+#     (cjrelayctl --help, show config and show stats of a running daemon), and render cleanly;
+# (b) make deb's packages (rebuilt when a source is newer than them): contents, maintainer
+#     scripts, the sysusers entry creating the service user, the units, lintian, and
+#     systemd-analyze verify on the unpacked units.
+. "$(dirname "$0")/lib.sh"
+D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; G=$ROOT/build/mangen; M=$ROOT/build/man
+W=$(mktemp -d); PID=
+cleanup() { [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null; rm -rf "$W"; }
+trap cleanup EXIT
+
+# ---- (a) the man pages ------------------------------------------------------------
+[ -x "$G" ] || { fail "build/mangen is missing (make all builds it)"; finish; }
+for p in man5/cjrelay.ini.5 man8/cjrelayd.8 man8/cjrelayctl.8; do
+    [ -s "$M/$p" ] || { fail "build/man/$p is missing (make all builds it)"; finish; }
+done
+
+# page_items PAGE SECTION: the .B names under .TP in one .SH section of a page, roff escapes
+# undone; a .SS [name] subsection prefixes its name ("relay.site").
+page_items() {
+    awk -v want="$2" '
+        /^\.SH / { sec = substr($0, 5); sub_ = ""; next }
+        sec != want { next }
+        /^\.SS \[/ { sub_ = substr($0, 6); gsub(/[][]/, "", sub_); next }
+        /^\.TP/ { tp = 1; next }
+        tp && /^\.B / { s = substr($0, 4); gsub(/\\-/, "-", s); print (sub_ != "" ? sub_ "." : "") s }
+        { tp = 0 }' "$1"
+}
+# same_set NAME EXPECTED ACTUAL: every line of each file is in the other
+same_set() {
+    sort -u "$2" > "$2.s"; sort -u "$3" > "$3.s"
+    if cmp -s "$2.s" "$3.s" && [ -s "$2.s" ]; then pass "$1 ($(wc -l < "$2.s"))"
+    else fail "$1: missing: $(comm -23 "$2.s" "$3.s" | tr '\n' ' ') extra: $(comm -13 "$2.s" "$3.s" | tr '\n' ' ')"; fi
+}
+
+"$G" list keys > "$W/keys"
+page_items "$M/man5/cjrelay.ini.5" KEYS > "$W/page-keys"
+same_set "cjrelay.ini(5) lists every config key of the table" "$W/keys" "$W/page-keys"
+
+"$G" list commands > "$W/cmds"
+# a command's usage line ("job stop <job_id> [reason]") starts with its name
+page_items "$M/man8/cjrelayctl.8" COMMANDS | while read -r line; do
+    while read -r c; do case "$line" in "$c"|"$c "*) echo "$c" ;; esac; done < "$W/cmds"
+done > "$W/page-cmds"
+same_set "cjrelayctl(8) lists every status command of the table" "$W/cmds" "$W/page-cmds"
+# cjrelayctl --help: "  NAME ARGS  help" lines, two-word names included
+$C --help | awk '/^  [a-z]/' > "$W/help"
+while read -r c; do grep -q "^  $c\( \|$\)" "$W/help" && echo "$c"; done < "$W/cmds" > "$W/help-cmds"
+same_set "cjrelayctl --help and the page name the same commands" "$W/cmds" "$W/help-cmds"
+
+"$G" list shows > "$W/shows"
+# the show targets follow the commands, in the same .SH COMMANDS section
+page_items "$M/man8/cjrelayctl.8" COMMANDS | grep -vxF -f "$W/cmds" | grep -v ' ' > "$W/page-shows"
+same_set "cjrelayctl(8) lists every show target" "$W/shows" "$W/page-shows"
+
+"$G" list stats > "$W/stats"
+page_items "$M/man8/cjrelayd.8" STATISTICS > "$W/page-stats"
+same_set "cjrelayd(8) lists every stats field of the registry" "$W/stats" "$W/page-stats"
+
+"$G" list exit | awk '$1 == "cjrelayd" {print $2}' > "$W/exit-d"
+page_items "$M/man8/cjrelayd.8" "EXIT STATUS" > "$W/page-exit-d"
+same_set "cjrelayd(8) lists every exit status" "$W/exit-d" "$W/page-exit-d"
+"$G" list exit | awk '$1 == "cjrelayctl" {print $2}' > "$W/exit-c"
+page_items "$M/man8/cjrelayctl.8" "EXIT STATUS" > "$W/page-exit-c"
+same_set "cjrelayctl(8) lists every exit status" "$W/exit-c" "$W/page-exit-c"
+"$G" list exit | awk '$1 == "job" {print $2}' > "$W/exit-j"
+page_items "$M/man8/cjrelayctl.8" "JOB OUTCOMES" > "$W/page-exit-j"
+same_set "cjrelayctl(8) lists every job outcome" "$W/exit-j" "$W/page-exit-j"
+
+# The running daemon's own view: show config's keys and (spool mode: every section)
+# show stats' fields must all be in the pages.
+mkdir -p "$W/spool"
+relay_ini "$W/r.ini" relay.mode=spool relay.spool_dir="$W/spool" relay.spool_allow_tmpfs=true \
+    upstream.url=tcp://127.0.0.1:1 workers.listen="unix:$W/w.sock" status.socket="$W/s.sock"
+$D -c "$W/r.ini" 2> "$W/d.log" & PID=$!
+if wait_for 10 $C -s "$W/s.sock" show info; then
+    $C -s "$W/s.sock" show config | awk 'NR > 1 {print $1}' > "$W/d-keys"
+    same_set "show config's keys are the page's" "$W/page-keys" "$W/d-keys"
+    $C -s "$W/s.sock" show stats | awk -F: '/^[a-z_]+: / {print $1}' > "$W/d-stats"
+    same_set "show stats' fields are the page's" "$W/page-stats" "$W/d-stats"
+else
+    fail "the daemon did not answer on its status socket"; note "$W/d.log"
+fi
+kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; PID=
+
+# Each page renders without a warning from man/groff.
+for p in man5/cjrelay.ini.5 man8/cjrelayd.8 man8/cjrelayctl.8; do
+    if command -v man >/dev/null; then
+        msg=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l "$M/$p" 2>&1 >/dev/null)
+        if [ -z "$msg" ]; then pass "$p renders without warnings"; else fail "$p: $msg"; fi
+    else skip "$p rendering (man is not installed)"; fi
+done
+
+# ---- (b) the packages -------------------------------------------------------------
+need() { # need TOOL PACKAGE: 0 when TOOL is there or could be installed
+    command -v "$1" >/dev/null && return 0
+    [ "$(id -u)" = 0 ] || return 1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null 2>&1
+    command -v "$1" >/dev/null
+}
+if ! need dpkg-buildpackage dpkg-dev || ! need dh debhelper; then
+    skip "the packages (dpkg-buildpackage or debhelper missing and not installable)"; finish
+fi
+DEB=$ROOT/build/deb
+changes=$(ls "$DEB"/cjrelay_*.changes 2>/dev/null | head -n 1)
+stale=yes
+if [ -n "$changes" ]; then
+    stale=$(cd "$ROOT" && find lib cmd doc/man debian systemd conf Makefile README.md doc/interface.md \
+                -newer "$changes" -type f 2>/dev/null | head -n 1)
+fi
+if [ -n "$stale" ]; then
+    if make -s -C "$ROOT" deb JOBS=2 > "$W/deb.log" 2>&1; then pass "make deb builds the packages"
+    else fail "make deb"; tail -n 40 "$W/deb.log" | note; finish; fi
+else
+    pass "make deb's packages are newer than every source (reused)"
+fi
+debf=$(ls "$DEB"/cjrelay_*.deb | head -n 1); tools=$(ls "$DEB"/cjrelay-tools_*.deb | head -n 1)
+changes=$(ls "$DEB"/cjrelay_*.changes | head -n 1)
+
+dpkg-deb -c "$debf" | awk '{print $6}' | sed 's|^\./||' > "$W/c-main"
+dpkg-deb -c "$tools" | awk '{print $6}' | sed 's|^\./||' > "$W/c-tools"
+for f in usr/bin/cjrelayd usr/bin/cjrelayctl lib/systemd/system/cjrelay.service \
+         lib/systemd/system/cjrelay@.service usr/lib/sysusers.d/cjrelay.conf usr/lib/tmpfiles.d/cjrelay.conf \
+         usr/share/man/man8/cjrelayd.8.gz usr/share/man/man8/cjrelayctl.8.gz usr/share/man/man5/cjrelay.ini.5.gz \
+         usr/share/doc/cjrelay/examples/cjrelay.ini usr/share/doc/cjrelay/copyright etc/cjrelay/; do
+    grep -qxF "$f" "$W/c-main" || echo "$f"
+done > "$W/absent"
+if [ -s "$W/absent" ]; then fail "cjrelay lacks: $(tr '\n' ' ' < "$W/absent")"; else pass "cjrelay holds the daemon, ctl, units, sysusers/tmpfiles, man pages, example"; fi
+check "cjrelay holds no test tool" sh -c "! grep -q 'cjrelay-sim\|cjrelay-worker' '$W/c-main'"
+check "cjrelay-tools holds the simulator and the worker in /usr/lib/cjrelay" \
+    sh -c "grep -qx usr/lib/cjrelay/cjrelay-sim '$W/c-tools' && grep -qx usr/lib/cjrelay/cjrelay-worker '$W/c-tools'"
+check "cjrelay-tools puts nothing on the PATH" sh -c "! grep -q '^usr/bin/.\|^usr/sbin/.' '$W/c-tools'"
+
+mkdir -p "$W/x" "$W/ctl"
+dpkg-deb -x "$debf" "$W/x"; dpkg-deb -e "$debf" "$W/ctl"
+for p in man8/cjrelayd.8 man8/cjrelayctl.8 man5/cjrelay.ini.5; do
+    check "the package's $p is the generated page" sh -c "zcat '$W/x/usr/share/man/$p.gz' | cmp -s - '$M/$p'"
+done
+check "postinst creates the user (systemd-sysusers) before its directories (systemd-tmpfiles)" \
+    sh -c "awk '/systemd-sysusers/ {u = NR} /systemd-tmpfiles/ {t = NR} END {exit !(u && t && u < t)}' '$W/ctl/postinst'"
+# dh_installsystemd --no-enable: enable only what the admin had enabled before (debian-installed)
+check "postinst does not enable the service (it needs a site's configuration)" \
+    grep -q "deb-systemd-helper debian-installed 'cjrelay.service'" "$W/ctl/postinst"
+check "Depends names a sysusers provider" sh -c "dpkg-deb -f '$debf' Depends | grep -q 'systemd-sysusers'"
+check "the sysusers entry makes the cjrelay user and group" \
+    sh -c "grep -q '^u cjrelay ' '$W/x/usr/lib/sysusers.d/cjrelay.conf' && grep -q '^g cjrelay ' '$W/x/usr/lib/sysusers.d/cjrelay.conf'"
+if command -v systemd-sysusers >/dev/null; then
+    mkdir -p "$W/root/etc"
+    systemd-sysusers --root="$W/root" "$W/x/usr/lib/sysusers.d/cjrelay.conf" > "$W/su.log" 2>&1
+    check "systemd-sysusers creates the system user cjrelay from it" \
+        sh -c "awk -F: '\$1 == \"cjrelay\" && \$3 < 1000 && \$7 ~ /nologin/' '$W/root/etc/passwd' | grep -q ."
+else skip "systemd-sysusers run (not installed)"; fi
+
+U=$W/x/lib/systemd/system
+check "both units run as User=cjrelay" sh -c "grep -qx User=cjrelay '$U/cjrelay.service' && grep -qx User=cjrelay '$U/cjrelay@.service'"
+check "both units point at the man pages" sh -c "grep -q '^Documentation=man:cjrelayd(8)' '$U/cjrelay.service' && grep -q '^Documentation=man:cjrelayd(8)' '$U/cjrelay@.service'"
+check "the units run /usr/bin/cjrelayd" sh -c "grep -q '^ExecStart=/usr/bin/cjrelayd ' '$U/cjrelay.service' && ! grep -q /usr/local '$U/cjrelay@.service'"
+check "stopping cjrelay.service keeps the instances' /run/cjrelay/JOB" \
+    sh -c "grep -qx RuntimeDirectoryPreserve=yes '$U/cjrelay.service' && grep -qx 'RuntimeDirectory=cjrelay/%i' '$U/cjrelay@.service' && ! grep -q '^RuntimeDirectoryPreserve' '$U/cjrelay@.service'"
+check "the units keep their hardening" sh -c "for u in '$U'/*.service; do grep -qx ProtectSystem=strict \"\$u\" && grep -qx NoNewPrivileges=yes \"\$u\" && grep -qx CapabilityBoundingSet= \"\$u\" || exit 1; done"
+
+if command -v systemd-analyze >/dev/null; then
+    for u in cjrelay.service cjrelay@.service; do
+        out=$W/$(echo "$u" | sed 's/@/@demo/')
+        sed "s|/usr/bin/cjrelayd|$W/x/usr/bin/cjrelayd|g" "$U/$u" > "$out"
+        if msg=$(MANPATH="$W/x/usr/share/man:" systemd-analyze verify "$out" 2>&1) && [ -z "$msg" ]; then
+            pass "systemd-analyze verify the package's $u"
+        else fail "systemd-analyze verify the package's $u: $msg"; fi
+    done
+else skip "systemd-analyze verify (systemd-analyze is not installed)"; fi
+
+if need lintian lintian; then
+    if lintian --fail-on error,warning "$changes" > "$W/lintian" 2>&1; then pass "lintian: no error or warning"
+    else fail "lintian"; note "$W/lintian"; fi
+else skip "lintian (not installed and not installable)"; fi
+finish
