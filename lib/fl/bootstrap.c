@@ -183,8 +183,22 @@ static const struct bkey file_keys[] = {
 #undef TX
 #undef BS
 
-/* One object: its keys in table order (a cj_pid of 0 is left out). */
-static void write_object(struct jbuf *jb, const struct bkey *keys, size_t n, const char *base)
+/* The raw JSON value of extra key name, or NULL. */
+static const char *extra_value(const char *extra, int extrac, const char *name)
+{
+    const char *p = extra;
+    for (int i = 0; p && i < extrac; i++) {
+        const char *raw = p + strlen(p) + 1;
+        if (!strcmp(p, name)) return raw;
+        p = raw + strlen(raw) + 1;
+    }
+    return NULL;
+}
+
+/* One object: its keys in table order (a cj_pid of 0 is left out), then the
+ * extra keys, which replace table keys of the same name. */
+static void write_object(struct jbuf *jb, const struct bkey *keys, size_t n, const char *base, const char *extra,
+                         int extrac)
 {
     bool first = true;
     jputs(jb, "{");
@@ -192,11 +206,20 @@ static void write_object(struct jbuf *jb, const struct bkey *keys, size_t n, con
         const struct bkey *k = &keys[i];
         const char *f = base + k->off;
         if (k->kind == BK_PID && *(const int64_t *)f <= 0) continue;
+        if (extra_value(extra, extrac, k->name)) continue;
         if (k->kind == BK_STR) jkv_str(jb, k->name, f, first);
         else if (k->kind == BK_BOOL) { jkey(jb, k->name, first); jputs(jb, *(const bool *)f ? "true" : "false"); }
-        else if (k->kind == BK_OBJECT) { jkey(jb, k->name, first); write_object(jb, k->sub, k->nsub, f); }
+        else if (k->kind == BK_OBJECT) { jkey(jb, k->name, first); write_object(jb, k->sub, k->nsub, f, NULL, 0); }
         else jkv_int(jb, k->name, *(const int64_t *)f, first);
         first = false;
+    }
+    const char *p = extra;
+    for (int i = 0; p && i < extrac; i++) {
+        const char *raw = p + strlen(p) + 1;
+        jkey(jb, p, first);
+        jputs(jb, raw);
+        first = false;
+        p = raw + strlen(raw) + 1;
     }
     jputs(jb, "}");
 }
@@ -206,7 +229,7 @@ int cj_bootstrap_format(const struct cj_bootstrap *b, char **out, size_t *len, s
     int rc = cj_bootstrap_check(b, err);
     if (rc) return rc;
     struct jbuf jb = {0};
-    write_object(&jb, file_keys, NFILE_KEYS, (const char *)b);
+    write_object(&jb, file_keys, NFILE_KEYS, (const char *)b, b->extra, b->extrac);
     jputs(&jb, "\n");
     if (jb.bad) {
         if (jb.p) { explicit_bzero(jb.p, jb.cap); free(jb.p); }

@@ -54,6 +54,12 @@ struct cj_bootstrap {
     struct cj_bootstrap_task_exchange task_exchange;
     int64_t memory_gc_rounds;
     bool cuda_empty_cache;
+    /* Written only: extra keys, extrac pairs "key" NUL raw-JSON-value NUL one
+     * after the other (a job description's bootstrap object, checked there).
+     * Such a key replaces the field of the same name (task_exchange,
+     * memory_gc_rounds, cuda_empty_cache); the others follow the table's keys. */
+    const char *extra;
+    int extrac;
 };
 
 /* Schema 1, external_process, task_exchange defaults (train_with_eval false,

@@ -72,6 +72,8 @@ struct cj_launcher {
     char cwd[PATH_MAX];
     bool has_account;
     struct cj_account account;
+    char *boot_extra;           /* boot_extrac pairs, see cj_launcher_cfg */
+    int boot_extrac;
     char connect_url[CJ_BOOTSTRAP_URL_MAX + 1];
     char site[NAME_MAX_LEN + 1], job[NAME_MAX_LEN + 1];
     bool secure;
@@ -360,6 +362,17 @@ static void child_exec(const struct cj_launcher *l, int out_fd, int err_fd, char
 
 static void schedule_restart(struct slot *sl, double lived);
 
+/* A copy of n "key" NUL value NUL pairs laid one after the other.  0 or -1. */
+static int copy_pairs(const char *src, int n, char **out)
+{
+    const char *p = src;
+    for (int i = 0; i < 2 * n; i++) p += strlen(p) + 1;
+    size_t len = (size_t)(p - src);
+    if (!(*out = malloc(len))) return -1;
+    memcpy(*out, src, len);
+    return 0;
+}
+
 static int write_bootstrap(struct cj_launcher *l, struct slot *sl, const char *token)
 {
     struct cj_bootstrap b;
@@ -373,6 +386,8 @@ static int write_bootstrap(struct cj_launcher *l, struct slot *sl, const char *t
     snprintf(b.job_id, sizeof b.job_id, "%s", l->job);
     snprintf(b.site_name, sizeof b.site_name, "%s", l->site);
     b.secure_mode = l->secure;
+    b.extra = l->boot_extra;
+    b.extrac = l->boot_extrac;
     int rc = cj_bootstrap_write(sl->bootstrap, &b, &e);
     explicit_bzero(&b, sizeof b);
     if (rc) cj_log_error("worker %s: cannot write its bootstrap file: %s", sl->leaf, e.msg);
@@ -622,6 +637,8 @@ struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_lau
         l->has_account = true;
         l->account = *cfg->account;
     }
+    if (cfg->boot_extrac > 0 && copy_pairs(cfg->boot_extra, cfg->boot_extrac, &l->boot_extra) != 0) goto nomem;
+    l->boot_extrac = l->boot_extra ? cfg->boot_extrac : 0;
     l->clean_env = cfg->clean_env;
     if (cfg->clean_env && cfg->env && cfg->envc > 0) {
         size_t len = 0;
@@ -690,6 +707,7 @@ void cj_launcher_free(struct cj_launcher *l)
     free(l->slots);
     cj_launcher_argv_free(l->argv);
     free(l->env_text);
+    free(l->boot_extra);
     free(l);
 }
 

@@ -61,6 +61,10 @@ struct cj_launcher_cfg {
     /* The account workers run as (copied); NULL: the daemon's.  Their bootstrap
      * files are given to it; the switch happens in the child before the cwd. */
     const struct cj_account *account;
+    /* Extra bootstrap keys (copied): boot_extrac pairs "key" NUL raw-JSON NUL,
+     * as struct cj_bootstrap's extra. */
+    const char *boot_extra;
+    int boot_extrac;
 };
 
 struct cj_launcher_cbs {

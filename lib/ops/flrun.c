@@ -352,6 +352,8 @@ static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, const 
         lc.envc = opts->worker_envc;
         lc.cwd = opts->worker_cwd;
         lc.account = opts->worker_account;
+        lc.boot_extra = opts->boot_extra;
+        lc.boot_extrac = opts->boot_extrac;
     }
     struct cj_launcher_cbs cbs = {.ctx = f, .on_spawn = on_spawn, .on_exit = on_exit_cb, .in_barrier = in_barrier};
     f->launcher = cj_launcher_new(f->base, &lc, &cbs, err);

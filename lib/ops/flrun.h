@@ -41,6 +41,8 @@ struct cj_flrun_opts {
     const char *worker_env;         /* worker_envc "NAME=value" strings, one after the other */
     int worker_envc;
     const struct cj_account *worker_account;   /* launched workers' account; NULL: the daemon's */
+    const char *boot_extra;         /* extra bootstrap keys: boot_extrac "key" NUL raw-JSON NUL pairs */
+    int boot_extrac;
     const char *worker_cwd;         /* launched workers' working directory; NULL: the daemon's */
 };
 

@@ -253,6 +253,8 @@ static int start_cell(struct cj_job *j, const struct cj_job_opts *opts, struct c
         fo.worker_envc = opts->worker_envc;
         fo.worker_cwd = opts->worker_cwd;
         fo.worker_account = opts->worker_account;
+        fo.boot_extra = opts->boot_extra;
+        fo.boot_extrac = opts->boot_extrac;
     }
     if (!(j->fl = cj_flrun_new(j->base, j->stream, j->router, &j->cfg, &fo, &cbs, err))) return -1;
     return start_upstream(j, err);

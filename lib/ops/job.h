@@ -48,6 +48,9 @@ struct cj_job_opts {
     const char *worker_cwd;         /* launched workers' working directory; NULL: the daemon's */
     const struct cj_account *worker_account;   /* launched workers' account (and owner of their unix
                                                   sockets and bootstrap files); NULL: the daemon's */
+    const char *boot_extra;         /* the description's bootstrap keys: boot_extrac "key" NUL raw-JSON
+                                       NUL pairs, written into every worker's bootstrap file */
+    int boot_extrac;
     const char *parent_url;         /* FLARE's client parent (tcp://HOST:PORT): the cell links to it as its
                                        child and tells it the job's status (ops/jobcp.h); NULL: none */
 };

@@ -372,6 +372,7 @@ static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg
                                .worker_env = d->worker.env, .worker_envc = d->worker.envc,
                                .worker_cwd = (d->has & CJ_JD_CWD) ? d->worker.cwd : NULL,
                                .worker_account = (d->has & (CJ_JD_USER | CJ_JD_GROUP)) ? &acc : NULL,
+                               .boot_extra = d->boot, .boot_extrac = d->bootc,
                                .parent_url = (d->has & CJ_JD_PARENT_URL) ? d->parent_url : NULL};
     struct cj_job_cbs cbs = {.ctx = js, .ended = on_job_ended};
     struct cj_err err = {0};

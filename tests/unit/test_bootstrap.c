@@ -170,6 +170,33 @@ static void test_write_read(void **state)
     unlink(path);
 }
 
+/* A job description's extra keys: one replaces the task_exchange the table
+ * writes, another follows the table's keys; the reader takes the new values. */
+static void test_extra_keys(void **state)
+{
+    (void)state;
+    struct cj_bootstrap b, r;
+    struct cj_err e = {0};
+    sample(&b);
+    static const char extra[] = "task_exchange\0{\"exchange_format\": \"raw\", \"launch_once\": false}\0"
+                                "site_note\0[1, \"x\"]";
+    b.extra = extra;
+    b.extrac = 2;
+    char *json;
+    size_t len;
+    if (cj_bootstrap_format(&b, &json, &len, &e)) fail_msg("%s", e.msg);
+    assert_non_null(strstr(json, "\"task_exchange\": {\"exchange_format\": \"raw\", \"launch_once\": false}"));
+    assert_null(strstr(json, "train_with_eval"));   /* the table's task_exchange is not written too */
+    const char *mg = strstr(json, "\"memory_gc_rounds\""), *note = strstr(json, "\"site_note\": [1, \"x\"]}");
+    assert_true(mg && note && mg < note);
+    assert_int_equal(cj_bootstrap_parse(json, len, &r, &e), 0);
+    assert_string_equal(r.task_exchange.exchange_format, "raw");
+    assert_false(r.task_exchange.launch_once);
+    assert_string_equal(r.task_exchange.train_task_name, "train");   /* absent: the default */
+    explicit_bzero(json, len);
+    free(json);
+}
+
 static void test_read_errors(void **state)
 {
     (void)state;
@@ -396,7 +423,7 @@ static void test_creds(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_token),  cmocka_unit_test(test_write_read), cmocka_unit_test(test_read_errors),
+        cmocka_unit_test(test_token),  cmocka_unit_test(test_write_read), cmocka_unit_test(test_extra_keys), cmocka_unit_test(test_read_errors),
         cmocka_unit_test(test_parse),  cmocka_unit_test(test_creds),
     };
     return cmocka_run_group_tests_name("bootstrap", tests, setup, teardown);
