@@ -292,6 +292,15 @@ static bool env_dropped(const char *e)
 
 /* The worker's environment: ours minus the dropped names, or a clean one
  * (PATH and the job's own), plus the bootstrap path. */
+/* True when the job's own variables set PATH: it replaces the daemon's. */
+static bool job_sets_path(const struct cj_launcher *l)
+{
+    const char *p = l->env_text;
+    for (int i = 0; i < l->envc; i++, p += strlen(p) + 1)
+        if (!strncmp(p, "PATH=", 5)) return true;
+    return false;
+}
+
 static char **make_env(const struct cj_launcher *l, const char *bootstrap)
 {
     size_t n = 0;
@@ -299,8 +308,9 @@ static char **make_env(const struct cj_launcher *l, const char *bootstrap)
     char **env = calloc(n + (size_t)l->envc + 2, sizeof *env);
     if (!env) return NULL;
     size_t k = 0;
+    bool own_path = l->clean_env && job_sets_path(l);
     for (char **e = environ; e && *e; e++)
-        if (l->clean_env ? !strncmp(*e, "PATH=", 5) : !env_dropped(*e)) env[k++] = *e;
+        if (l->clean_env ? !own_path && !strncmp(*e, "PATH=", 5) : !env_dropped(*e)) env[k++] = *e;
     const char *p = l->env_text;
     for (int i = 0; l->clean_env && i < l->envc; i++, p += strlen(p) + 1) env[k++] = (char *)p;
     size_t len = strlen(CJ_BOOTSTRAP_ENV) + 1 + strlen(bootstrap) + 1;
@@ -322,6 +332,39 @@ static void free_env(char **env)
     while (e[1]) e++;
     free(*e);   /* only the last entry is ours */
     free(env);
+}
+
+/* execvpe, but the command is looked up on the PATH of the worker's own
+ * environment (execvpe uses the daemon's): each directory in turn, as the
+ * shell does.  Async-signal-safe: only execve and our own string work. */
+static void exec_on_path(char *const argv[], char *const env[])
+{
+    const char *file = argv[0], *path = NULL;
+    if (strchr(file, '/')) {
+        execve(file, argv, env);
+        return;
+    }
+    for (char *const *e = env; *e && !path; e++)
+        if (!strncmp(*e, "PATH=", 5)) path = *e + 5;
+    if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+    size_t fl = strlen(file);
+    int first_err = ENOENT;
+    for (const char *d = path;; d++) {
+        const char *end = strchr(d, ':');
+        size_t dl = end ? (size_t)(end - d) : strlen(d);
+        char full[PATH_MAX];
+        if (dl + 1 + fl < sizeof full) {
+            if (dl) memcpy(full, d, dl);
+            else full[dl++] = '.';   /* an empty entry is the working directory */
+            full[dl] = '/';
+            memcpy(full + dl + 1, file, fl + 1);
+            execve(full, argv, env);
+            if (errno != ENOENT && errno != ENOTDIR && first_err == ENOENT) first_err = errno;
+        }
+        if (!end) break;
+        d = end;
+    }
+    errno = first_err;
 }
 
 /* In the child, between fork and exec: async-signal-safe calls only. */
@@ -353,7 +396,7 @@ static void child_exec(const struct cj_launcher *l, int out_fd, int err_fd, char
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);   /* SIGPIPE may be ignored here */
-    execvpe(l->argv[0], l->argv, env);
+    exec_on_path(l->argv, env);
     static const char msg[] = "cjrelay launcher: cannot exec the worker command\n";
     ssize_t rc = write(2, msg, sizeof msg - 1);
     (void)rc;

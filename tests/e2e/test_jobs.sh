@@ -64,11 +64,13 @@ sim 3 grpc J3 --rounds 2 --model-size 8M --tensors 4; P3=$PORT
 # J1's worker: a shell that records its environment and directory, then becomes the worker
 a1=$(job "{\"job_id\": \"J1\", \"server_url\": \"tcp://127.0.0.1:$P1\", \"workspace\": \"$W/ws\", \"worker\": {\"argv\": [\"/bin/sh\", \"-c\", \"env > $W/j1.env; pwd > $W/j1.cwd; exec $BUILD/cjrelay-worker\"], \"env\": {\"CJTEST_MARK\": \"j1 env\"}, \"cwd\": \"$W/ws\"}}")
 # J2's description, with its credentials, goes in on standard input: on no argv, not even cjrelayctl's
-a2=$(printf '{"job_id": "J2", "server_url": "http://127.0.0.1:%s",\n "credentials": {"token": "%s", "token_signature": "%s", "ssid": "%s"}}\n' \
-    "$P2" "$TOKEN" "$SIG" "$SSID" | ctl job start -)
+# and its worker is a bare command name found on the PATH its description sets
+mkdir -p "$W/bin" && ln -s "$BUILD/cjrelay-worker" "$W/bin/cjtest-j2-worker"
+a2=$(printf '{"job_id": "J2", "server_url": "http://127.0.0.1:%s",\n "credentials": {"token": "%s", "token_signature": "%s", "ssid": "%s"},\n "worker": {"argv": ["cjtest-j2-worker"], "env": {"PATH": "%s/bin:/usr/bin:/bin"}}}\n' \
+    "$P2" "$TOKEN" "$SIG" "$SSID" "$W" | ctl job start -)
 a3=$(job "{\"job_id\": \"J3\", \"server_url\": \"grpc://127.0.0.1:$P3\", \"mode\": \"spool\"}")
 check "(a) job start J1 (tcp): $a1" [ "$a1" = "OK job J1 started" ]
-check "(a) job start J2 (http, credentials): $a2" [ "$a2" = "OK job J2 started" ]
+check "(a) job start J2 (http, credentials, its own PATH): $a2" [ "$a2" = "OK job J2 started" ]
 check "(a) job start J3 (grpc, spool): $a3" [ "$a3" = "OK job J3 started" ]
 printf '%s\n' "$TOKEN" "$SIG" "$SSID" > "$W/secrets"   # grep reads them from a file: its own argv stays clean
 check "(d) J2's credentials on no process's argv" sh -c "! cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -qF -f $W/secrets"
