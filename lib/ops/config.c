@@ -346,7 +346,7 @@ static int parse_listen_entry(const char *item, struct cj_endpoint *e, const cha
 {
     const char *w;
     char tmp[CJ_CFG_PATH_MAX];
-    if (cj_parse_endpoint(item, CJ_EP_UNIX | CJ_EP_TCP, e, &w) < 0)
+    if (cj_parse_endpoint(item, CJ_EP_UNIX | CJ_EP_TCP | CJ_EP_PORT0, e, &w) < 0)
         return cj_why(why, whysz, "'%s': %s", item, w);
     if (e->kind == CJ_EP_TCP && !cj_endpoint_is_loopback(e))
         return cj_why(why, whysz, "'%s' is not a loopback address: workers may only connect over "

@@ -64,15 +64,18 @@ static uint32_t max_frame(const struct cj_config *cfg)
 }
 
 /* Unix sockets belong to the workers' account when they run as another one:
- * they connect with its rights, and socket_mode gives the owner the access. */
+ * they connect with its rights, and socket_mode gives the owner the access.
+ * A tcp port 0 becomes the port the kernel gave: launched workers' bootstrap
+ * files and show config name that one. */
 static int open_worker_listeners(struct cj_job *j, const struct cj_account *acc, struct cj_err *err)
 {
-    const struct cj_listen_list *ls = &j->cfg.workers.listen;
+    struct cj_listen_list *ls = &j->cfg.workers.listen;
     for (int i = 0; i < ls->n; i++) {
         char url[CJ_CFG_PATH_MAX + 16];
         unsigned port = 0;
         cj_endpoint_format(&ls->ep[i], url, sizeof url);
         if (cj_router_listen(j->router, url, j->cfg.workers.socket_mode, &port, err) != 0) return -1;
+        if (ls->ep[i].kind == CJ_EP_TCP && ls->ep[i].port == 0) ls->ep[i].port = port;
         if (acc && ls->ep[i].kind == CJ_EP_UNIX && chown(ls->ep[i].addr, acc->uid, acc->gid) != 0)
             return cj_fail(err, CJ_E_INVALID, 0, "cannot give the worker socket %s to uid %u: %s", ls->ep[i].addr,
                            (unsigned)acc->uid, strerror(errno));

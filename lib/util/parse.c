@@ -195,19 +195,21 @@ static bool host_name_ok(const char *h)
     return true;
 }
 
-/* "PORT" (1..65535) and nothing after it. */
-static int parse_port(const char *p, unsigned *port, const char **why)
+/* "PORT" (1..65535, or 0 with port0) and nothing after it. */
+static int parse_port(const char *p, bool port0, unsigned *port, const char **why)
 {
     unsigned v = 0;
     size_t n = 0;
     for (; is_digit(*p) && n < 6; p++, n++) v = v * 10 + (unsigned)(*p - '0');
-    if (n == 0 || *p || v == 0 || v > 65535) return bad(why, "expected :PORT (1..65535) at the end");
+    if (n == 0 || *p || (v == 0 && !port0) || v > 65535)
+        return bad(why, port0 ? "expected :PORT (0..65535; 0: any free port) at the end"
+                              : "expected :PORT (1..65535) at the end");
     *port = v;
     return 0;
 }
 
 /* "HOST:PORT" or "[V6]:PORT" after the scheme. */
-static int parse_host_port(const char *hp, struct cj_endpoint *e, const char **why)
+static int parse_host_port(const char *hp, bool port0, struct cj_endpoint *e, const char **why)
 {
     const char *end, *rest;
     struct in6_addr a6;
@@ -234,7 +236,7 @@ static int parse_host_port(const char *hp, struct cj_endpoint *e, const char **w
         return bad(why, "invalid host name");
     }
     if (*rest != ':') return bad(why, "missing :PORT");
-    return parse_port(rest + 1, &e->port, why);
+    return parse_port(rest + 1, port0, &e->port, why);
 }
 
 /* The one table of URL schemes: prefix, kind, the refusal when not allowed. */
@@ -279,7 +281,7 @@ int cj_parse_endpoint(const char *s, unsigned allowed, struct cj_endpoint *ep,
         if (!*rest) return bad(why, "empty socket path");
         if (strlen(rest) > CJ_SUN_PATH_MAX) return bad(why, "socket path longer than 107 bytes");
         strcpy(e.addr, rest);
-    } else if (parse_host_port(rest, &e, why) < 0) {
+    } else if (parse_host_port(rest, (allowed & CJ_EP_PORT0) != 0, &e, why) < 0) {
         return -1;
     }
     *ep = e;

@@ -52,6 +52,7 @@ enum cj_ep_kind {
 #define CJ_EP_TLS (CJ_EP_STCP | CJ_EP_HTTPS | CJ_EP_GRPCS)
 #define CJ_EP_NET (CJ_EP_TCP | CJ_EP_HTTP | CJ_EP_GRPC | CJ_EP_TLS)  /* every network scheme */
 #define CJ_EP_CARRIED (CJ_EP_HTTP | CJ_EP_HTTPS | CJ_EP_GRPC | CJ_EP_GRPCS) /* frames inside messages */
+#define CJ_EP_PORT0 0x1000u     /* not a kind: in `allowed`, port 0 is accepted (a listener the kernel gives a port) */
 
 /* "unix", "tcp", "stcp", "http", "https", "grpc" or "grpcs". */
 const char *cj_ep_scheme(int kind);

@@ -225,6 +225,8 @@ static void test_endpoint(void **state)
     ep_bad("tcp://h", all, "missing :PORT");
     ep_bad("tcp://h:", all, "PORT");
     ep_bad("tcp://h:0", all, "PORT");
+    ep_ok("tcp://127.0.0.1:0", CJ_EP_TCP | CJ_EP_PORT0, CJ_EP_TCP, "127.0.0.1", 0, NULL);   /* a listener: any free port */
+    ep_bad("tcp://h:65536", CJ_EP_TCP | CJ_EP_PORT0, "0..65535");
     ep_bad("tcp://h:65536", all, "PORT");
     ep_bad("tcp://h:123456", all, "PORT");
     ep_bad("tcp://h:80/path", all, "PORT");
