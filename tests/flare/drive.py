@@ -183,7 +183,7 @@ def tls(a):
     code = cp.return_code(h, a.ws, job)
     check(f"{job}: over mutual TLS to its end; return code 0", code == 0, f"{code} {h.reason}")
     url = _bootstrap(a, job).get("connect_url", "")
-    check(f"{job}: the trainer reached a loopback port picked for the job", url.startswith("tcp://127.0.0.1:")
+    check(f"{job}: the trainer reached the loopback port cjrelayd bound for the job", url.startswith("tcp://127.0.0.1:")
           and not url.endswith(":0"), url)
 
 

@@ -8,7 +8,6 @@ Credentials go into the description only, never into argv, the environment or a 
 
 import os
 import shutil
-import socket
 
 from nvflare.apis.fl_constant import FLContextKey
 from nvflare.apis.job_launcher_spec import JobProcessArgs
@@ -93,17 +92,6 @@ def worker_env(custom_dir: str, pass_env) -> dict:
     return env
 
 
-def worker_listener(listen: str) -> str:
-    """The job's worker listener. ``tcp://127.0.0.1:0`` picks a free loopback port now, so that
-    jobs running at once each get their own (cjrelayd takes only a fixed port): the port is
-    free when picked; another process binding it before cjrelayd does fails the job's start."""
-    if listen not in ("tcp://127.0.0.1:0", "tcp://localhost:0"):
-        return listen
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-
-
 def absolute_program(argv: list) -> list:
     """argv with a bare program name (``python3``) looked up on the CP's PATH, as a stock CJ's
     subprocess finds it: cjrelayd starts workers with its own PATH, which may not hold the
@@ -127,7 +115,9 @@ def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
     desc["workspace"] = opts["workspace"]
     worker = {"cwd": opts["app_dir"], "count": 1, "env": worker_env(opts["custom_dir"], opts["pass_env"])}
     if opts.get("worker_listen"):
-        worker["listen"] = worker_listener(opts["worker_listen"])
+        # tcp://127.0.0.1:0 is passed as is: cjrelayd binds a free port for the job and
+        # writes it into the trainer's bootstrap file
+        worker["listen"] = opts["worker_listen"]
     desc["bootstrap"] = {
         "task_exchange": spec.task_exchange(),
         "memory_gc_rounds": int(spec.arg("memory_gc_rounds") or 0),
