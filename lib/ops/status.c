@@ -339,6 +339,49 @@ void cj_status_dispatch(const struct cj_status_ops *ops, bool admin, struct cj_s
     run_command(ops, admin, call, line, len, out);
 }
 
+/* What the log keeps of a command: a change (an admin command, by its name
+ * only: a job description holds credentials) and any ERR answer, with who
+ * sent it.  Read-only commands that succeed leave no line above debug, so a
+ * poller does not fill the journal. */
+static int command_of(const char *line, size_t len)
+{
+    struct span w[3];
+    int nw = find_words(line, len, 0, w, 2), used;
+    return nw > 0 ? name_command(line, w, nw > 2 ? 2 : nw, &used) : -1;
+}
+
+/* Up to size - 1 bytes of the answer that starts at offset `at` of out, cut at its first newline. */
+static void answer_start(struct evbuffer *out, size_t at, char *buf, size_t size)
+{
+    struct evbuffer_iovec v[16];
+    int n = evbuffer_peek(out, (ev_ssize_t)(at + size - 1), NULL, v, 16);
+    size_t got = 0, skip = at;
+    for (int i = 0; i < n && i < 16 && got < size - 1; i++) {
+        size_t l = v[i].iov_len;
+        if (skip >= l) { skip -= l; continue; }
+        size_t k = l - skip < size - 1 - got ? l - skip : size - 1 - got;
+        memcpy(buf + got, (const char *)v[i].iov_base + skip, k);
+        got += k;
+        skip = 0;
+    }
+    buf[got] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+}
+
+static void log_command(const struct client *c, int cmd, struct evbuffer *out, size_t before)
+{
+    char ans[160] = "";
+    if (evbuffer_get_length(out) > before) answer_start(out, before, ans, sizeof ans);
+    bool change = cmd >= 0 && cj_cmds[cmd].access == CJ_ACCESS_ADMIN;
+    if (!strncmp(ans, "ERR ", 4))
+        cj_log(CJ_LOG_INFO, "status: pid %d uid %u: %s%s%s", (int)c->pid, (unsigned)c->uid, cmd >= 0 ? cj_cmds[cmd].name : "",
+               cmd >= 0 ? ": " : "", ans);
+    else if (change)
+        cj_log(CJ_LOG_INFO, "status: pid %d uid %u (admin): %s", (int)c->pid, (unsigned)c->uid, cj_cmds[cmd].name);
+    else
+        cj_log(CJ_LOG_DEBUG, "status: pid %d uid %u: %s", (int)c->pid, (unsigned)c->uid, cmd >= 0 ? cj_cmds[cmd].name : "?");
+}
+
 /* ---- deferred answers -------------------------------------------------------------- */
 
 struct cj_status_wait *cj_status_defer(struct cj_status_call *call)
@@ -387,7 +430,10 @@ static void on_read(struct bufferevent *bev, void *arg)
             return;
         }
         struct cj_status_call call = {c};
+        size_t before = evbuffer_get_length(out);
+        int cmd = command_of(line, n);   /* before dispatch cuts the line into words */
         cj_status_dispatch(&c->st->ops, c->admin, &call, line, n, out);
+        log_command(c, cmd, out, before);
         free(line);
     }
     if (c->closing || c->waiting) return;
@@ -446,7 +492,8 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     c->next = st->clients;
     st->clients = c;
     st->nclients++;
-    cj_log(CJ_LOG_INFO, "status: client connected pid %d uid %u (%s)", (int)cred.pid, (unsigned)cred.uid,
+    /* debug: a monitoring poller connects every few seconds (what it changes or gets refused is logged) */
+    cj_log(CJ_LOG_DEBUG, "status: client connected pid %d uid %u (%s)", (int)cred.pid, (unsigned)cred.uid,
            c->admin ? "admin" : "read-only");
     struct timeval idle = {CJ_STATUS_IDLE_SECS, 0};
     bufferevent_set_timeouts(bev, &idle, &idle);

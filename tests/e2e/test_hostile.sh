@@ -160,7 +160,7 @@ for k in junk garbage; do
     mark "$W/relay.log"
     $H --wait 2 conn "unix:$W/status.sock" "$k" > "$W/st.out" 2>&1
     check "(s) status client sending $k: answered ERR ($(grep '^ANSWER' "$W/st.out" | cut -c1-60))" grep -q '^ANSWER ERR 4[0-9][0-9]' "$W/st.out"
-    check "(s) $k: status client logged by pid" logged "$W/relay.log" 'status: client connected pid [0-9]+'
+    check "(s) $k: the refusal logged with the client's pid and uid" logged "$W/relay.log" 'status: pid [0-9]+ uid [0-9]+: .*ERR 400 '
 done
 served "(s) after the garbage status clients"
 
