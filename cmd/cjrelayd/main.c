@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "ops/config.h"
-#include "net/tls.h"
 #include "ops/daemon.h"
+#include "ops/preflight.h"
 #include "ops/exitcodes.h"
 #include "util/log.h"
 #include "util/version.h"
@@ -52,35 +52,19 @@ static int parse_args(int argc, char **argv, struct args *a)
     return 0;
 }
 
-/* Loads the config; on problems prints each one and returns -1. */
-static int load_config(const char *path, struct cj_config *cfg)
+/* Loads the config and checks what it names on this machine (ops/preflight.h);
+ * on problems prints each one and returns -1. */
+static int load_config(const char *path, bool check_only, struct cj_config *cfg)
 {
     struct cj_problems probs;
-    if (cj_config_load(path, cfg, &probs) == 0) return 0;
+    if (cj_config_load(path, cfg, &probs) == 0) {
+        cj_problems_init(&probs);
+        if (cj_preflight(cfg, check_only, &probs) == 0) return 0;
+    }
     for (int i = 0; i < probs.n; i++) fprintf(stderr, "%s\n", probs.msg[i]);
     if (probs.dropped) fprintf(stderr, "%s: ... and %d more problem(s)\n", path, probs.dropped);
     fprintf(stderr, "%s: %d problem(s)\n", path, cj_problems_total(&probs));
     return -1;
-}
-
-/* The server accepts an mTLS client only when its certificate's CN is the site
- * name (doc/protocol/cellnet.md §9); a relay with another certificate could
- * never come up, so it is refused here (and by --check-config), not hours later. */
-static int check_cert_cn(const char *path, const struct cj_config *cfg)
-{
-    char cn[256];
-    struct cj_err err = {0};
-    if (cfg->upstream.connection_security != CJ_SEC_MTLS) return 0;
-    if (cj_tls_cert_cn(cfg->upstream.cert_file, cn, sizeof cn, &err) < 0) {
-        fprintf(stderr, "%s: upstream.cert_file: %s\n", path, err.msg);
-        return -1;
-    }
-    if (strcmp(cn, cfg->relay.site)) {
-        fprintf(stderr, "%s: upstream.cert_file: the certificate's CN '%s' is not the site name '%s' "
-                "([relay] site); the server refuses such a client\n", path, cn, cfg->relay.site);
-        return -1;
-    }
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -91,7 +75,7 @@ int main(int argc, char **argv)
 
     cj_log_init("cjrelayd");
     struct cj_config cfg;
-    if (load_config(a.config, &cfg) != 0 || check_cert_cn(a.config, &cfg) != 0) return CJ_EXIT_CONFIG;
+    if (load_config(a.config, a.check_only, &cfg) != 0) return CJ_EXIT_CONFIG;
     if (a.check_only) { printf("%s: OK\n", a.config); return CJ_EXIT_OK; }
 
     struct cj_err err = {0};

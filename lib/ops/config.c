@@ -912,6 +912,12 @@ struct file_report {
     struct cj_problems *pb;
 };
 
+int cj_config_key_line(const struct cj_config *cfg, const char *key)
+{
+    const struct cj_cfg_key *k = find_full(key);
+    return k ? line_of(cfg, k) : cfg->origin.last_line;
+}
+
 /* A cross-key problem as "FILE:LINE: message". */
 static void report_line(void *arg, const char *key, const char *msg)
 {

@@ -172,6 +172,9 @@ int cj_config_validate(const struct cj_config *cfg, struct cj_problems *problems
  * set, the rule's first otherwise) and its text without a place; returns how
  * many.  cj_config_validate is this with "FILE:LINE: " in front. */
 typedef void (*cj_config_report_fn)(void *arg, const char *key, const char *msg);
+/* The line of cfg's file that key ("section.name") is on, else its section's
+ * header, else the file's last line. */
+int cj_config_key_line(const struct cj_config *cfg, const char *key);
 int cj_config_check(const struct cj_config *cfg, cj_config_report_fn report, void *arg);
 
 /* Parses text as the file's value of key ("section.name") would be: its type's
