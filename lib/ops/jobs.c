@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fl/creds.h"
+#include "net/tlscheck.h"
 #include "ops/jobdesc.h"
 #include "util/account.h"
 #include "util/clock.h"
@@ -339,6 +340,30 @@ static void desc_creds(const struct cj_job_desc *d, struct cj_creds *c)
     if (!c->ssid[0]) c->flags |= CJ_CREDS_SSID_MISSING;
 }
 
+/* The first TLS file problem a job's start would hit, as "field: why"
+ * (net/tlscheck.h: only the certain ones). */
+struct tls_first {
+    char *msg;
+    size_t msgsz;
+    bool found;
+};
+
+static void tls_first_report(void *arg, const char *which, const char *why)
+{
+    struct tls_first *t = arg;
+    if (!t->found) snprintf(t->msg, t->msgsz, "%s: %s", which, why);
+    t->found = true;
+}
+
+static int check_tls_files(const struct cj_config *cfg, char *msg, size_t msgsz)
+{
+    if (cfg->upstream.connection_security == CJ_SEC_CLEAR) return 0;
+    struct cj_tls_files f = {cfg->upstream.ca_file, cfg->upstream.cert_file, cfg->upstream.key_file,
+                             cfg->upstream.connection_security == CJ_SEC_MTLS, true};
+    struct tls_first t = {msg, msgsz, false};
+    return cj_tls_check_files(&f, tls_first_report, &t) ? -1 : 0;
+}
+
 static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg, size_t msgsz)
 {
     /* Names are looked up here, once per job start (numeric ids need no lookup). */
@@ -361,6 +386,7 @@ static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg
     char dir[CJ_CFG_PATH_MAX];
     int rc = cj_jobdesc_config(d, &js->site, cfg, msg, msgsz) != 0 ? 400 : place_job(js, d, cfg, dir, sizeof dir, msg,
                                                                                          msgsz);
+    if (!rc && check_tls_files(cfg, msg, msgsz) != 0) rc = 400;
     if (rc) { free(cfg); return rc; }
     if (old >= 0) drop_slot(js, (size_t)old);   /* the same id again: the old record goes */
     struct cj_creds creds;

@@ -117,6 +117,7 @@ bad "scheme vs security" '{"job_id": "B1", "server_url": "grpcs://h:1"}' '^ERR 4
 bad "not JSON" 'job_id=B1' '^ERR 400 description: '
 bad "trailing bytes" '{"job_id": "B1"} x' '^ERR 400 description: '
 bad "another site" '{"job_id": "B1", "site": "site-2"}' '^ERR 400 site: '
+bad "a TLS file missing" '{"job_id": "B1", "server_url": "stcp://h:1", "connection_security": "mtls", "ca_file": "/nonexistent/ca.pem", "cert_file": "/nonexistent/c.crt", "key_file": "/nonexistent/c.key"}' '^ERR 400 ca_file: cannot read /nonexistent/ca.pem: No such file'
 bad "an unknown user" '{"job_id": "B1", "worker": {"user": "cjtest-no-such-user"}}' "^ERR 400 worker.user: no user 'cjtest-no-such-user'"
 bad "an unknown group" '{"job_id": "B1", "worker": {"group": "cjtest-no-such-group"}}' "^ERR 400 worker.group: no group 'cjtest-no-such-group'"
 check "(b) nothing started by a refused description" sh -c "! $CTL show jobs | grep -q '^B1 '"
