@@ -157,7 +157,7 @@ static int parse_args(int argc, char **argv, struct wk_opts *o)
 }
 
 /* Reads and checks the bootstrap as the stock trainer's flare.init() would,
- * plus what this worker needs (a unix: or tcp:// connect_url, valid FQCNs).
+ * plus what this worker needs (a unix:, uds:// or tcp:// connect_url, valid FQCNs).
  * Messages name keys and the path, never the token. */
 static int load_bootstrap(const struct wk_opts *o, struct cj_bootstrap *bs)
 {
@@ -180,7 +180,7 @@ static int load_bootstrap(const struct wk_opts *o, struct cj_bootstrap *bs)
         return -1;
     }
     if (cj_addr_parse(bs->connect_url, CJ_EP_TCP | CJ_EP_UNIX, 0, &addr, &err) < 0) {
-        cj_log_error("bootstrap file %s refused: connect_url: %s (want unix:PATH or tcp://HOST:PORT); refusing to "
+        cj_log_error("bootstrap file %s refused: connect_url: %s (want unix:PATH or tcp://HOST:PORT, or uds://PATH); refusing to "
                      "start",
                      path, err.msg);
         return -1;

@@ -43,7 +43,7 @@ struct cj_bootstrap_task_exchange {
 struct cj_bootstrap {
     int64_t schema_version;                        /* 1 */
     char execution_mode[32];                       /* "external_process" */
-    char connect_url[CJ_BOOTSTRAP_URL_MAX + 1];    /* tcp://127.0.0.1:PORT or unix:PATH */
+    char connect_url[CJ_BOOTSTRAP_URL_MAX + 1];    /* tcp://127.0.0.1:PORT, unix:PATH or uds://PATH */
     char cj_fqcn[CJ_BOOTSTRAP_ID_MAX + 1];         /* <site>.<job_id> */
     int64_t cj_pid;                                /* > 0; 0 = absent (read) / not written */
     char trainer_fqcn[CJ_BOOTSTRAP_ID_MAX + 1];    /* <site>.<job_id>.<leaf> */

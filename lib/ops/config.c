@@ -103,7 +103,7 @@ static const struct cj_cfg_key keys[] = {
      FIELD(upstream.first_connect_timeout)},
 
     {KEY("workers", "listen"), CJ_T_LISTEN, "unix:/run/cjrelay/workers.sock", 0, 0, NULL, RESTART, 0,
-     "comma-separated unix:PATH and/or tcp://127.0.0.1:PORT (loopback only); the first is the "
+     "comma-separated unix:PATH, uds://PATH and/or tcp://127.0.0.1:PORT (loopback only); the first is the "
      "connect_url given to launched workers", FIELD(workers.listen)},
     {KEY("workers", "socket_mode"), CJ_T_MODE, "0660", 0, 0777, NULL, RESTART, 0,
      "file mode of the unix: worker sockets", FIELD(workers.socket_mode)},

@@ -239,6 +239,22 @@ static int parse_host_port(const char *hp, bool port0, struct cj_endpoint *e, co
     return parse_port(rest + 1, port0, &e->port, why);
 }
 
+/* uds://PATH, FLARE's spelling of a Unix socket (a comm driver's URL): the
+ * path is always absolute, its leading slashes optional ("uds://run/x.sock"
+ * and "uds:///run/x.sock" name /run/x.sock); '?' and '#' would end a URL's
+ * path, so they are refused. */
+static int parse_uds_path(const char *rest, struct cj_endpoint *e, const char **why)
+{
+    while (*rest == '/') rest++;
+    if (!*rest) return bad(why, "empty socket path");
+    if (strpbrk(rest, "?#")) return bad(why, "a uds:// socket path cannot hold '?' or '#'");
+    if (strlen(rest) + 1 > CJ_SUN_PATH_MAX) return bad(why, "socket path longer than 107 bytes");
+    e->addr[0] = '/';
+    strcpy(e->addr + 1, rest);
+    e->uds = true;
+    return 0;
+}
+
 /* The one table of URL schemes: prefix, kind, the refusal when not allowed. */
 static const struct {
     const char *name, *prefix;
@@ -246,6 +262,7 @@ static const struct {
     const char *refused;
 } SCHEMES[] = {
     {"unix", "unix:", CJ_EP_UNIX, "unix: is not allowed here"},
+    {"uds", "uds://", CJ_EP_UNIX, "uds:// is not allowed here"},
     {"tcp", "tcp://", CJ_EP_TCP, "tcp:// is not allowed here"},
     {"stcp", "stcp://", CJ_EP_STCP, "stcp:// is not allowed here"},
     {"http", "http://", CJ_EP_HTTP, "http:// is not allowed here"},
@@ -277,7 +294,9 @@ int cj_parse_endpoint(const char *s, unsigned allowed, struct cj_endpoint *ep,
     e.kind = SCHEMES[i].kind;
     rest = s + strlen(SCHEMES[i].prefix);
     if (!(allowed & (unsigned)e.kind)) return bad(why, SCHEMES[i].refused);
-    if (e.kind == CJ_EP_UNIX) {
+    if (!strcmp(SCHEMES[i].name, "uds")) {
+        if (parse_uds_path(rest, &e, why) < 0) return -1;
+    } else if (e.kind == CJ_EP_UNIX) {
         if (!*rest) return bad(why, "empty socket path");
         if (strlen(rest) > CJ_SUN_PATH_MAX) return bad(why, "socket path longer than 107 bytes");
         strcpy(e.addr, rest);
@@ -303,6 +322,7 @@ bool cj_endpoint_is_loopback(const struct cj_endpoint *ep)
 int cj_endpoint_format(const struct cj_endpoint *ep, char *buf, size_t len)
 {
     const char *scheme = cj_ep_scheme(ep->kind);
+    if (ep->kind == CJ_EP_UNIX && ep->uds) return snprintf(buf, len, "uds://%s", ep->addr + (ep->addr[0] == '/'));
     if (ep->kind == CJ_EP_UNIX) return snprintf(buf, len, "unix:%s", ep->addr);
     if (strchr(ep->addr, ':')) return snprintf(buf, len, "%s://[%s]:%u", scheme, ep->addr, ep->port);
     return snprintf(buf, len, "%s://%s:%u", scheme, ep->addr, ep->port);

@@ -40,10 +40,12 @@ bool cj_text_ok(const char *s);
  * are compared on their first 64 bytes only. */
 size_t cj_levenshtein(const char *a, const char *b);
 
-/* ---- endpoints: unix:PATH, SCHEME://HOST:PORT ---------------------------------
+/* ---- endpoints: unix:PATH, uds://PATH, SCHEME://HOST:PORT ----------------------
  * The schemes are FLARE's (doc/protocol/sfm.md §1): tcp and stcp carry SFM
  * frames bare, http/https in WebSocket messages, grpc/grpcs in gRPC messages;
- * the second of each pair is the TLS one. */
+ * the second of each pair is the TLS one.  uds://PATH is the same Unix socket
+ * as unix:/PATH, spelled as the URL of cjrelay_flare's FLARE comm driver
+ * (always absolute; "uds://run/x.sock" is /run/x.sock). */
 
 enum cj_ep_kind {
     CJ_EP_UNIX = 1, CJ_EP_TCP = 2, CJ_EP_STCP = 4,
@@ -67,6 +69,7 @@ struct cj_endpoint {
     int kind;                   /* enum cj_ep_kind */
     unsigned port;              /* tcp/stcp: 1..65535 */
     char addr[CJ_EP_ADDR_MAX];  /* host without [] for IPv6, or the socket path */
+    bool uds;                   /* unix: written uds://PATH, and formatted back so */
 };
 
 /* Parses one endpoint whose kind is in the bit set `allowed`.  HOST is a name

@@ -213,6 +213,14 @@ static void test_endpoint(void **state)
     const unsigned all = CJ_EP_UNIX | CJ_EP_TCP | CJ_EP_STCP;
     ep_ok("unix:/run/x.sock", all, CJ_EP_UNIX, "/run/x.sock", 0, NULL);
     ep_ok("unix:rel.sock", all, CJ_EP_UNIX, "rel.sock", 0, NULL);
+    ep_ok("uds://run/x.sock", all, CJ_EP_UNIX, "/run/x.sock", 0, NULL);    /* FLARE's URL form: a netloc */
+    ep_ok("uds:///run/x.sock", all, CJ_EP_UNIX, "/run/x.sock", 0, "uds://run/x.sock");
+    ep_ok("uds:////x:0", all, CJ_EP_UNIX, "/x:0", 0, "uds://x:0");
+    ep_bad("uds://", all, "empty socket path");
+    ep_bad("uds:///", all, "empty socket path");
+    ep_bad("uds:///run/x.sock?a=1", all, "cannot hold '?' or '#'");
+    ep_bad("uds://x#y", all, "cannot hold '?' or '#'");
+    ep_bad("uds:///x", CJ_EP_TCP | CJ_EP_STCP, "uds:// is not allowed");
     ep_ok("tcp://127.0.0.1:8002", all, CJ_EP_TCP, "127.0.0.1", 8002, NULL);
     ep_ok("stcp://fl.example.org:443", all, CJ_EP_STCP, "fl.example.org", 443, NULL);
     ep_ok("tcp://[::1]:80", all, CJ_EP_TCP, "::1", 80, NULL);
@@ -256,6 +264,14 @@ static void test_endpoint(void **state)
     memset(longp + 6, 'p', 120);
     longp[126] = '\0';
     ep_bad(longp, all, "longer than 107");
+    char longu[200] = "uds:///";
+    memset(longu + 7, 'p', 107);                     /* 107 bytes once the leading '/' is added: too long */
+    longu[114] = '\0';
+    ep_bad(longu, all, "longer than 107");
+    longu[113] = '\0';                              /* 106 + '/': the longest path */
+    char canon[200];
+    snprintf(canon, sizeof canon, "uds://%s", longu + 7);
+    ep_ok(longu, all, CJ_EP_UNIX, longu + 6, 0, canon);
     char longh[300] = "tcp://";
     memset(longh + 6, 'h', 260);
     strcpy(longh + 266, ":80");
