@@ -681,9 +681,18 @@ int cj_router_listen(struct cj_router *r, const char *url, unsigned mode, unsign
     r->listeners = n;
     struct cj_listener *l = cj_listener_open(r->base, &a, mode, on_worker_accept, r, err);
     if (!l) return -1;
+    cj_listener_set_peer_uids(l, r->worker_uids, r->n_worker_uids);
     r->listeners[r->n_listeners++] = l;
     if (port) *port = cj_listener_port(l);
     return 0;
+}
+
+void cj_router_set_worker_uids(struct cj_router *r, const uid_t *uids, int n)
+{
+    if (n < 0) n = 0;
+    if (n > CJ_LISTENER_UIDS_MAX) n = CJ_LISTENER_UIDS_MAX;
+    memcpy(r->worker_uids, uids, (size_t)n * sizeof *uids);
+    r->n_worker_uids = n;
 }
 
 /* ---- life cycle ------------------------------------------------------------------------------- */

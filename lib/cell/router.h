@@ -51,6 +51,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -188,6 +189,10 @@ int cj_router_accept(struct cj_router *r, evutil_socket_t fd, const char *peer_a
  * and accepts into cj_router_accept.  mode: unix socket file mode (0 = umask).
  * Returns the bound port for tcp (0 for unix) in *port if not NULL. */
 int cj_router_listen(struct cj_router *r, const char *url, unsigned mode, unsigned *port, struct cj_err *err);
+
+/* The uids a unix worker listener accepts (SO_PEERCRED), for listeners
+ * opened after this call; n == 0: any peer the socket's mode admits. */
+void cj_router_set_worker_uids(struct cj_router *r, const uid_t *uids, int n);
 
 /* The up link of child `fqcn` (a direct child of me), or NULL. */
 struct cj_link *cj_router_child(const struct cj_router *r, const char *fqcn);

@@ -95,6 +95,8 @@ struct cj_router {
 
     struct cj_listener **listeners;
     size_t n_listeners;
+    int n_worker_uids;
+    uid_t worker_uids[CJ_LISTENER_UIDS_MAX];   /* unix workers' accepted uids; none: any */
 
     struct handler *handlers;
     size_t n_handlers;

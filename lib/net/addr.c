@@ -260,10 +260,24 @@ struct cj_listener {
     struct cj_addr addr;
     unsigned port;
     bool unlink_on_free;
+    int n_uids;
+    uid_t uids[CJ_LISTENER_UIDS_MAX];   /* unix: the peers' uids accepted; none: any */
     dev_t dev;
     ino_t ino;
     char text[CJ_ADDR_TEXT_MAX];
 };
+
+/* A unix peer's uid is one the listener was told to accept (or no list). */
+static bool peer_uid_allowed(const struct cj_listener *l, evutil_socket_t fd)
+{
+    if (l->n_uids == 0 || l->addr.ep.kind != CJ_EP_UNIX) return true;
+    struct ucred cr;
+    socklen_t cl = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) return false;
+    for (int i = 0; i < l->n_uids; i++)
+        if (cr.uid == l->uids[i]) return true;
+    return false;
+}
 
 static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 {
@@ -271,6 +285,11 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
     struct cj_listener *l = arg;
     char peer[CJ_ADDR_TEXT_MAX];
     cj_sock_peer_text(fd, peer, sizeof peer);
+    if (!peer_uid_allowed(l, fd)) {
+        cj_log_warning("listener %s: refused %s: not the daemon's, root's or the workers' account", l->text, peer);
+        evutil_closesocket(fd);
+        return;
+    }
     l->fn(fd, peer, l->ctx);
 }
 
@@ -410,6 +429,14 @@ struct cj_listener *cj_listener_open(struct event_base *base, const struct cj_ad
     evconnlistener_set_error_cb(l->lev, on_accept_error);
     cj_log_info("listening on %s", l->text);
     return l;
+}
+
+void cj_listener_set_peer_uids(struct cj_listener *l, const uid_t *uids, int n)
+{
+    if (n < 0) n = 0;
+    if (n > CJ_LISTENER_UIDS_MAX) n = CJ_LISTENER_UIDS_MAX;
+    memcpy(l->uids, uids, (size_t)n * sizeof *uids);
+    l->n_uids = n;
 }
 
 void cj_listener_free(struct cj_listener *l)

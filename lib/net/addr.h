@@ -114,4 +114,10 @@ void cj_listener_free(struct cj_listener *l);
 unsigned cj_listener_port(const struct cj_listener *l);   /* tcp: bound port; unix: 0 */
 const char *cj_listener_text(const struct cj_listener *l); /* "tcp://127.0.0.1:40022" */
 
+#define CJ_LISTENER_UIDS_MAX 4
+/* A unix listener accepts only peers whose uid (SO_PEERCRED) is one of
+ * uids[0..n); any other is logged and closed at once.  n == 0 (the default):
+ * whoever the socket file's mode lets connect.  No effect on tcp. */
+void cj_listener_set_peer_uids(struct cj_listener *l, const uid_t *uids, int n);
+
 #endif

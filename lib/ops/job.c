@@ -65,15 +65,21 @@ static uint32_t max_frame(const struct cj_config *cfg)
 
 /* Unix sockets belong to the workers' account when they run as another one:
  * they connect with its rights, and socket_mode gives the owner the access.
+ * A uds:// listener serves the trainers this daemon launches: there a peer
+ * whose uid (SO_PEERCRED) is not that account's, the daemon's own or root's
+ * is refused at accept, whatever the socket's mode lets in; a unix: listener
+ * admits whoever its mode admits (workers started by others).
  * A tcp port 0 becomes the port the kernel gave: launched workers' bootstrap
  * files and show config name that one. */
 static int open_worker_listeners(struct cj_job *j, const struct cj_account *acc, struct cj_err *err)
 {
     struct cj_listen_list *ls = &j->cfg.workers.listen;
+    uid_t uids[3] = {geteuid(), 0, acc ? acc->uid : geteuid()};
     for (int i = 0; i < ls->n; i++) {
         char url[CJ_CFG_PATH_MAX + 16];
         unsigned port = 0;
         cj_endpoint_format(&ls->ep[i], url, sizeof url);
+        cj_router_set_worker_uids(j->router, uids, ls->ep[i].uds ? 3 : 0);
         if (cj_router_listen(j->router, url, j->cfg.workers.socket_mode, &port, err) != 0) return -1;
         if (ls->ep[i].kind == CJ_EP_TCP && ls->ep[i].port == 0) ls->ep[i].port = port;
         if (acc && ls->ep[i].kind == CJ_EP_UNIX && chown(ls->ep[i].addr, acc->uid, acc->gid) != 0)
