@@ -1,0 +1,1 @@
+"""Stand-in: nvflare.fuel.f3, FLARE's communication layer (only what a comm driver needs)."""

@@ -1,0 +1,1 @@
+"""Stand-in: nvflare.fuel.f3.drivers."""
