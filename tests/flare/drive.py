@@ -6,6 +6,9 @@ integrations/flare (the package). One scenario per run:
   success   (job_property set, and the job's custom_props set it) launch into cjrelayd, poll while running, wait, return code 0, what the trainer got
   tls       as the startup kit provisions mutual TLS (scheme tcp, connection_security mtls, the
             kit's rootCA.pem, client.crt, client.key): the job reaches an stcp server, return code 0
+  uds       uds_driver true, no worker_listen: the job's own Unix socket is sent as uds://, the
+            trainer gets the uds driver on NVFLARE_COMM_DRIVER_PATH and its bootstrap's connect_url is
+            that uds:// URL; the job runs to its end (return code 0)
   abort     launch, terminate() mid-run, wait, return code 9
   stock     a job cjrelay does not serve (in_process executor) goes to ClientProcessJobLauncher
   narrowed  job_property set and the job's custom_props lack it: ClientProcessJobLauncher
@@ -187,6 +190,25 @@ def tls(a):
           and not url.endswith(":0"), url)
 
 
+def uds(a):
+    job = "FJU"
+    h = start(a, job, external(a.worker, a.ws), launcher_args(a, uds_driver=True))
+    check(f"{job}: launched into cjrelayd", isinstance(h, cjrelay_flare.CJRelayJobHandle))
+    sock = a.socket[:-len(".sock")] + f".jobs/{job}/workers.sock"
+    want = "uds://" + sock.lstrip("/")
+    check(f"{job}: described: worker.listen is the job's own socket as uds://", SENT["worker"].get("listen") == want,
+          SENT["worker"].get("listen"))
+    h.wait()
+    code = cp.return_code(h, a.ws, job)
+    check(f"{job}: the trainer over the Unix socket ran the job to its end; return code 0", code == 0, f"{code} {h.reason}")
+    url = _bootstrap(a, job).get("connect_url", "")
+    check(f"{job}: the bootstrap's connect_url is the uds:// URL", url == want, url)
+    env = _read(os.path.join(a.ws, job + ".env"))
+    drivers = _env(env, "NVFLARE_COMM_DRIVER_PATH").split(os.pathsep)[0]
+    check(f"{job}: the trainer's NVFLARE_COMM_DRIVER_PATH names the folder of the uds driver",
+          [f for f in os.listdir(drivers) if f.endswith(".py")] == ["uds_driver.py"] if os.path.isdir(drivers) else False, drivers)
+
+
 def abort(a):
     job = "FJ2"
     h = start(a, job, external(a.worker, a.ws), launcher_args(a))
@@ -267,6 +289,8 @@ def main():
         tls(a)
     elif a.scenario == "abort":
         abort(a)
+    elif a.scenario == "uds":
+        uds(a)
     elif a.scenario == "stock":
         inproc = {"path": "nvflare.app_common.executors.client_api_executor.ClientAPIExecutor",
                   "args": {"execution_mode": "in_process", "task_script_path": "train.py"}}

@@ -92,6 +92,43 @@ def worker_env(custom_dir: str, pass_env) -> dict:
     return env
 
 
+# The folder NVFLARE_COMM_DRIVER_PATH names for a trainer that reaches cjrelayd over uds://:
+# FLARE imports every module in it, and it holds only the uds driver.
+UDS_DRIVER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "comm_drivers")
+
+
+def default_worker_socket(status_socket: str, job_id: str) -> str:
+    """cjrelayd's own choice when a job names no listener: beside its status socket,
+    ``<status socket without .sock>.jobs/<job_id>/workers.sock``."""
+    base = status_socket[:-5] if status_socket.endswith(".sock") and len(status_socket) > 5 else status_socket
+    return f"{os.path.abspath(base)}.jobs/{job_id}/workers.sock"
+
+
+def uds_listen(worker_listen: str, status_socket: str, job_id: str):
+    """The job's Unix worker listener as ``uds://PATH`` (cjrelayd then writes that URL into the
+    bootstrap, and checks the trainer's uid), or None when the listener is not a Unix socket."""
+    first = (worker_listen or "").split(",")[0].strip()
+    if not first:
+        path = default_worker_socket(status_socket, job_id)
+    elif first.startswith("unix:"):
+        path = first[len("unix:"):]
+    elif first.startswith("uds://"):
+        path = "/" + first[len("uds://"):].lstrip("/")
+    else:
+        return None
+    rest = worker_listen.split(",")[1:] if worker_listen else []
+    return ",".join(["uds://" + path.lstrip("/")] + [r.strip() for r in rest])
+
+
+def with_uds_driver(env: dict) -> dict:
+    """env with the uds driver's folder first on NVFLARE_COMM_DRIVER_PATH (FLARE takes the
+    first driver of a scheme; the CP's own folders stay after it)."""
+    dirs = [UDS_DRIVER_DIR] + [d for d in env.get("NVFLARE_COMM_DRIVER_PATH", "").split(os.pathsep)
+                               if d and d != UDS_DRIVER_DIR]
+    env["NVFLARE_COMM_DRIVER_PATH"] = os.pathsep.join(dirs)
+    return env
+
+
 def absolute_program(argv: list) -> list:
     """argv with a bare program name (``python3``) looked up on the CP's PATH, as a stock CJ's
     subprocess finds it: cjrelayd starts workers with its own PATH, which may not hold the
@@ -105,7 +142,8 @@ def absolute_program(argv: list) -> list:
 
 def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
     """The whole description. ``opts``: site, workspace, app_dir, custom_dir, parent_url,
-    pass_env, worker_listen, mode. Resolves the trainer's secrets (last step before sending)."""
+    pass_env, worker_listen, mode, and for a trainer over the uds driver uds_driver and
+    status_socket. Resolves the trainer's secrets (last step before sending)."""
     desc = {"job_id": job_id, "site": opts["site"]}
     desc.update(server_link(fl_ctx))
     if opts.get("parent_url"):
@@ -114,10 +152,16 @@ def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
         desc["mode"] = opts["mode"]
     desc["workspace"] = opts["workspace"]
     worker = {"cwd": opts["app_dir"], "count": 1, "env": worker_env(opts["custom_dir"], opts["pass_env"])}
-    if opts.get("worker_listen"):
+    listen = opts.get("worker_listen")
+    uds = uds_listen(listen, opts.get("status_socket", ""), job_id) if opts.get("uds_driver") else None
+    if uds:
+        # a stock trainer reaches the Unix socket through cjrelay_flare's uds driver
+        listen = uds
+        with_uds_driver(worker["env"])
+    if listen:
         # tcp://127.0.0.1:0 is passed as is: cjrelayd binds a free port for the job and
         # writes it into the trainer's bootstrap file
-        worker["listen"] = opts["worker_listen"]
+        worker["listen"] = listen
     desc["bootstrap"] = {
         "task_exchange": spec.task_exchange(),
         "memory_gc_rounds": int(spec.arg("memory_gc_rounds") or 0),

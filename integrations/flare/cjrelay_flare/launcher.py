@@ -49,6 +49,7 @@ class CJRelayJobLauncher(JobLauncherSpec):
         pass_env=None,
         worker_listen: str = "",
         mode: str = "",
+        uds_driver: bool = False,
     ):
         """Args:
         socket_path: cjrelayd's status socket (``[status] socket`` in its INI).
@@ -56,9 +57,14 @@ class CJRelayJobLauncher(JobLauncherSpec):
         on_daemon_error: ``fallback`` (the stock launcher runs the job) or ``fail`` (104).
         job_property: if set, only jobs whose meta's custom_props set this key true go to cjrelay.
         pass_env: the CP's environment variables the trainer keeps (default: description.DEFAULT_PASS_ENV).
-        worker_listen: the job's worker listener (``unix:PATH``, ``tcp://127.0.0.1:PORT``; ``tcp://127.0.0.1:0``
-            picks a free port per job, for stock trainers, which reach only tcp); default the INI's.
+        worker_listen: the job's worker listener (``unix:PATH``, ``uds://PATH``, ``tcp://127.0.0.1:PORT``;
+            ``tcp://127.0.0.1:0`` picks a free port per job, for stock trainers without ``uds_driver``,
+            which reach only tcp); default cjrelayd's per-job Unix socket.
         mode: ``pass_through`` or ``spool``; default the INI's.
+        uds_driver: when the job's worker listener is a Unix socket (``unix:PATH``, ``uds://PATH``,
+            or none given: cjrelayd's per-job socket beside ``socket_path``), send it as ``uds://PATH``
+            and put cjrelay_flare's uds driver on the trainer's ``NVFLARE_COMM_DRIVER_PATH``, so a
+            stock trainer reaches it over AF_UNIX. A tcp listener is left as is.
         """
         super().__init__()
         if on_daemon_error not in (FALLBACK, FAIL):
@@ -69,6 +75,8 @@ class CJRelayJobLauncher(JobLauncherSpec):
         self.pass_env = tuple(description.DEFAULT_PASS_ENV if pass_env is None else pass_env)
         self.worker_listen = worker_listen
         self.mode = mode
+        self.uds_driver = bool(uds_driver)
+        self.socket_path = socket_path
         self.stock = ClientProcessJobLauncher()
 
     def handle_event(self, event_type: str, fl_ctx):
@@ -116,6 +124,8 @@ class CJRelayJobLauncher(JobLauncherSpec):
             "pass_env": self.pass_env,
             "worker_listen": self.worker_listen,
             "mode": self.mode,
+            "uds_driver": self.uds_driver,
+            "status_socket": self.socket_path,
         }
         return description.build(job_id, fl_ctx, spec, opts)
 
