@@ -34,7 +34,8 @@ int cj_addr_parse(const char *url, unsigned kinds, unsigned flags, struct cj_add
     if (!url || n == 0) return cj_fail(err, CJ_E_INVALID, 0, "empty address");
     if (n >= sizeof tmp) return cj_fail(err, CJ_E_LIMIT, 0, "address longer than %zu bytes", sizeof tmp - 1);
     memcpy(tmp, url, n + 1);
-    if ((flags & CJ_ADDR_LISTEN) && strncmp(tmp, "unix:", 5) && strncmp(tmp, "uds://", 6) && n >= 2 && !strcmp(tmp + n - 2, ":0")) {
+    bool unix_path = !strncmp(tmp, "unix:", 5) || !strncmp(tmp, "uds://", 6);
+    if ((flags & CJ_ADDR_LISTEN) && !unix_path && n >= 2 && !strcmp(tmp + n - 2, ":0")) {
         tmp[n - 1] = '1';
         port0 = true;
     }

@@ -141,6 +141,9 @@ static void test_addr_parse(void **state)
     assert_int_equal(cj_addr_parse("unix:/run/x.sock", CJ_EP_UNIX, 0, &a, &err), 0);
     assert_string_equal(a.ep.addr, "/run/x.sock");
     assert_string_equal(a.text, "unix:/run/x.sock");
+    assert_int_equal(cj_addr_parse("uds:///run/x:0", CJ_EP_UNIX, CJ_ADDR_LISTEN, &a, &err), 0);   /* a path, no port */
+    assert_string_equal(a.ep.addr, "/run/x:0");
+    assert_string_equal(a.text, "uds://run/x:0");
     /* listen addresses: loopback only, port 0 allowed */
     assert_int_equal(cj_addr_parse("tcp://127.0.0.1:0", CJ_EP_TCP, CJ_ADDR_LISTEN, &a, &err), 0);
     assert_int_equal(a.ep.port, 0);
