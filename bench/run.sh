@@ -243,6 +243,10 @@ fi
 # ---- 2. memory vs model size ----------------------------------------------------------------
 MEM_ROWS=; MEM_JSON=; GROWTH_ROWS=; GROWTH_JSON=
 if has mem; then
+    # UP_SCHEME=stcp|https|grpcs measures the TLS schemes: the relay needs the site's certificates
+    if up_tls && [ ! -s "$W/certs/client.key" ]; then
+        sh "$ROOT/tests/unit/tls_certs.sh" "$W/certs" >/dev/null 2>&1 || echo "bench: the certificates could not be made" >&2
+    fi
     for mode in $MODES; do
         FIRST_PEAK=; LAST_PEAK=; FIRST_M=; LAST_M=
         for m in $MODELS; do
