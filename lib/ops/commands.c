@@ -32,6 +32,7 @@ const struct cj_show_def cj_shows[CJ_SHOW_COUNT] = {
     [CJ_SHOW_CONFIG] = {"config", "every configuration key: value, default, reloadable"},
     [CJ_SHOW_METRICS] = {"metrics", "the latest training metrics each worker logged"},
     [CJ_SHOW_JOBS] = {"jobs", "one row per job: id, state, outcome, reason, server, times, workers"},
+    [CJ_SHOW_PROMETHEUS] = {"prometheus", "the counters in Prometheus's text format, a job label each (json ignored)"},
 };
 
 int cj_cmd_find(const char *name)

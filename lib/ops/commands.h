@@ -49,6 +49,7 @@ enum cj_show {
     CJ_SHOW_CONFIG,
     CJ_SHOW_METRICS,
     CJ_SHOW_JOBS,
+    CJ_SHOW_PROMETHEUS,
     CJ_SHOW_COUNT
 };
 

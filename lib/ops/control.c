@@ -8,6 +8,7 @@
 
 #include "ops/commands.h"
 #include "ops/daemon_int.h"
+#include "ops/prom.h"
 #include "ops/statreg.h"
 #include "util/log.h"
 #include "util/version.h"
@@ -109,11 +110,34 @@ static int show_jobs(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, ch
     return 0;
 }
 
+/* The exposition is its own format: written as it is, whatever json asked. */
+static int show_prometheus(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
+{
+    size_t n = j ? 1 : cj_jobs_count(d->jobs);
+    struct cj_stat_sources *s = calloc(n ? n : 1, sizeof *s);
+    struct cj_prom_job *pj = calloc(n ? n : 1, sizeof *pj);
+    if (!s || !pj) {
+        free(s);
+        free(pj);
+        snprintf(msg, msgsz, "out of memory");
+        return 500;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct cj_job *ji = j ? j : cj_jobs_at(d->jobs, i);
+        cj_job_stat_sources(ji, &s[i]);
+        pj[i] = (struct cj_prom_job){cj_job_id(ji), &s[i]};
+    }
+    cj_prom_render(o->buf, pj, n);
+    free(pj);
+    free(s);
+    return 0;
+}
+
 /* One renderer per show target of ops/commands.c. */
 static const show_fn show_handlers[CJ_SHOW_COUNT] = {
     [CJ_SHOW_INFO] = show_info,       [CJ_SHOW_STATS] = show_stats,     [CJ_SHOW_WORKERS] = show_workers,
     [CJ_SHOW_TASKS] = show_tasks,     [CJ_SHOW_REFS] = show_refs,       [CJ_SHOW_CONFIG] = show_config,
-    [CJ_SHOW_METRICS] = show_metrics, [CJ_SHOW_JOBS] = show_jobs,
+    [CJ_SHOW_METRICS] = show_metrics, [CJ_SHOW_JOBS] = show_jobs,     [CJ_SHOW_PROMETHEUS] = show_prometheus,
 };
 
 static int on_show(void *ctx, enum cj_show what, const char *job, struct cj_out *o, char *msg, size_t msgsz)

@@ -96,6 +96,13 @@ check "(a) J1's worker: the description's env and cwd" sh -c "grep -qx 'CJTEST_M
 check "(a) J1's worker: a clean environment (PATH, its own, the bootstrap path)" sh -c "! grep -q CJTEST_DAEMON_ONLY $W/j1.env && grep -q '^PATH=' $W/j1.env && grep -q '^NVFLARE_CLIENT_API_BOOTSTRAP=$W/status.jobs/J1/' $W/j1.env"
 check "(a) show stats job J1: its own counters" sh -c "$CTL show stats job J1 | grep -qx 'tasks_in: 2' && $CTL show stats job J1 | grep -qx 'scope: J1'"
 check "(a) show stats: totals labelled" sh -c "$CTL show stats | head -1 | grep -qx 'scope: all jobs (3)' && $CTL show stats | grep -qx 'tasks_in: 6'"
+ctl show prometheus > "$W/prom.txt"
+check "(a) show prometheus: each job's tasks_in, labelled" sh -c "[ \$(grep -Ec '^cjrelay_tasks_in_total[{]job=\"J[123]\"[}] 2\$' $W/prom.txt) -eq 3 ]"
+if command -v promtool >/dev/null; then
+    check "(a) show prometheus: promtool check metrics accepts it ($(promtool check metrics < "$W/prom.txt" 2>&1 | head -2 | tr '\n' ' '))" sh -c "promtool check metrics < $W/prom.txt"
+else
+    skip "(a) promtool check metrics: promtool not installed (make deps installs Debian's prometheus)"
+fi
 check "(a) show stats job J3: the spool section" sh -c "$CTL show stats job J3 | grep -q '^spool_results_spooled: 2'"
 check "(a) show tasks without a job: name one" sh -c "$CTL show tasks | grep -q '^ERR 400 3 jobs: name one'"
 check "(a) show tasks job NOPE: 404" sh -c "$CTL show tasks job NOPE | grep -q '^ERR 404'"
