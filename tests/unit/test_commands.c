@@ -86,7 +86,7 @@ static void test_help_lists_the_table(void **state)
     struct calls c = {0};
     assert_string_equal(run(&c, false, "help"),
                         "help [command]\n"
-                        "show info|stats|workers|tasks|refs|config|metrics|jobs [job ID] [json]\n"
+                        "show info|stats|workers|tasks|refs|config|metrics|jobs|prometheus [job ID] [json]\n"
                         "pause\nresume\nreload\nshutdown [now]\n"
                         "job start <json>\njob stop <job_id> [reason]\njob wait <job_id>\n\n");
     const char *a = run(&c, false, "help show");
