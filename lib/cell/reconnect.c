@@ -36,6 +36,14 @@ const char *cj_router_upstream_state_name(enum cj_upstream_state s)
 
 enum cj_upstream_state cj_router_upstream_state(const struct cj_router *r) { return r->up.state; }
 
+void cj_router_upstream_status(const struct cj_router *r, struct cj_outlink_status *st)
+{
+    st->last_error = r->up.last_error;
+    st->last_error_at = r->up.last_error_at;
+    st->attempts = r->up.attempt;
+    st->retry_in = r->up.state == CJ_UP_BACKOFF && r->up.retry_at > cj_now() ? r->up.retry_at - cj_now() : 0;
+}
+
 struct outlink *router_outlink(struct cj_router *r, const struct cj_link *l)
 {
     struct rlink *d = l ? rl(l) : NULL;
@@ -86,6 +94,8 @@ static void report_retry(struct outlink *o, const char *why, bool was_up)
         cj_log_warning("router %s: %s %s: %s; retrying every %.1f..%.1f s%s", o->r->me, o->what,
                        was_up ? "lost" : "unreachable", why, o->rmin, o->rmax, same ? " (still failing)" : "");
     snprintf(o->last_why, sizeof o->last_why, "%s", why);
+    snprintf(o->last_error, sizeof o->last_error, "%s %s", was_up ? "lost:" : "unreachable:", why);
+    o->last_error_at = time(NULL);
     o->cfg.quiet = true;
 }
 
@@ -98,6 +108,7 @@ static void outlink_backoff(struct outlink *o)
     if (d < o->rmin) d = o->rmin;
     if (o->attempt < 64) o->attempt++;
     o->state = CJ_UP_BACKOFF;
+    o->retry_at = cj_now() + d;
     cj_log_debug("router %s: %s reconnect in %.2f s (attempt %d)", o->r->me, o->what, d, o->attempt);
     struct timeval tv = cj_tv(d);
     event_add(o->timer, &tv);

@@ -52,6 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -170,6 +171,15 @@ void cj_router_set_events(struct cj_router *r, const struct cj_router_events *ev
 /* Starts (and keeps) the upstream connection.  Once only. */
 int cj_router_upstream_start(struct cj_router *r, const struct cj_upstream_cfg *u, struct cj_err *err);
 enum cj_upstream_state cj_router_upstream_state(const struct cj_router *r);
+
+/* Why the upstream last failed and when the next attempt is, for show info. */
+struct cj_outlink_status {
+    const char *last_error;   /* "unreachable: <why>" or "lost: <why>"; "" = never failed */
+    time_t last_error_at;     /* wall clock; 0 = never */
+    int attempts;             /* failed attempts in the current back-off */
+    double retry_in;          /* seconds to the next attempt while backing off, else 0 */
+};
+void cj_router_upstream_status(const struct cj_router *r, struct cj_outlink_status *st);
 const char *cj_router_upstream_state_name(enum cj_upstream_state s);
 /* The upstream link when it is up, else NULL. */
 struct cj_link *cj_router_upstream(const struct cj_router *r);

@@ -6,6 +6,7 @@
 #define CJ_CELL_ROUTER_INT_H
 
 #include <stdbool.h>
+#include <time.h>
 #include <stdint.h>
 
 #include "cell/router.h"
@@ -81,7 +82,10 @@ struct outlink {
     enum cj_upstream_state state;
     struct cj_link *link;      /* the current link, any state */
     struct event *timer;
-    char last_why[256];        /* reason of the last failure (log once) */
+    char last_why[256];        /* reason of the last failure (log once); cleared when up */
+    char last_error[256];      /* the last failure, kept after a recovery: show info */
+    time_t last_error_at;      /* its wall-clock time, 0 = none yet */
+    double retry_at;           /* monotonic time of the next attempt while backing off */
     uint64_t *reconnects;      /* counter of attempts after the first */
 };
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ops/commands.h"
@@ -17,6 +18,21 @@
  * several run and none is named, or there is none). */
 typedef int (*show_fn)(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz);
 
+/* The server link's last failure, when, and the next attempt: what an
+ * operator asks first of an upstream in back-off. */
+static void show_upstream_failure(const struct cj_job *j, struct cj_out *o)
+{
+    struct cj_outlink_status st = {.last_error = ""};
+    if (j) cj_job_upstream_status(j, &st);
+    char when[32] = "";
+    struct tm tm;
+    if (st.last_error_at && gmtime_r(&st.last_error_at, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cj_out_str(o, "upstream_last_error", st.last_error);
+    cj_out_str(o, "upstream_last_error_at", when);
+    cj_out_u64(o, "upstream_attempts", (uint64_t)st.attempts);
+    cj_out_dbl(o, "upstream_retry_in", st.retry_in);
+}
+
 static int show_info(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
 {
     cj_out_str(o, "version", CJRELAY_VERSION);
@@ -29,6 +45,7 @@ static int show_info(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, ch
     cj_out_str(o, "fl", j ? cj_job_fl_state(j) : "");
     cj_out_str(o, "upstream_url", j ? cj_job_upstream_url(j) : "");
     cj_out_str(o, "upstream_peer", j ? cj_job_upstream_peer(j) : "");
+    show_upstream_failure(j, o);
     cj_out_u64(o, "workers", j ? cj_job_workers(j) : cj_daemon_workers(d));
     cj_out_u64(o, "jobs", cj_jobs_live(d->jobs));
     cj_out_u64(o, "rss_bytes", cj_daemon_rss_bytes());

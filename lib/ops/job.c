@@ -479,6 +479,13 @@ const char *cj_job_upstream_peer(const struct cj_job *j)
     return up ? cj_link_peer(up) : "";
 }
 
+void cj_job_upstream_status(const struct cj_job *j, struct cj_outlink_status *st)
+{
+    memset(st, 0, sizeof *st);
+    st->last_error = "";
+    if (j->router) cj_router_upstream_status(j->router, st);
+}
+
 void cj_job_show(struct cj_job *j, enum cj_show what, struct cj_out *o)
 {
     if (!j->fl) return;

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cell/router.h"
 #include "ops/commands.h"
 #include "ops/config.h"
 #include "ops/out.h"
@@ -111,6 +112,8 @@ const char *cj_job_mode(const struct cj_job *j);
 const char *cj_job_fl_state(const struct cj_job *j);
 const char *cj_job_upstream_url(const struct cj_job *j);
 const char *cj_job_upstream_peer(const struct cj_job *j);
+/* Its server link's last failure and next attempt (zeroed when it has no cell). */
+void cj_job_upstream_status(const struct cj_job *j, struct cj_outlink_status *st);
 /* show workers | tasks | refs | metrics for this job. */
 void cj_job_show(struct cj_job *j, enum cj_show what, struct cj_out *o);
 
