@@ -126,6 +126,9 @@ static const struct cj_cfg_key keys[] = {
      REQ | CJ_CFG_SOCKET, "the status socket that cjrelayctl talks to", FIELD(status.socket)},
     {KEY("status", "socket_mode"), CJ_T_MODE, "0660", 0, 0777, NULL, RESTART, 0,
      "file mode of the status socket: who may connect", FIELD(status.socket_mode)},
+    {KEY("status", "socket_group"), CJ_T_STR, "", 0, 0, NULL, RESTART, 0,
+     "group of the status socket (a name or a gid): with socket_mode 0660 its members may read, not change",
+     FIELD(status.socket_group)},
 
     {KEY("limits", "stream_chunk"), CJ_T_SIZE, "1M", 4 * KiB, 64 * MiB, NULL, RESTART, 0,
      "bytes per chunk of a streamed message; at most stream_window", FIELD(limits.stream_chunk)},

@@ -26,7 +26,7 @@
 
 #include "util/parse.h"
 
-#define CJ_CFG_NKEYS     40       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_NKEYS     41       /* rows in the key table (checked in config.c) */
 #define CJ_CFG_PATH_MAX  1024
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
@@ -93,6 +93,7 @@ struct cj_config {
     struct {
         char socket[CJ_CFG_PATH_MAX];
         unsigned socket_mode;
+        char socket_group[CJ_CFG_NAME_MAX];   /* "" = the daemon's group */
     } status;
     struct {
         int64_t stream_chunk;

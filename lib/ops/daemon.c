@@ -20,6 +20,7 @@
 #include "ops/statreg.h"
 #include "ops/status.h"
 #include "util/clock.h"
+#include "util/account.h"
 #include "util/log.h"
 #include "util/version.h"
 
@@ -267,6 +268,21 @@ static int setup_events(struct cj_daemon *d, struct cj_err *err)
 
 /* ---- life cycle ------------------------------------------------------------------ */
 
+/* [status] socket_group: the socket's group, so its members may read with
+ * socket_mode's group bits (changes stay root's and the daemon's). */
+static int give_status_socket(const struct cj_config *cfg, struct cj_err *err)
+{
+    gid_t gid;
+    char why[300];
+    if (!cfg->status.socket_group[0]) return 0;
+    if (cj_group_resolve(cfg->status.socket_group, &gid, why, sizeof why) != 0)
+        return cj_fail(err, CJ_E_INVALID, 0, "[status] socket_%s", why);
+    if (chown(cfg->status.socket, (uid_t)-1, gid) != 0)
+        return cj_fail(err, CJ_E_INVALID, 0, "cannot give the status socket %s to group %s: %s", cfg->status.socket,
+                       cfg->status.socket_group, strerror(errno));
+    return 0;
+}
+
 struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config *cfg, struct cj_err *err)
 {
     struct cj_daemon *d = calloc(1, sizeof *d);
@@ -283,6 +299,10 @@ struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config 
     struct cj_status_ops ops;
     cj_control_ops(d, &ops);
     d->status = cj_status_new(d->base, d->cfg.status.socket, (mode_t)d->cfg.status.socket_mode, &ops, err);
+    if (d->status && give_status_socket(&d->cfg, err) != 0) {
+        cj_daemon_free(d);
+        return NULL;
+    }
     struct cj_jobs_cbs cbs = {.ctx = d, .ended = on_job_ended};
     if (!d->status || !(d->jobs = cj_jobs_new(d->base, &d->cfg, &cbs, err)) ||
         (d->cfg.relay.job_id[0] && !(d->ini = cj_jobs_start_config(d->jobs, err)))) {

@@ -11,6 +11,7 @@
 #include "fl/launcher.h"
 #include "net/tls.h"
 #include "net/tlscheck.h"
+#include "util/account.h"
 
 struct pf {
     bool full;
@@ -55,6 +56,14 @@ static void check_tls(struct pf *p)
                              c->upstream.connection_security == CJ_SEC_MTLS, !p->full};
     cj_tls_check_files(&f, tls_report, p);   /* each problem counted as add() reports it */
     if (f.mutual) check_cn(p);
+}
+
+static void check_status_group(struct pf *p)
+{
+    gid_t gid;
+    char why[300];
+    if (p->cfg->status.socket_group[0] && cj_group_resolve(p->cfg->status.socket_group, &gid, why, sizeof why) != 0)
+        add(p, "status.socket_group", strncmp(why, "group: ", 7) ? why : why + 7);
 }
 
 static void check_status_dir(struct pf *p)
@@ -108,6 +117,7 @@ int cj_preflight(const struct cj_config *cfg, bool full, struct cj_problems *pb)
     struct pf p = {full, cfg, pb, 0};
     check_tls(&p);
     check_status_dir(&p);
+    check_status_group(&p);
     check_command(&p);
     return p.n;
 }

@@ -62,6 +62,11 @@ static int lookup_group(const char *group, gid_t *gid, char *why, size_t whysz)
     return 0;
 }
 
+int cj_group_resolve(const char *group, gid_t *gid, char *why, size_t whysz)
+{
+    return lookup_group(group, gid, why, whysz);
+}
+
 int cj_account_resolve(const char *user, const char *group, struct cj_account *a, char *why, size_t whysz)
 {
     memset(a, 0, sizeof *a);

@@ -25,6 +25,10 @@ struct cj_account {
  * CAP_SETGID).  0, or -1 with why naming "user" or "group". */
 int cj_account_resolve(const char *user, const char *group, struct cj_account *a, char *why, size_t whysz);
 
+/* A group's id from its name or number (a name looked up through NSS).
+ * 0, or -1 with why naming "group". */
+int cj_group_resolve(const char *group, gid_t *gid, char *why, size_t whysz);
+
 /* In a forked child before exec (async-signal-safe calls only): the
  * supplementary groups, the gid, then the uid.  0, or -1 with errno. */
 int cj_account_enter(const struct cj_account *a);

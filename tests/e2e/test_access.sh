@@ -1,7 +1,8 @@
 #!/bin/sh
 # Access to the status and worker sockets: each is created with its socket_mode and
 # the kernel enforces it; of status clients let in, only root and the daemon's uid
-# may change things; SO_PEERCRED (pid, uid) is logged for both.
+# may change things; SO_PEERCRED (pid, uid) is logged for both; [status] socket_group
+# lets a group's members read.
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { skip "needs root to act as another uid"; finish; }
 command -v setpriv >/dev/null || { skip "setpriv missing"; finish; }
@@ -14,9 +15,9 @@ cp "$C" "$W/cjrelayctl"; chmod 755 "$W/cjrelayctl"
 cp "$P" "$W/cjpeer"; chmod 755 "$W/cjpeer"
 AS_NOBODY="setpriv --reuid=65534 --regid=65534 --clear-groups"
 
-start() { # start STATUS_MODE [WORKERS_MODE]
+start() { # start STATUS_MODE [WORKERS_MODE [STATUS_GROUP]]
     relay_ini "$W/r.ini" workers.listen="unix:$W/workers.sock" workers.socket_mode="${2:-0660}" \
-        status.socket="$W/status.sock" status.socket_mode="$1"
+        status.socket="$W/status.sock" status.socket_mode="$1" status.socket_group="${3:-}"
     $D -c "$W/r.ini" > "$W/d.log" 2>&1 & PID=$!
     for i in $(seq 50); do [ -S "$W/status.sock" ] && break; sleep 0.1; done
 }
@@ -56,4 +57,17 @@ check "another uid may not shut the daemon down" kill -0 "$PID"
 check "a read-only client's refused change logged with its uid" grep -q "status: pid [0-9]* uid 65534: pause: ERR 403" "$W/d.log"
 check "root may pause" $C -s "$W/status.sock" pause
 stop
+
+# socket_group: the group's members read through socket_mode's group bits, and change nothing
+start 0660 0660 65534
+check "socket_group 65534: the status socket's group" [ "$(stat -c %g "$W/status.sock")" = 65534 ]
+check "socket_group: a member of the group reads show info" sh -c "$AS_NOBODY $W/cjrelayctl -s $W/status.sock show info | grep -q '^fqcn: site-1.J1'"
+$AS_NOBODY "$W/cjrelayctl" -s "$W/status.sock" pause > "$W/out" 2>&1; rc=$?
+check "socket_group: ... but may not pause (ERR 403)" sh -c "[ $rc -eq 1 ] && grep -q '^ERR 403' $W/out"
+setpriv --reuid=65534 --regid=100 --clear-groups "$W/cjrelayctl" -s "$W/status.sock" show info > "$W/out" 2>&1; rc=$?
+check "socket_group: another group is kept out by the kernel (exit 2)" sh -c "[ $rc -eq 2 ] && grep -q 'Permission denied' $W/out"
+stop
+relay_ini "$W/bad.ini" status.socket="$W/status.sock" status.socket_group=cjtest-no-such-group
+$D -c "$W/bad.ini" --check-config > "$W/out" 2>&1; rc=$?
+check "socket_group: an unknown group is a config error with its line ($(head -1 "$W/out"))" sh -c "[ $rc -eq 1 ] && grep -q \"bad.ini:[0-9]*: status.socket_group: no group 'cjtest-no-such-group'\" $W/out"
 finish
