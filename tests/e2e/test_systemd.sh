@@ -1,5 +1,6 @@
 #!/bin/sh
-# systemd-analyze verify on both units, with ExecStart pointed at the built binary.
+# systemd-analyze verify on both units, with ExecStart pointed at the built binary; their
+# sandbox's exposure score; the shipped GPU drop-in applied to the unit.
 . "$(dirname "$0")/lib.sh"
 command -v systemd-analyze >/dev/null || { skip "systemd-analyze not installed"; finish; }
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -10,5 +11,19 @@ for u in cjrelay.service cjrelay@.service; do
     sed "s|/usr/local/bin/cjrelayd|$BUILD/cjrelayd|g" "$ROOT/systemd/$u" > "$out"
     if msg=$(systemd-analyze verify "$out" 2>&1) && [ -z "$msg" ]; then pass "verify $u"
     else fail "verify $u: $msg"; fi
+    # the sandbox's score, offline (systemd-analyze security lists each setting it weighs)
+    if score=$(systemd-analyze security --offline=true "$out" 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p') && [ -n "$score" ]; then
+        check "$u: systemd-analyze security exposure $score (<= 3.0)" awk -v s="$score" 'BEGIN {exit !(s <= 3.0)}'
+    else
+        skip "$u: systemd-analyze security --offline not supported here"
+    fi
 done
+# the shipped GPU drop-in, applied as a site would: the unit still verifies
+mkdir -p "$d/cjrelay.service.d"
+cp "$ROOT/systemd/gpu.conf.example" "$d/cjrelay.service.d/gpu.conf"
+if msg=$(systemd-analyze verify "$d/cjrelay.service" 2>&1) && [ -z "$msg" ]; then pass "verify cjrelay.service with the GPU drop-in"
+else fail "verify cjrelay.service with the GPU drop-in: $msg"; fi
+printf '[Service]\nDeviceAllow=char-no-such-thing rw\nNoSuchSetting=1\n' > "$d/cjrelay.service.d/zz-bad.conf"
+if msg=$(systemd-analyze verify "$d/cjrelay.service" 2>&1) && [ -z "$msg" ]; then fail "verify reads the drop-in directory (a bad drop-in went unnoticed)"
+else pass "verify reads the drop-in directory (a bad drop-in is reported: $(echo "$msg" | head -1))"; fi
 finish
