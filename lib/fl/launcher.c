@@ -334,6 +334,19 @@ static void free_env(char **env)
     free(env);
 }
 
+bool cj_launcher_path_next(const char **cursor, const char *file, char *out, size_t outsz)
+{
+    const char *d = *cursor, *end = strchr(d, ':');
+    size_t dl = end ? (size_t)(end - d) : strlen(d), fl = strlen(file);
+    *cursor = end ? end + 1 : NULL;
+    if ((dl ? dl : 1) + 1 + fl >= outsz) return false;
+    if (dl) memcpy(out, d, dl);
+    else out[dl++] = '.';
+    out[dl] = '/';
+    memcpy(out + dl + 1, file, fl + 1);
+    return true;
+}
+
 /* execvpe, but the command is looked up on the PATH of the worker's own
  * environment (execvpe uses the daemon's): each directory in turn, as the
  * shell does.  Async-signal-safe: only execve and our own string work. */
@@ -346,23 +359,12 @@ static void exec_on_path(char *const argv[], char *const env[])
     }
     for (char *const *e = env; *e && !path; e++)
         if (!strncmp(*e, "PATH=", 5)) path = *e + 5;
-    if (!path) path = "/usr/local/bin:/usr/bin:/bin";
-    size_t fl = strlen(file);
     int first_err = ENOENT;
-    for (const char *d = path;; d++) {
-        const char *end = strchr(d, ':');
-        size_t dl = end ? (size_t)(end - d) : strlen(d);
+    for (const char *cur = path ? path : CJ_LAUNCHER_DEFAULT_PATH; cur;) {
         char full[PATH_MAX];
-        if (dl + 1 + fl < sizeof full) {
-            if (dl) memcpy(full, d, dl);
-            else full[dl++] = '.';   /* an empty entry is the working directory */
-            full[dl] = '/';
-            memcpy(full + dl + 1, file, fl + 1);
-            execve(full, argv, env);
-            if (errno != ENOENT && errno != ENOTDIR && first_err == ENOENT) first_err = errno;
-        }
-        if (!end) break;
-        d = end;
+        if (!cj_launcher_path_next(&cur, file, full, sizeof full)) continue;
+        execve(full, argv, env);
+        if (errno != ENOENT && errno != ENOTDIR && first_err == ENOENT) first_err = errno;
     }
     errno = first_err;
 }

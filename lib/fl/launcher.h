@@ -126,6 +126,14 @@ size_t cj_launcher_running(const struct cj_launcher *l);
 /* Launches so far (the last seq used). */
 unsigned cj_launcher_launches(const struct cj_launcher *l);
 
+/* A bare command's lookup, as the shell does it, for the launched child (async-
+ * signal-safe: string work only) and for --check-config alike.  The next
+ * candidate from the PATH list at *cursor: that directory joined with file in
+ * out (an empty entry is the working directory); advances *cursor (NULL after
+ * the last entry).  false when the entry cannot fit out (skip it). */
+#define CJ_LAUNCHER_DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"   /* for an environment without PATH */
+bool cj_launcher_path_next(const char **cursor, const char *file, char *out, size_t outsz);
+
 /* Splits a command line into words as a POSIX shell would, without any
  * expansion: blanks separate words; '...' keeps everything literally; "..."
  * keeps everything but \" \\ \$ \` and backslash-newline; a backslash outside

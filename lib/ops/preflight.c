@@ -2,6 +2,7 @@
 #include "ops/preflight.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,15 +99,12 @@ static void check_command(struct pf *p)
         found = access(prog, X_OK) == 0;
         if (!found) snprintf(msg, sizeof msg, "%s cannot be run: %s", prog, strerror(errno));
     } else {
-        const char *path = getenv("PATH");
-        for (const char *d = path ? path : "/usr/bin:/bin"; d && !found;) {
-            const char *end = strchr(d, ':');
-            char full[CJ_CFG_PATH_MAX * 2];
-            snprintf(full, sizeof full, "%.*s/%s", (int)(end ? end - d : (long)strlen(d)), d, prog);
-            found = access(full, X_OK) == 0;
-            d = end ? end + 1 : NULL;
+        const char *path = getenv("PATH") ? getenv("PATH") : CJ_LAUNCHER_DEFAULT_PATH;
+        for (const char *cur = path; cur && !found;) {
+            char full[PATH_MAX];
+            found = cj_launcher_path_next(&cur, prog, full, sizeof full) && access(full, X_OK) == 0;
         }
-        if (!found) snprintf(msg, sizeof msg, "%s is not an executable program on the PATH (%s)", prog, path ? path : "");
+        if (!found) snprintf(msg, sizeof msg, "%s is not an executable program on the PATH (%s)", prog, path);
     }
     if (!found) add(p, "workers.command", msg);
     cj_launcher_argv_free(argv);

@@ -25,13 +25,13 @@ static int lookup_user(const char *user, struct cj_account *a, char *pwname, siz
     unsigned long id;
     struct passwd pw, *res = NULL;
     char buf[4096];
-    int rc = parse_id(user, &id) ? getpwuid_r((uid_t)id, &pw, buf, sizeof buf, &res)
-                                 : getpwnam_r(user, &pw, buf, sizeof buf, &res);
+    bool numeric = parse_id(user, &id);
+    int rc = numeric ? getpwuid_r((uid_t)id, &pw, buf, sizeof buf, &res) : getpwnam_r(user, &pw, buf, sizeof buf, &res);
     if (rc != 0) {
         snprintf(why, whysz, "user: cannot look up '%s': %s", user, strerror(rc));
         return -1;
     }
-    if (!res && !parse_id(user, &id)) {
+    if (!res && !numeric) {
         snprintf(why, whysz, "user: no user '%s' on this system", user);
         return -1;
     }
