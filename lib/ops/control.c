@@ -53,24 +53,38 @@ static int show_info(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, ch
     return 0;
 }
 
+/* One reading of the counters of job j, or of every job when j is NULL:
+ * *n readings (jobs[i] is the job read into s[i]); NULL out of memory. */
+static struct cj_stat_sources *read_stats(struct cj_daemon *d, struct cj_job *j, size_t *n, struct cj_job ***jobs)
+{
+    *n = j ? 1 : cj_jobs_count(d->jobs);
+    struct cj_stat_sources *s = calloc(*n ? *n : 1, sizeof *s);
+    *jobs = calloc(*n ? *n : 1, sizeof **jobs);
+    if (!s || !*jobs) {
+        free(s);
+        free(*jobs);
+        return NULL;
+    }
+    for (size_t i = 0; i < *n; i++) {
+        (*jobs)[i] = j ? j : cj_jobs_at(d->jobs, i);
+        cj_job_stat_sources((*jobs)[i], &s[i]);
+    }
+    return s;
+}
+
 /* One job's counters, or with several jobs and none named every job's summed
  * (labelled by a first field, scope). */
 static int show_stats(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
 {
-    size_t n = cj_jobs_count(d->jobs);
-    struct cj_stat_sources *s = calloc(n ? n : 1, sizeof *s);
+    size_t n;
+    struct cj_job **jobs;
+    struct cj_stat_sources *s = read_stats(d, j, &n, &jobs);
     if (!s) { snprintf(msg, msgsz, "out of memory"); return 500; }
-    if (j) {
-        cj_job_stat_sources(j, &s[0]);
-        if (j != d->ini) cj_out_str(o, "scope", cj_job_id(j));
-        cj_stat_render(s, 1, o);
-    } else {
-        for (size_t i = 0; i < n; i++) cj_job_stat_sources(cj_jobs_at(d->jobs, i), &s[i]);
-        char scope[64];
-        snprintf(scope, sizeof scope, "all jobs (%zu)", n);
-        cj_out_str(o, "scope", scope);
-        cj_stat_render(s, n, o);
-    }
+    char scope[64];
+    if (!j) snprintf(scope, sizeof scope, "all jobs (%zu)", n);
+    if (!j || j != d->ini) cj_out_str(o, "scope", j ? cj_job_id(j) : scope);
+    cj_stat_render(s, n, o);
+    free(jobs);
     free(s);
     return 0;
 }
@@ -130,22 +144,19 @@ static int show_jobs(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, ch
 /* The exposition is its own format: written as it is, whatever json asked. */
 static int show_prometheus(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
 {
-    size_t n = j ? 1 : cj_jobs_count(d->jobs);
-    struct cj_stat_sources *s = calloc(n ? n : 1, sizeof *s);
-    struct cj_prom_job *pj = calloc(n ? n : 1, sizeof *pj);
-    if (!s || !pj) {
-        free(s);
-        free(pj);
+    size_t n;
+    struct cj_job **jobs;
+    struct cj_stat_sources *s = read_stats(d, j, &n, &jobs);
+    struct cj_prom_job *pj = s ? calloc(n ? n : 1, sizeof *pj) : NULL;
+    if (!pj) {
+        if (s) { free(jobs); free(s); }
         snprintf(msg, msgsz, "out of memory");
         return 500;
     }
-    for (size_t i = 0; i < n; i++) {
-        struct cj_job *ji = j ? j : cj_jobs_at(d->jobs, i);
-        cj_job_stat_sources(ji, &s[i]);
-        pj[i] = (struct cj_prom_job){cj_job_id(ji), &s[i]};
-    }
+    for (size_t i = 0; i < n; i++) pj[i] = (struct cj_prom_job){cj_job_id(jobs[i]), &s[i]};
     cj_prom_render(o->buf, pj, n);
     free(pj);
+    free(jobs);
     free(s);
     return 0;
 }
