@@ -36,6 +36,19 @@ _p=0; _f=0
 pass() { _p=$((_p + 1)); echo "ok - $*"; }
 fail() { _f=$((_f + 1)); echo "not ok - $*"; }
 skip() { echo "skip - $*"; }
+# tap_results LABEL RC TAPFILE LOG WHAT: the "ok - ", "not ok - " and "skip - " lines a helper
+# program (Python) printed to TAPFILE, as this suite's checks labelled (LABEL); its exit status RC
+# other than 0 fails too, with the end of its LOG
+tap_results() {
+    while IFS= read -r _tl; do
+        case $_tl in
+            "ok - "*) pass "($1) ${_tl#ok - }" ;;
+            "not ok - "*) fail "($1) ${_tl#not ok - }" ;;
+            "skip - "*) skip "($1) ${_tl#skip - }" ;;
+        esac
+    done < "$3"
+    [ "$2" -eq 0 ] || { fail "($1) $5 exited $2"; note "$4" | tail -20; }
+}
 check() { # check "name" command...
     name=$1; shift
     if "$@" >/dev/null; then pass "$name"; else fail "$name"; fi

@@ -43,15 +43,7 @@ drive() {
     sc=$1; shift
     $PY "$ROOT/tests/flare/drive.py" --scenario "$sc" --socket "$W/status.sock" --worker "$BUILD/cjrelay-worker" \
         "$@" > "$W/$sc.tap" 2> "$W/$sc.log"
-    rc=$?
-    while IFS= read -r line; do
-        case $line in
-            "ok - "*) pass "($sc) ${line#ok - }" ;;
-            "not ok - "*) fail "($sc) ${line#not ok - }" ;;
-            "skip - "*) skip "($sc) ${line#skip - }" ;;
-        esac
-    done < "$W/$sc.tap"
-    [ $rc -eq 0 ] || { fail "($sc) drive.py exited $rc"; note "$W/$sc.log" | tail -20; }
+    tap_results "$sc" $? "$W/$sc.tap" "$W/$sc.log" drive.py
 }
 
 relay_ini "$W/site.ini" relay.job_id= relay.max_jobs=4 relay.job_linger=60 workers.count=1 \

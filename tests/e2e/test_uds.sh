@@ -35,14 +35,7 @@ export NVFLARE_COMM_DRIVER_PATH="$W/pkg/cjrelay_flare/comm_drivers"
 peer() {
     pn=$1; shift
     $PY "$W/flare/uds_peer.py" "$@" > "$W/$pn.tap" 2> "$W/$pn.log"
-    rc=$?
-    while IFS= read -r line; do
-        case $line in
-            "ok - "*) pass "($pn) ${line#ok - }" ;;
-            "not ok - "*) fail "($pn) ${line#not ok - }" ;;
-        esac
-    done < "$W/$pn.tap"
-    [ $rc -eq 0 ] || { fail "($pn) uds_peer.py exited $rc"; note "$W/$pn.log" | tail -20; }
+    tap_results "$pn" $? "$W/$pn.tap" "$W/$pn.log" uds_peer.py
 }
 
 # ---- (a) a trainer's HELLO over uds:// ------------------------------------------------------
@@ -86,14 +79,7 @@ PIDS="$PIDS $!"; PS=$!
 P=$(sim_port "$W/d.sim")
 $PY "$W/flare/drive.py" --scenario uds --socket "$W/status.sock" --worker "$BUILD/cjrelay-worker" \
     --ws "$W/d" --target "127.0.0.1:$P" > "$W/d.tap" 2> "$W/d.drive.log"
-rc=$?
-while IFS= read -r line; do
-    case $line in
-        "ok - "*) pass "(d) ${line#ok - }" ;;
-        "not ok - "*) fail "(d) ${line#not ok - }" ;;
-    esac
-done < "$W/d.tap"
-[ $rc -eq 0 ] || { fail "(d) drive.py exited $rc"; note "$W/d.drive.log" | tail -20; }
+tap_results d $? "$W/d.tap" "$W/d.drive.log" drive.py
 wait_for 15 sh -c "! kill -0 $PS"
 check "(d) the simulator verified the job's every round" grep -q '^SIM OK rounds=2' "$W/d.sim"
 check "(d) the trainer's link came over the job's Unix socket" \
