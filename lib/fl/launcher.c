@@ -2,6 +2,8 @@
 #include "fl/launcher.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -58,6 +60,11 @@ struct slot {
     enum stop_stage stage;
     double backoff;                    /* last restart delay, 0 = none yet */
     struct event *stop_timer, *restart_timer;
+    int report_fd;                     /* read end of the child's launch report pipe, -1 none */
+    char last_error[CJ_LAUNCHER_ERROR_MAX];   /* why the last launch failed or its worker died */
+    time_t last_error_at;
+    double relaunch_at;                /* cj_now() of the pending relaunch, 0 none */
+    unsigned failures;                 /* launches that failed or died since the last clean one */
 };
 
 struct cj_launcher {
@@ -369,22 +376,34 @@ static void exec_on_path(char *const argv[], char *const env[])
     errno = first_err;
 }
 
+/* What a launched child tells its parent through the report pipe when it
+ * cannot become the worker (the pipe is close-on-exec: a successful exec
+ * leaves it empty).  The parent reads it once the child is reaped. */
+enum launch_stage { LAUNCH_ACCOUNT = 1, LAUNCH_CWD, LAUNCH_EXEC };
+struct launch_report {
+    int32_t stage;
+    int32_t err;   /* errno */
+};
+
+/* In the child: reports the failed stage and ends (async-signal-safe). */
+static void child_fail(int report_fd, int err_fd, enum launch_stage stage, const char *msg, size_t len)
+{
+    struct launch_report r = {.stage = stage, .err = errno};
+    ssize_t rc = write(report_fd, &r, sizeof r);
+    rc = write(err_fd, msg, len);
+    (void)rc;
+    _exit(127);
+}
+#define CHILD_FAIL(fd, efd, stage, text) child_fail(fd, efd, stage, text "\n", sizeof text)
+
 /* In the child, between fork and exec: async-signal-safe calls only. */
-static void child_exec(const struct cj_launcher *l, int out_fd, int err_fd, char **env)
+static void child_exec(const struct cj_launcher *l, int out_fd, int err_fd, int report_fd, char **env)
 {
     setsid();   /* leads its own process group: pgid = pid */
-    if (l->has_account && cj_account_enter(&l->account) != 0) {
-        static const char msg[] = "cjrelay launcher: cannot switch to the worker's account\n";
-        ssize_t rc = write(err_fd, msg, sizeof msg - 1);
-        (void)rc;
-        _exit(127);
-    }
-    if (l->cwd[0] && chdir(l->cwd) != 0) {
-        static const char msg[] = "cjrelay launcher: cannot enter the worker's directory\n";
-        ssize_t rc = write(err_fd, msg, sizeof msg - 1);
-        (void)rc;
-        _exit(127);
-    }
+    if (l->has_account && cj_account_enter(&l->account) != 0)
+        CHILD_FAIL(report_fd, err_fd, LAUNCH_ACCOUNT, "cjrelay launcher: cannot switch to the worker's account");
+    if (l->cwd[0] && chdir(l->cwd) != 0)
+        CHILD_FAIL(report_fd, err_fd, LAUNCH_CWD, "cjrelay launcher: cannot enter the worker's directory");
     int nul = open("/dev/null", O_RDONLY);
     if (nul >= 0 && nul != 0) {
         dup2(nul, 0);
@@ -392,17 +411,53 @@ static void child_exec(const struct cj_launcher *l, int out_fd, int err_fd, char
     }
     dup2(out_fd, 1);
     dup2(err_fd, 2);
-    if (close_range(3, ~0U, 0) != 0)
-        for (int fd = 3; fd < 4096; fd++) close(fd);
+    if (report_fd != 3) {   /* the report pipe stays open (close-on-exec) as fd 3 */
+        dup3(report_fd, 3, O_CLOEXEC);
+        report_fd = 3;
+    }
+    if (close_range(4, ~0U, 0) != 0)
+        for (int fd = 4; fd < 4096; fd++) close(fd);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);   /* SIGPIPE may be ignored here */
     exec_on_path(l->argv, env);
-    static const char msg[] = "cjrelay launcher: cannot exec the worker command\n";
-    ssize_t rc = write(2, msg, sizeof msg - 1);
-    (void)rc;
-    _exit(127);
+    CHILD_FAIL(report_fd, 2, LAUNCH_EXEC, "cjrelay launcher: cannot exec the worker command");
+}
+
+/* Keeps why a launch failed or its worker died, for show workers / show info. */
+static void set_last_error(struct slot *sl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_last_error(struct slot *sl, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sl->last_error, sizeof sl->last_error, fmt, ap);
+    va_end(ap);
+    sl->last_error_at = time(NULL);
+}
+
+/* The reaped child's launch report, if it wrote one: false when its exec
+ * succeeded (the pipe closed empty). */
+static bool read_report(struct slot *sl, struct launch_report *r)
+{
+    if (sl->report_fd < 0) return false;
+    ssize_t n;
+    do n = read(sl->report_fd, r, sizeof *r);
+    while (n < 0 && errno == EINTR);
+    close(sl->report_fd);
+    sl->report_fd = -1;
+    return n == (ssize_t)sizeof *r;
+}
+
+static void report_text(const struct cj_launcher *l, const struct launch_report *r, char *out, size_t n)
+{
+    const char *what = strerror(r->err);
+    switch (r->stage) {
+    case LAUNCH_ACCOUNT: snprintf(out, n, "cannot switch to uid %u gid %u: %s", (unsigned)l->account.uid,
+                                  (unsigned)l->account.gid, what); break;
+    case LAUNCH_CWD: snprintf(out, n, "cannot enter %.150s: %s", l->cwd, what); break;
+    default: snprintf(out, n, "cannot exec %.150s: %s", l->argv[0], what); break;
+    }
 }
 
 static void schedule_restart(struct slot *sl, double lived);
@@ -443,7 +498,7 @@ static int spawn(struct slot *sl)
 {
     struct cj_launcher *l = sl->l;
     char token[CJ_BOOTSTRAP_TOKEN_LEN + 1];
-    int po[2] = {-1, -1}, pe[2] = {-1, -1};
+    int po[2] = {-1, -1}, pe[2] = {-1, -1}, pr[2] = {-1, -1};
     char **env = NULL;
 
     sl->seq = ++l->seq;
@@ -451,38 +506,52 @@ static int spawn(struct slot *sl)
     if ((size_t)snprintf(sl->fqcn, sizeof sl->fqcn, "%s.%s.%s", l->site, l->job, sl->leaf) >= sizeof sl->fqcn) {
         sl->bootstrap[0] = 0;
         cj_log_error("worker %s: FQCN too long", sl->leaf);
+        set_last_error(sl, "%s: FQCN too long", sl->leaf);
         goto fail;
     }
     if ((size_t)snprintf(sl->bootstrap, sizeof sl->bootstrap, "%s/client_api_bootstrap_%u.json", l->runtime_dir,
                          sl->seq) >= sizeof sl->bootstrap) {
         sl->bootstrap[0] = 0;
         cj_log_error("worker %s: runtime directory path too long", sl->leaf);
+        set_last_error(sl, "%s: runtime directory path too long", sl->leaf);
         goto fail;
     }
     if (cj_bootstrap_new_token(token)) {
         cj_log_error("worker %s: cannot make a launch token", sl->leaf);
+        set_last_error(sl, "%s: cannot make a launch token", sl->leaf);
         goto fail;
     }
-    if (write_bootstrap(l, sl, token)) goto fail;
+    if (write_bootstrap(l, sl, token)) {
+        set_last_error(sl, "%s: cannot write its bootstrap file %s", sl->leaf, sl->bootstrap);
+        goto fail;
+    }
     if (l->has_account && chown(sl->bootstrap, l->account.uid, l->account.gid) != 0) {
         cj_log_error("worker %s: cannot give its bootstrap file to uid %u: %s", sl->leaf, (unsigned)l->account.uid,
                      strerror(errno));
+        set_last_error(sl, "%s: cannot give its bootstrap file to uid %u: %s", sl->leaf, (unsigned)l->account.uid,
+                       strerror(errno));
         goto fail;
     }
-    if (!(env = make_env(l, sl->bootstrap)) || pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
+    if (!(env = make_env(l, sl->bootstrap)) || pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) ||
+        pipe2(pr, O_CLOEXEC | O_NONBLOCK)) {
         cj_log_error("worker %s: cannot prepare its launch: %s", sl->leaf, strerror(errno));
+        set_last_error(sl, "%s: cannot prepare its launch: %s", sl->leaf, strerror(errno));
         goto fail;
     }
     pid_t pid = fork();
     if (pid < 0) {
         cj_log_error("worker %s: fork failed: %s", sl->leaf, strerror(errno));
+        set_last_error(sl, "%s: fork failed: %s", sl->leaf, strerror(errno));
         goto fail;
     }
-    if (pid == 0) child_exec(l, po[1], pe[1], env);   /* never returns */
+    if (pid == 0) child_exec(l, po[1], pe[1], pr[1], env);   /* never returns */
     close(po[1]);
     close(pe[1]);
+    close(pr[1]);
+    sl->report_fd = pr[0];
     free_env(env);
     sl->pid = pid;
+    sl->relaunch_at = 0;
     sl->started = cj_now();
     sl->stopping = sl->now = sl->barrier_logged = false;
     sl->stage = STOP_NONE;
@@ -498,10 +567,12 @@ fail:
     for (int i = 0; i < 2; i++) {
         if (po[i] >= 0) close(po[i]);
         if (pe[i] >= 0) close(pe[i]);
+        if (pr[i] >= 0) close(pr[i]);
     }
     free_env(env);
     if (sl->bootstrap[0]) unlink(sl->bootstrap);
     sl->pid = 0;
+    sl->failures++;
     schedule_restart(sl, 0);
     return -1;
 }
@@ -521,6 +592,7 @@ static void schedule_restart(struct slot *sl, double lived)
     if (lived > l->rmax || sl->backoff <= 0) sl->backoff = l->rmin;
     else sl->backoff = sl->backoff * 2 > l->rmax ? l->rmax : sl->backoff * 2;
     cj_log_info("worker slot of %s: relaunch in %.1f s", sl->leaf[0] ? sl->leaf : "(none)", sl->backoff);
+    sl->relaunch_at = cj_now() + sl->backoff;
     arm(sl->restart_timer, sl->backoff);
 }
 
@@ -551,9 +623,22 @@ static void child_exited(struct slot *sl, int st)
     bool relaunch = sl->relaunch && !l->stopping_all && !l->hold;
     bool stopping = (sl->stopping || l->stopping_all) && !relaunch;
     sl->relaunch = false;
-    if (relaunch) cj_log_info("worker %s (pid %d) stopped: %s; another worker replaces it", sl->fqcn, (int)pid, how);
-    else if (stopping) cj_log_info("worker %s (pid %d) stopped: %s", sl->fqcn, (int)pid, how);
-    else cj_log_warning("worker %s (pid %d) exited after %.1f s: %s", sl->fqcn, (int)pid, lived, how);
+    struct launch_report r;
+    if (read_report(sl, &r)) {
+        char why[CJ_LAUNCHER_ERROR_MAX - 32];   /* room for the leaf in front */
+        report_text(l, &r, why, sizeof why);
+        cj_log_error("worker %s (pid %d) could not be launched: %s", sl->fqcn, (int)pid, why);
+        set_last_error(sl, "%s: %s", sl->leaf, why);
+        sl->failures++;
+    } else if (relaunch) {
+        cj_log_info("worker %s (pid %d) stopped: %s; another worker replaces it", sl->fqcn, (int)pid, how);
+    } else if (stopping) {
+        cj_log_info("worker %s (pid %d) stopped: %s", sl->fqcn, (int)pid, how);
+    } else {
+        cj_log_warning("worker %s (pid %d) exited after %.1f s: %s", sl->fqcn, (int)pid, lived, how);
+        set_last_error(sl, "%s: exited after %.1f s: %s", sl->leaf, lived, how);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) sl->failures++;
+    }
     if (killpg(pid, 0) == 0) {   /* its group outlived it: nobody owns those processes now */
         cj_log_warning("worker %s: processes of its group survived it; killing them", sl->fqcn);
         killpg(pid, SIGKILL);
@@ -562,7 +647,7 @@ static void child_exited(struct slot *sl, int st)
         cj_log_warning("worker %s: cannot remove %s: %s", sl->fqcn, sl->bootstrap, strerror(errno));
     if (l->cbs.on_exit) l->cbs.on_exit(l->cbs.ctx, sl->fqcn, st, stopping);
     /* A clean exit (a per-task trainer, launch_once false) is no reason to back off further. */
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) sl->backoff = 0;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) sl->backoff = 0, sl->failures = 0;
     if (!stopping && !sl->pid) schedule_restart(sl, lived);
 }
 
@@ -720,6 +805,7 @@ struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_lau
     for (int i = 0; i < l->count; i++) {
         struct slot *sl = &l->slots[i];
         sl->l = l;
+        sl->report_fd = -1;
         sl->stop_timer = evtimer_new(base, stop_timer_cb, sl);
         sl->restart_timer = evtimer_new(base, restart_cb, sl);
         if (!sl->stop_timer || !sl->restart_timer) goto nomem;
@@ -743,6 +829,7 @@ void cj_launcher_free(struct cj_launcher *l)
             unlink(sl->bootstrap);
             sl->pid = 0;
         }
+        if (sl->report_fd >= 0) close(sl->report_fd);
         if (sl->stop_timer) event_free(sl->stop_timer);
         if (sl->restart_timer) event_free(sl->restart_timer);
     }
@@ -819,6 +906,23 @@ pid_t cj_launcher_pid(const struct cj_launcher *l, const char *fqcn)
 {
     const struct slot *sl = find_slot(l, fqcn);
     return sl ? sl->pid : 0;
+}
+
+void cj_launcher_slots(const struct cj_launcher *l, cj_launcher_slot_fn fn, void *arg)
+{
+    double now = cj_now();
+    for (int i = 0; i < l->count; i++) {
+        const struct slot *sl = &l->slots[i];
+        struct cj_launcher_slot_info si = {
+            .fqcn = sl->fqcn,
+            .pid = sl->pid,
+            .last_error = sl->last_error,
+            .last_error_at = sl->last_error_at,
+            .failures = sl->failures,
+            .relaunch_in = !sl->pid && sl->relaunch_at > 0 ? (sl->relaunch_at > now ? sl->relaunch_at - now : 0) : -1,
+        };
+        fn(arg, &si);
+    }
 }
 
 size_t cj_launcher_running(const struct cj_launcher *l)

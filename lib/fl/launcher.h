@@ -29,6 +29,7 @@
 #include "util/account.h"
 #include <stddef.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "util/err.h"
 
@@ -121,6 +122,20 @@ void cj_launcher_stop_all(struct cj_launcher *l, bool now);
 
 /* pid of the running worker fqcn, or 0. */
 pid_t cj_launcher_pid(const struct cj_launcher *l, const char *fqcn);
+/* One worker slot as status shows it: the running worker or the last one
+ * launched, and why its last launch failed or its worker died ("" none). */
+#define CJ_LAUNCHER_ERROR_MAX 224
+struct cj_launcher_slot_info {
+    const char *fqcn;          /* "" before the first launch */
+    pid_t pid;                 /* 0: none running */
+    const char *last_error;
+    time_t last_error_at;      /* 0: none */
+    unsigned failures;         /* failed launches and deaths since the last clean exit */
+    double relaunch_in;        /* seconds to the pending relaunch, -1 none */
+};
+typedef void (*cj_launcher_slot_fn)(void *arg, const struct cj_launcher_slot_info *si);
+/* Calls fn for each of the count slots, in order. */
+void cj_launcher_slots(const struct cj_launcher *l, cj_launcher_slot_fn fn, void *arg);
 /* Worker processes not yet reaped. */
 size_t cj_launcher_running(const struct cj_launcher *l);
 /* Launches so far (the last seq used). */

@@ -20,17 +20,34 @@ typedef int (*show_fn)(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, 
 
 /* The server link's last failure, when, and the next attempt: what an
  * operator asks first of an upstream in back-off. */
+static void out_time(struct cj_out *o, const char *key, time_t at)
+{
+    char when[32] = "";
+    struct tm tm;
+    if (at && gmtime_r(&at, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cj_out_str(o, key, when);
+}
+
 static void show_upstream_failure(const struct cj_job *j, struct cj_out *o)
 {
     struct cj_outlink_status st = {.last_error = ""};
     if (j) cj_job_upstream_status(j, &st);
-    char when[32] = "";
-    struct tm tm;
-    if (st.last_error_at && gmtime_r(&st.last_error_at, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     cj_out_str(o, "upstream_last_error", st.last_error);
-    cj_out_str(o, "upstream_last_error_at", when);
+    out_time(o, "upstream_last_error_at", st.last_error_at);
     cj_out_u64(o, "upstream_attempts", (uint64_t)st.attempts);
     cj_out_dbl(o, "upstream_retry_in", st.retry_in);
+}
+
+/* The launched workers' last failure: a command that cannot run shows here
+ * and in show workers, not only in the log. */
+static void show_workers_failure(const struct cj_job *j, struct cj_out *o)
+{
+    struct cj_workers_failure wf = {.last_error = "", .relaunch_in = -1};
+    if (j) cj_job_workers_failure(j, &wf);
+    cj_out_str(o, "workers_last_error", wf.last_error);
+    out_time(o, "workers_last_error_at", wf.last_error_at);
+    cj_out_u64(o, "workers_failures", wf.failures);
+    cj_out_dbl(o, "workers_relaunch_in", wf.relaunch_in);
 }
 
 static int show_info(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
@@ -47,6 +64,7 @@ static int show_info(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, ch
     cj_out_str(o, "upstream_peer", j ? cj_job_upstream_peer(j) : "");
     show_upstream_failure(j, o);
     cj_out_u64(o, "workers", j ? cj_job_workers(j) : cj_daemon_workers(d));
+    show_workers_failure(j, o);
     cj_out_u64(o, "jobs", cj_jobs_live(d->jobs));
     cj_out_u64(o, "rss_bytes", cj_daemon_rss_bytes());
     cj_out_str(o, "config", d->config_path);

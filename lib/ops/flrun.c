@@ -459,9 +459,34 @@ const char *cj_flrun_state(const struct cj_flrun *f)
 
 /* ---- show tables --------------------------------------------------------------------- */
 
+/* "2026-11-27T06:40:01Z trainer_3: cannot exec …", or "" when the slot has none. */
+static void error_cell(struct cj_out *o, const char *text, time_t at)
+{
+    char cell[CJ_LAUNCHER_ERROR_MAX + 32] = "";
+    struct tm tm;
+    if (text && text[0] && at && gmtime_r(&at, &tm)) {
+        size_t k = strftime(cell, sizeof cell, "%Y-%m-%dT%H:%M:%SZ ", &tm);
+        snprintf(cell + k, sizeof cell - k, "%s", text);
+    }
+    cj_out_cell_str(o, cell);
+}
+
+struct worker_rows {
+    struct cj_out *o;
+    const struct cj_flrun *f;
+    const struct cj_fl_worker_info *wi;   /* the session row being written, for its slot's error */
+};
+
+static void slot_error_of(void *arg, const struct cj_launcher_slot_info *si)
+{
+    struct worker_rows *r = arg;
+    if (si->pid && !strcmp(si->fqcn, r->wi->fqcn)) error_cell(r->o, si->last_error, si->last_error_at), r->wi = NULL;
+}
+
 static void worker_row(void *arg, const struct cj_fl_worker_info *wi)
 {
-    struct cj_out *o = arg;
+    struct worker_rows *r = arg;
+    struct cj_out *o = r->o;
     cj_out_row_begin(o);
     cj_out_cell_str(o, wi->fqcn);
     cj_out_cell_u64(o, (uint64_t)(wi->pid > 0 ? wi->pid : 0));
@@ -469,16 +494,56 @@ static void worker_row(void *arg, const struct cj_fl_worker_info *wi)
     cj_out_cell_dbl(o, wi->heartbeat_age);
     cj_out_cell_str(o, wi->task);
     cj_out_cell_u64(o, wi->bytes);
+    r->wi = wi;
+    if (r->f->launcher) cj_launcher_slots(r->f->launcher, slot_error_of, r);
+    if (r->wi) cj_out_cell_str(o, "");   /* not one of ours, or its slot has no error */
+    cj_out_row_end(o);
+}
+
+/* A launcher slot with no worker because its launch failed or its worker died:
+ * shown with why, so an operator sees a worker command that cannot run. */
+static void failed_slot_row(void *arg, const struct cj_launcher_slot_info *si)
+{
+    struct cj_out *o = ((struct worker_rows *)arg)->o;
+    if (si->pid || !si->last_error[0]) return;
+    cj_out_row_begin(o);
+    cj_out_cell_str(o, si->fqcn);
+    cj_out_cell_u64(o, 0);
+    cj_out_cell_str(o, si->relaunch_in >= 0 ? "relaunch" : "down");
+    cj_out_cell_dbl(o, -1);
+    cj_out_cell_str(o, "");
+    cj_out_cell_u64(o, 0);
+    error_cell(o, si->last_error, si->last_error_at);
     cj_out_row_end(o);
 }
 
 void cj_flrun_show_workers(struct cj_flrun *f, struct cj_out *o)
 {
     static const struct cj_col cols[] = {{"fqcn", 40}, {"pid", 8}, {"state", 10}, {"heartbeat_age", 14},
-                                         {"task", 34}, {"bytes", 0}};
-    cj_out_table_begin(o, "workers", cols, 6);
-    cj_fl_sessions_workers(f->sessions, worker_row, o);
+                                         {"task", 34}, {"bytes", 12}, {"last_error", 0}};
+    struct worker_rows r = {.o = o, .f = f};
+    cj_out_table_begin(o, "workers", cols, 7);
+    cj_fl_sessions_workers(f->sessions, worker_row, &r);
+    if (f->launcher) cj_launcher_slots(f->launcher, failed_slot_row, &r);
     cj_out_table_end(o);
+}
+
+/* The workers' most recent launch failure or death, the sum of their failures
+ * and the nearest relaunch: what show info gives. */
+static void worst_of(void *arg, const struct cj_launcher_slot_info *si)
+{
+    struct cj_workers_failure *wf = arg;
+    wf->failures += si->failures;
+    if (si->relaunch_in >= 0 && (wf->relaunch_in < 0 || si->relaunch_in < wf->relaunch_in))
+        wf->relaunch_in = si->relaunch_in;
+    if (si->last_error[0] && si->last_error_at >= wf->last_error_at)
+        wf->last_error = si->last_error, wf->last_error_at = si->last_error_at;
+}
+
+void cj_flrun_workers_failure(const struct cj_flrun *f, struct cj_workers_failure *wf)
+{
+    *wf = (struct cj_workers_failure){.last_error = "", .relaunch_in = -1};
+    if (f->launcher) cj_launcher_slots(f->launcher, worst_of, wf);
 }
 
 void cj_flrun_show_tasks(struct cj_flrun *f, struct cj_out *o)

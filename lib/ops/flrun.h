@@ -12,6 +12,7 @@
 #define CJ_OPS_FLRUN_H
 
 #include <stdbool.h>
+#include <time.h>
 
 #include "ops/config.h"
 #include "ops/out.h"
@@ -61,6 +62,14 @@ void cj_flrun_stop_now(struct cj_flrun *f);
 
 const char *cj_flrun_state(const struct cj_flrun *f);
 void cj_flrun_show_workers(struct cj_flrun *f, struct cj_out *o);
+/* The launched workers' last launch failure or death, for show info. */
+struct cj_workers_failure {
+    const char *last_error;   /* "" none; valid until the loop runs again */
+    time_t last_error_at;     /* 0 none */
+    double relaunch_in;       /* seconds to the nearest pending relaunch, -1 none */
+    unsigned failures;        /* failed launches and deaths since each slot's last clean exit */
+};
+void cj_flrun_workers_failure(const struct cj_flrun *f, struct cj_workers_failure *wf);
 void cj_flrun_show_tasks(struct cj_flrun *f, struct cj_out *o);
 /* Pass-through: the refs of the tasks in the table.  Spool mode: the spool's
  * refs instead (tag, state, source, ref_id, served_id, dot, items, bytes on

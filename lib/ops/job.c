@@ -486,6 +486,12 @@ void cj_job_upstream_status(const struct cj_job *j, struct cj_outlink_status *st
     if (j->router) cj_router_upstream_status(j->router, st);
 }
 
+void cj_job_workers_failure(const struct cj_job *j, struct cj_workers_failure *wf)
+{
+    if (j->fl) cj_flrun_workers_failure(j->fl, wf);
+    else *wf = (struct cj_workers_failure){.last_error = "", .relaunch_in = -1};
+}
+
 void cj_job_show(struct cj_job *j, enum cj_show what, struct cj_out *o)
 {
     if (!j->fl) return;

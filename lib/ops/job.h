@@ -16,6 +16,7 @@
 #include "cell/router.h"
 #include "ops/commands.h"
 #include "ops/config.h"
+#include "ops/flrun.h"
 #include "ops/out.h"
 #include "ops/statreg.h"
 #include "util/err.h"
@@ -114,6 +115,8 @@ const char *cj_job_upstream_url(const struct cj_job *j);
 const char *cj_job_upstream_peer(const struct cj_job *j);
 /* Its server link's last failure and next attempt (zeroed when it has no cell). */
 void cj_job_upstream_status(const struct cj_job *j, struct cj_outlink_status *st);
+/* Its launched workers' last launch failure or death (none when it has no FL run). */
+void cj_job_workers_failure(const struct cj_job *j, struct cj_workers_failure *wf);
 /* show workers | tasks | refs | metrics for this job. */
 void cj_job_show(struct cj_job *j, enum cj_show what, struct cj_out *o);
 

@@ -20,6 +20,9 @@
 #     group-readable token file is refused at start naming the file; a worker presenting a
 #     token of the file gets a session and the rounds verify; a wrong token: hello_rejected,
 #     logged, counted; no token ever in the relay's log
+# (6) a worker command that cannot run (its interpreter is missing) and one that exits at
+#     once: show workers lists the slot with why (errno text, exit code), show info gives the
+#     workers' last error, its time and the relaunch, the log names it
 # Already covered elsewhere: a worker killed mid-download (test_fl (c)); a worker that
 # stops reading (test_transport (c)); the simulator stopped with SIGTERM between
 # transfers (test_transport (d)).
@@ -271,8 +274,33 @@ check "(5) ... counted in show stats (hellos_rejected $(stat_of hellos_rejected)
     sh -c "[ \$($C -s $W/five.status.sock show stats json | jq '.hellos_rejected') -ge 1 ] && [ \$($C -s $W/five.status.sock show stats json | jq '.workers_refused') -ge 1 ]"
 check "(5) the token never appears in the relay's log" sh -c "! grep -qF -- '$XT' $W/five.relay $W/five.refused"
 stop_relay
+
+# (6) Worker commands that cannot run.
+printf '#!/nonexistent/interpreter\n' > "$W/nointerp.sh"; chmod 755 "$W/nointerp.sh"
+printf '#!/bin/sh\necho "no GPU here" >&2\nexit 3\n' > "$W/exit3.sh"; chmod 755 "$W/exit3.sh"
+start_sim sim8 --rounds 1 --model-size 1M --tensors 1
+start_relay six "$W/nointerp.sh"
+slot_error() { ctl show workers json | jq -r '[.workers[] | select(.pid == 0)][0].last_error // empty'; }
+wait_for 15 sh -c "$C -s $W/six.status.sock show workers json | jq -e '[.workers[] | select(.pid == 0 and .last_error != \"\")] | length == 1' >/dev/null"
+e=$(slot_error)
+check "(6) show workers lists the slot that cannot launch: '$e'" \
+    sh -c "printf '%s' '$e' | grep -q 'trainer_[0-9]*: cannot exec $W/nointerp.sh: No such file or directory'"
+check "(6) ... dated, and in state relaunch: $(ctl show workers | tail -1 | cut -c1-120)" \
+    sh -c "$C -s $W/six.status.sock show workers json | jq -e '[.workers[] | select(.pid == 0)][0] | (.state == \"relaunch\") and (.last_error | test(\"^20[0-9-]+T[0-9:]+Z \"))' >/dev/null"
+check "(6) show info: workers_last_error '$(info_of workers_last_error)', failures $(info_of workers_failures), relaunch in $(info_of workers_relaunch_in) s" \
+    sh -c "[ \"\$($C -s $W/six.status.sock show info json | jq -r '.workers_last_error | test(\"cannot exec\")')\" = true ] && [ \$($C -s $W/six.status.sock show info json | jq .workers_failures) -ge 1 ] && [ -n \"\$($C -s $W/six.status.sock show info json | jq -r .workers_last_error_at)\" ]"
+check "(6) the log says it: $(grep -m1 'could not be launched' "$W/six.relay" | cut -c1-160)" \
+    grep -q "could not be launched: cannot exec $W/nointerp.sh: No such file or directory" "$W/six.relay"
+stop_relay
+start_relay seven "$W/exit3.sh"
+wait_for 15 sh -c "$C -s $W/seven.status.sock show info json | jq -e '.workers_last_error | test(\"exit code 3\")' >/dev/null"
+check "(6) a worker that exits at once: '$(info_of workers_last_error)'" \
+    sh -c "$C -s $W/seven.status.sock show info json | jq -e '.workers_last_error | test(\"trainer_[0-9]+: exited after [0-9.]+ s: exit code 3\")' >/dev/null"
+check "(6) ... its stderr is in the log" grep -q "no GPU here" "$W/seven.relay"
+stop_relay
+stop_sim
 if [ "$_f" -gt 0 ]; then
-    for f in one two three four five; do
+    for f in one two three four five six seven; do
         [ -f "$W/$f.relay" ] || continue
         echo "# relay $f (last 12 lines):"; tail -12 "$W/$f.relay" | cut -c1-300 | note
     done

@@ -370,6 +370,22 @@ static void test_stop_all_now(void **state)
     fx_free(f);
 }
 
+struct slot_seen {
+    int n;
+    char last_error[CJ_LAUNCHER_ERROR_MAX];
+    unsigned failures;
+    time_t at;
+};
+
+static void see_slot(void *arg, const struct cj_launcher_slot_info *si)
+{
+    struct slot_seen *s = arg;
+    s->n++;
+    snprintf(s->last_error, sizeof s->last_error, "%s", si->last_error);
+    s->failures = si->failures;
+    s->at = si->last_error_at;
+}
+
 static void test_exec_failure_and_long_lines(void **state)
 {
     struct fx *f = fx_new();
@@ -378,6 +394,12 @@ static void test_exec_failure_and_long_lines(void **state)
     RUN_UNTIL(f, f->exits >= 2, 3.0);
     assert_true(WIFEXITED(f->exit_status[0]) && WEXITSTATUS(f->exit_status[0]) == 127);
     assert_true(f->spawns >= 2);
+    /* the slot says why, with errno's text, for show workers */
+    struct slot_seen seen = {0};
+    cj_launcher_slots(f->l, see_slot, &seen);
+    assert_int_equal(seen.n, 1);
+    assert_non_null(strstr(seen.last_error, "cannot exec /nonexistent/cjrelay-worker: No such file or directory"));
+    assert_true(seen.failures >= 2 && seen.at > 0);
     cj_launcher_stop_all(f->l, true);
     RUN_UNTIL(f, cj_launcher_running(f->l) == 0, 2.0);
     cj_launcher_free(f->l);
