@@ -400,7 +400,7 @@ static void child_fail(int report_fd, int err_fd, enum launch_stage stage, const
 static void child_exec(const struct cj_launcher *l, int out_fd, int err_fd, int report_fd, char **env)
 {
     setsid();   /* leads its own process group: pgid = pid */
-    if (l->has_account && cj_account_enter(&l->account) != 0)
+    if (l->has_account ? cj_account_enter(&l->account) != 0 : cj_account_drop_caps() != 0)
         CHILD_FAIL(report_fd, err_fd, LAUNCH_ACCOUNT, "cjrelay launcher: cannot switch to the worker's account");
     if (l->cwd[0] && chdir(l->cwd) != 0)
         CHILD_FAIL(report_fd, err_fd, LAUNCH_CWD, "cjrelay launcher: cannot enter the worker's directory");

@@ -267,7 +267,9 @@ struct cj_jobs *cj_jobs_new(struct event_base *base, const struct cj_config *sit
         return NULL;
     }
     snprintf(js->dir, sizeof js->dir, "%.*s.jobs", (int)n, site->status.socket);
-    if (mkdir(js->dir, 0700) != 0 && errno != EEXIST) {
+    /* 0711: a job's workers running under another account (worker.user) must
+     * reach their job's directory; nobody but the daemon may list it. */
+    if (mkdir(js->dir, 0711) != 0 && errno != EEXIST) {
         cj_fail(err, CJ_E_INVALID, 0, "cannot create %s: %s", js->dir, strerror(errno));
         free(js);
         return NULL;

@@ -3,11 +3,35 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <linux/capability.h>
+#include <stdint.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* What switching a child to another account takes from a daemon that is not
+ * root: the ids (setgroups, setgid, setuid) and giving the worker its socket
+ * and bootstrap file (chown). */
+#define SWITCH_CAPS ((1ULL << CAP_SETUID) | (1ULL << CAP_SETGID) | (1ULL << CAP_CHOWN))
+
+/* The effective capability set, as one 64-bit mask (0 when it cannot be read). */
+static uint64_t effective_caps(void)
+{
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct d[2];
+    memset(d, 0, sizeof d);
+    if (syscall(SYS_capget, &h, d) != 0) return 0;
+    return (uint64_t)d[0].effective | (uint64_t)d[1].effective << 32;
+}
+
+bool cj_account_can_switch(void)
+{
+    return geteuid() == 0 || (effective_caps() & SWITCH_CAPS) == SWITCH_CAPS;
+}
 
 /* A decimal id that fits uid_t/gid_t (and is not (id_t)-1, which means "unchanged" to the kernel). */
 static bool parse_id(const char *s, unsigned long *out)
@@ -87,9 +111,11 @@ int cj_account_resolve(const char *user, const char *group, struct cj_account *a
         a->groups[0] = a->gid;
         a->ngroups = 1;
     }
-    if (geteuid() != 0 && (a->uid != geteuid() || a->gid != getegid())) {
+    a->privileged = cj_account_can_switch();
+    if (!a->privileged && (a->uid != geteuid() || a->gid != getegid())) {
         snprintf(why, whysz, "%s: the daemon runs as uid %u gid %u and cannot start workers as uid %u gid %u "
-                             "(that needs root)",
+                             "(that needs root, or CAP_SETUID, CAP_SETGID and CAP_CHOWN: see "
+                             "systemd/worker-accounts.conf.example)",
                  a->uid != geteuid() ? "user" : "group", (unsigned)geteuid(), (unsigned)getegid(), (unsigned)a->uid,
                  (unsigned)a->gid);
         return -1;
@@ -100,12 +126,26 @@ int cj_account_resolve(const char *user, const char *group, struct cj_account *a
 
 int cj_account_enter(const struct cj_account *a)
 {
-    if (geteuid() == 0 && setgroups((size_t)a->ngroups, a->groups) != 0) return -1;
+    if (a->privileged && setgroups((size_t)a->ngroups, a->groups) != 0) return -1;
     if (setgid(a->gid) != 0 || setuid(a->uid) != 0) return -1;
+    if (cj_account_drop_caps() != 0) return -1;
     /* A uid switch that could be undone would leave the worker root in all but name. */
     if (a->uid != 0 && setuid(0) == 0) {
         errno = EPERM;
         return -1;
     }
     return 0;
+}
+
+int cj_account_drop_caps(void)
+{
+    /* uid 0 keeps what root has: a root daemon's own workers are root by choice. */
+    if (geteuid() == 0) return 0;
+    /* A daemon given capabilities through systemd's AmbientCapabilities would
+     * pass them on across exec: clear the ambient set, then every set. */
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return -1;
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct d[2];
+    memset(d, 0, sizeof d);
+    return syscall(SYS_capset, &h, d) == 0 ? 0 : -1;
 }

@@ -1,6 +1,6 @@
 #!/bin/sh
 # systemd-analyze verify on both units, with ExecStart pointed at the built binary; their
-# sandbox's exposure score; the shipped GPU drop-in applied to the unit.
+# sandbox's exposure score; the shipped GPU and worker-accounts drop-ins applied to the unit.
 . "$(dirname "$0")/lib.sh"
 command -v systemd-analyze >/dev/null || { skip "systemd-analyze not installed"; finish; }
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -23,6 +23,15 @@ mkdir -p "$d/cjrelay.service.d"
 cp "$ROOT/systemd/gpu.conf.example" "$d/cjrelay.service.d/gpu.conf"
 if msg=$(systemd-analyze verify "$d/cjrelay.service" 2>&1) && [ -z "$msg" ]; then pass "verify cjrelay.service with the GPU drop-in"
 else fail "verify cjrelay.service with the GPU drop-in: $msg"; fi
+# the shipped worker-accounts drop-in beside it: still verifies; its exposure is reported
+cp "$ROOT/systemd/worker-accounts.conf.example" "$d/cjrelay.service.d/worker-accounts.conf"
+if msg=$(systemd-analyze verify "$d/cjrelay.service" 2>&1) && [ -z "$msg" ]; then pass "verify cjrelay.service with the worker-accounts drop-in"
+else fail "verify cjrelay.service with the worker-accounts drop-in: $msg"; fi
+if score=$(cd "$d" && systemd-analyze security --offline=true cjrelay.service 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p') && [ -n "$score" ]; then
+    check "cjrelay.service with both drop-ins: exposure $score (<= 3.0)" awk -v s="$score" 'BEGIN {exit !(s <= 3.0)}'
+else
+    skip "systemd-analyze security --offline not supported here"
+fi
 printf '[Service]\nDeviceAllow=char-no-such-thing rw\nNoSuchSetting=1\n' > "$d/cjrelay.service.d/zz-bad.conf"
 if msg=$(systemd-analyze verify "$d/cjrelay.service" 2>&1) && [ -z "$msg" ]; then fail "verify reads the drop-in directory (a bad drop-in went unnoticed)"
 else pass "verify reads the drop-in directory (a bad drop-in is reported: $(echo "$msg" | head -1))"; fi
