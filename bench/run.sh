@@ -165,7 +165,7 @@ start_relay() {
     {
         printf '[relay]\nsite = site-1\njob_id = J1\non_end_run = wait\nmode = %s\n' "$_mode"
         [ "$_mode" = spool ] && printf 'spool_dir = %s\nspool_allow_tmpfs = true\n' "$W/spool-$_n"
-        printf '[upstream]\nurl = %s://127.0.0.1:%s\n' "$(up_scheme)" "$PORT"
+        printf '[upstream]\nurl = %s://127.0.0.1:%s\nproject_name = example_project\n' "$(up_scheme)" "$PORT"
         if up_tls; then
             printf 'connection_security = mtls\nca_file = %s\ncert_file = %s\nkey_file = %s\n' \
                 "$W/certs/rootCA.pem" "$W/certs/client.crt" "$W/certs/client.key"

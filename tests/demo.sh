@@ -53,6 +53,7 @@ job_id = J1
 on_end_run = wait
 [upstream]
 url = $SCHEME://127.0.0.1:$PORT
+project_name = example_project
 $SECURITY
 [workers]
 listen = unix:$W/workers.sock

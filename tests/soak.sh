@@ -91,6 +91,7 @@ job_id = J1
 on_end_run = wait
 [upstream]
 url = tcp://127.0.0.1:$PORT
+project_name = example_project
 get_task_interval = 0.05
 [workers]
 listen = unix:$W/w.sock

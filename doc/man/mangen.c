@@ -76,7 +76,8 @@ static void put_keys(FILE *f)
             fputs(" to ", f);
             put_number(f, k[i].type, k[i].max);
         }
-        fprintf(f, "%s; %s.\n", k[i].flags & CJ_CFG_REQUIRED ? "; required" : "",
+        fprintf(f, "%s; %s.\n", k[i].flags & CJ_CFG_REQUIRED ? "; required" :
+                                 k[i].flags & CJ_CFG_JOB_REQUIRED ? "; required for a job" : "",
                 k[i].reloadable ? "reloadable" : "read at start only");
     }
 }

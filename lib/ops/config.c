@@ -79,8 +79,9 @@ static const struct cj_cfg_key keys[] = {
      "client private key (client.key); needed by mtls", FIELD(upstream.key_file)},
     {KEY("upstream", "tls_server_name"), CJ_T_STR, "", 0, 0, NULL, RESTART, 0,
      "grpcs: the name the server certificate must carry, if not the url's host", FIELD(upstream.tls_server_name)},
-    {KEY("upstream", "project_name"), CJ_T_STR, "example_project", 0, 0, NULL, RESTART, REQ,
-     "the FLARE project name", FIELD(upstream.project_name)},
+    {KEY("upstream", "project_name"), CJ_T_STR, "", 0, 0, NULL, RESTART, CJ_CFG_JOB_REQUIRED,
+     "the FLARE project name (the startup kit's); a site daemon may leave it to each job's description",
+     FIELD(upstream.project_name)},
     {KEY("upstream", "credentials_file"), CJ_T_PATH, "", 0, 0, NULL, RESTART, 0,
      "optional file with token, token_signature, ssid; when empty the env vars "
      "NVFLARE_JOB_AUTH_TOKEN, NVFLARE_JOB_TOKEN_SIGNATURE, NVFLARE_JOB_SSID are used",
@@ -808,11 +809,16 @@ static void rule_fail(struct vctx *v, const char *key, const char *other, const 
     v->added++;
 }
 
+/* Required keys have no default.  A job's keys (CJ_CFG_JOB_REQUIRED) are
+ * required once there is a job: a site daemon (no job_id) may leave them to
+ * each job's description. */
 static void rule_required(struct vctx *v)
 {
+    bool job = v->cfg->relay.job_id[0] != '\0';
     for (size_t i = 0; i < NKEYS; i++) {
         const struct cj_cfg_key *k = &keys[i];
-        if (!(k->flags & CJ_CFG_REQUIRED) || v->cfg->origin.bad[i]) continue;
+        bool required = (k->flags & CJ_CFG_REQUIRED) || (job && (k->flags & CJ_CFG_JOB_REQUIRED));
+        if (!required || v->cfg->origin.bad[i]) continue;
         if (*(const char *)cfield_of(v->cfg, k)) continue;
         if (v->cfg->origin.key_line[i]) rule_fail(v, k->key, NULL, "%s must not be empty", k->name);
         else rule_fail(v, k->key, NULL, "[%s] %s is required", k->section, k->name);

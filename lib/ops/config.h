@@ -119,6 +119,7 @@ enum cj_cfg_type {
 #define CJ_CFG_REQUIRED  1u    /* must not be empty */
 #define CJ_CFG_FQCN_PART 2u    /* [A-Za-z0-9_~-]+ */
 #define CJ_CFG_SOCKET    4u    /* a Unix socket path: at most 107 bytes once resolved */
+#define CJ_CFG_JOB_REQUIRED 8u /* must not be empty once there is a job (job_id set, or a job's description) */
 
 struct cj_cfg_key {
     const char *section, *name;

@@ -77,7 +77,7 @@ finish() {
 # overrides the defaults; an empty VALUE leaves the key out.
 relay_ini() {
     _ri=$1; shift
-    for _kv in relay.site=site-1 relay.job_id=J1 "$@"; do printf '%s\n' "$_kv"; done | awk '
+    for _kv in relay.site=site-1 relay.job_id=J1 upstream.project_name=example_project "$@"; do printf '%s\n' "$_kv"; done | awk '
         { d = index($0, "."); e = index($0, "=")
           s = substr($0, 1, d - 1); k = substr($0, d + 1, e - d - 1); v = substr($0, e + 1)
           if (!(s in seen)) { seen[s] = 1; sec[++ns] = s }

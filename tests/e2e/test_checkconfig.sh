@@ -4,7 +4,8 @@
 # the same way (exit 1, not a restart loop's runtime failure):
 #   the upstream's TLS files: missing, not PEM, a key that does not match the certificate, a key
 #   readable by others, an expired certificate, a certificate from another CA;
-#   the status socket's directory missing; the workers' command missing or not executable.
+#   the status socket's directory missing; the workers' command missing or not executable;
+#   a single job's project_name missing (it has no default).
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
@@ -46,6 +47,8 @@ refused missing-command "workers.command: $W/nope cannot be run: No such file or
 printf '#!/bin/sh\n' > "$W/noexec"; chmod 644 "$W/noexec"
 refused command-not-executable "workers.command: $W/noexec cannot be run: Permission denied" workers.command="$W/noexec" workers.count=1
 refused bare-command-not-on-path "workers.command: cjtest-no-such-program is not an executable program on the PATH" workers.command=cjtest-no-such-program workers.count=1
+# a required key has no silent default (a site daemon's jobs may bring it in their description)
+refused no-project-name "\\[upstream\\] project_name is required" upstream.project_name=
 
 # every problem in one run, each on its line of the file
 conf many upstream.ca_file="$W/c/nope.pem" upstream.key_file="$W/c/open.key" status.socket="$W/nodir/s.sock"

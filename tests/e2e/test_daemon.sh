@@ -35,7 +35,7 @@ sed -i 's/^get_task_interval = 0.5/reconnect_min = 40\nreconnect_max = 30/' "$W/
 expect_problem "reconnect_min above reconnect_max" "$W/b4.ini" "b4.ini:[0-9]+: .*reconnect_min"
 write_conf "$W/b5.ini"
 sed -i "s|^listen = .*|listen = tcp://0.0.0.0:9000|" "$W/b5.ini"
-expect_problem "non-loopback tcp worker listen" "$W/b5.ini" "b5.ini:8: .*loopback"
+expect_problem "non-loopback tcp worker listen" "$W/b5.ini" "b5.ini:$(grep -n '^listen' "$W/b5.ini" | cut -d: -f1): .*loopback"
 write_conf "$W/b6.ini"
 sed -i 's|^url = .*|url = stcp://127.0.0.1:8002\nconnection_security = mtls\nca_file = /nonexistent/rootCA.pem|' "$W/b6.ini"
 expect_problem "mtls without a key file" "$W/b6.ini" "b6.ini:[0-9]+: .*(key_file|cert_file)"

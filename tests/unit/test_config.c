@@ -14,8 +14,9 @@ static char tmpdir[64];
 static char ini_path[128];
 static struct cj_problems pb;
 
-/* A valid minimal file; cases append to it (its lines are 1..3). */
-#define BASE "[relay]\nsite = site-1\njob_id = J1\n"
+/* A valid minimal file, a site daemon's (no job_id: a job's project_name is not required
+ * yet); cases append to it (its lines are 1..3). */
+#define BASE "[relay]\nsite = site-1\nmax_jobs = 4\n"
 
 static const char *write_file(const char *name, const char *text)
 {
@@ -176,6 +177,7 @@ static void test_example_loads(void **state)
         cj_config_row(&cfg, i, &r);
         if (!strcmp(r.key, "relay.site")) assert_string_equal(r.value, "site-1");
         else if (!strcmp(r.key, "relay.job_id")) assert_string_equal(r.value, "J1");
+        else if (!strcmp(r.key, "upstream.project_name")) assert_string_equal(r.value, "example_project");
         else if (strcmp(r.value, r.def)) fail_msg("%s: %s = %s, default %s", EXAMPLE, r.key, r.value, r.def);
         assert_true(cfg.origin.key_line[i] > 0);
     }
@@ -242,7 +244,7 @@ static void test_load_syntax_forms(void **state)
     snprintf(ini, sizeof ini,
              "\xEF\xBB\xBF# comment\r\n[relay]\r\nsite = s1\r\n  job_id: J2\r\n\r\n"
              "[ workers ]   ; spaces inside brackets\n   heartbeat_interval = 7\n%s"
-             "; %0500d\n",
+             "; %0500d\n[upstream]\nproject_name = p\n",
              longline, 0);
     load_ok(ini, &cfg);
     assert_string_equal(cfg.relay.site, "s1");
@@ -320,9 +322,9 @@ static void test_bad_values(void **state)
     char ini[512];
     snprintf(ini, sizeof ini, BASE "[status]\nsocket = /%0120d\n", 0);
     expect_one(ini, 5, "longer than 107 bytes");
-    expect_one("[relay]\nsite = a.b\njob_id = J1\n", 2, "not a valid FQCN part");
+    expect_one("[relay]\nsite = a.b\n", 2, "not a valid FQCN part");
     expect_one("[relay]\nsite = s\njob_id = J 1\n", 3, "not a valid FQCN part");
-    snprintf(ini, sizeof ini, "[relay]\nsite = %070d\njob_id = J\n", 0);
+    snprintf(ini, sizeof ini, "[relay]\nsite = %070d\njob_id = J\n[upstream]\nproject_name = p\n", 0);
     expect_one(ini, 2, "too long (at most 63 bytes)");
 }
 
@@ -368,8 +370,12 @@ static void test_contradictions(void **state)
     expect_one(BASE "mode = spool\nspool_dir =\n", 4, "mode = spool needs spool_dir");
     expect_one(BASE "[limits]\nstream_chunk = 64M\nstream_window = 1M\n", 5,
                "stream_chunk (64M) must not be larger than stream_window (1M)");
-    expect_one("[relay]\nsite = same\njob_id = same\n", 3, "site and job_id must differ (both 'same')");
-    expect_one("[relay]\njob_id = J1\n[log]\n", 1, "[relay] site is required");
+    expect_one("[relay]\nsite = same\njob_id = same\n[upstream]\nproject_name = p\n", 3,
+               "site and job_id must differ (both 'same')");
+    /* A job's project_name has no default: required once there is a job. */
+    expect_one("[relay]\nsite = s\njob_id = J1\n", 3, "[upstream] project_name is required");
+    expect_one("[relay]\nsite = s\njob_id = J1\n[upstream]\nproject_name =\n", 5, "project_name must not be empty");
+    expect_one("[relay]\nmax_jobs = 2\n[log]\n", 1, "[relay] site is required");
     /* No job_id (or an empty one): a site daemon that waits for job start. */
     struct cj_config cfg;
     assert_int_equal(load_text("[relay]\nsite = s\njob_id =\n", &cfg), 0);

@@ -34,6 +34,7 @@ static int setup(void **state)
     (void)state;
     cj_config_defaults(&site);
     strcpy(site.relay.site, "site-1");
+    strcpy(site.upstream.project_name, "example_project");
     site.relay.spool_allow_tmpfs = true;
     desc = malloc(sizeof *desc);
     job = malloc(sizeof *job);
@@ -338,6 +339,13 @@ static void test_values(void **state)
 static void test_cross_key(void **state)
 {
     (void)state;
+    /* no project_name in the description nor the site's file: refused, not defaulted */
+    char kept[sizeof site.upstream.project_name];
+    strcpy(kept, site.upstream.project_name);
+    site.upstream.project_name[0] = '\0';
+    refused_config("{\"job_id\": \"J1\"}", "project_name", "[upstream] project_name is required");
+    assert_int_equal(parse_config("{\"job_id\": \"J1\", \"project_name\": \"p\"}"), 0);
+    strcpy(site.upstream.project_name, kept);
     refused_config("{\"job_id\": \"J1\", \"server_url\": \"grpcs://h:1\", \"connection_security\": \"clear\","
                    " \"ca_file\": \"/ca\"}", "connection_security", "a grpcs:// url needs connection_security = tls");
     refused_config("{\"job_id\": \"J1\", \"server_url\": \"grpcs://h:1\"}", "server_url",
