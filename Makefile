@@ -211,6 +211,8 @@ install: all
 	install -m 0755 $(B)/cjrelayd $(B)/cjrelayctl $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(B)/cjrelay-sim $(B)/cjrelay-worker $(DESTDIR)$(TOOLDIR)/
 	install -m 0644 conf/cjrelay.ini $(DESTDIR)$(PREFIX)/share/cjrelay/cjrelay.ini.example
+	install -d $(DESTDIR)$(PREFIX)/share/cjrelay/examples
+	install -m 0644 conf/examples/*.ini $(DESTDIR)$(PREFIX)/share/cjrelay/examples/
 	install -m 0644 $(filter %.5,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man5/
 	install -m 0644 $(filter %.8,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man8/
 	install -m 0644 systemd/cjrelay.sysusers $(DESTDIR)$(SYSUSERSDIR)/cjrelay.conf

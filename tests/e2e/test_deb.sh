@@ -125,10 +125,13 @@ dpkg-deb -c "$tools" | awk '{print $6}' | sed 's|^\./||' > "$W/c-tools"
 for f in usr/bin/cjrelayd usr/bin/cjrelayctl lib/systemd/system/cjrelay.service \
          lib/systemd/system/cjrelay@.service usr/lib/sysusers.d/cjrelay.conf usr/lib/tmpfiles.d/cjrelay.conf \
          usr/share/man/man8/cjrelayd.8.gz usr/share/man/man8/cjrelayctl.8.gz usr/share/man/man5/cjrelay.ini.5.gz \
-         usr/share/doc/cjrelay/examples/cjrelay.ini usr/share/doc/cjrelay/copyright etc/cjrelay/; do
+         usr/share/doc/cjrelay/examples/cjrelay.ini usr/share/doc/cjrelay/copyright etc/cjrelay/ \
+         usr/share/doc/cjrelay/examples/lab-tcp.ini usr/share/doc/cjrelay/examples/site-mtls.ini \
+         usr/share/doc/cjrelay/examples/spool.ini usr/share/doc/cjrelay/examples/stock-trainer-tcp.ini \
+         usr/share/doc/cjrelay/examples/worker-accounts.conf.example usr/share/doc/cjrelay/examples/gpu.conf.example; do
     grep -qxF "$f" "$W/c-main" || echo "$f"
 done > "$W/absent"
-if [ -s "$W/absent" ]; then fail "cjrelay lacks: $(tr '\n' ' ' < "$W/absent")"; else pass "cjrelay holds the daemon, ctl, units, sysusers/tmpfiles, man pages, example"; fi
+if [ -s "$W/absent" ]; then fail "cjrelay lacks: $(tr '\n' ' ' < "$W/absent")"; else pass "cjrelay holds the daemon, ctl, units, sysusers/tmpfiles, man pages, examples and drop-ins"; fi
 check "cjrelay holds no test tool" sh -c "! grep -q 'cjrelay-sim\|cjrelay-worker' '$W/c-main'"
 check "cjrelay-tools holds the simulator and the worker in /usr/lib/cjrelay" \
     sh -c "grep -qx usr/lib/cjrelay/cjrelay-sim '$W/c-tools' && grep -qx usr/lib/cjrelay/cjrelay-worker '$W/c-tools'"
