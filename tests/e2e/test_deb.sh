@@ -5,11 +5,21 @@
 #     (cjrelayctl --help, show config and show stats of a running daemon), and render cleanly;
 # (b) make deb's packages (rebuilt when a source is newer than them): contents, maintainer
 #     scripts, the sysusers entry creating the service user, the units, lintian, and
-#     systemd-analyze verify on the unpacked units.
+#     systemd-analyze verify on the unpacked units;
+# (c) the packages installed (dpkg -i) on this machine: the service user made, and the demo
+#     (the packaged simulator, daemon and worker) runs a round with the daemon as that user;
+#     purged again at the end.  Skipped when cjrelay is already installed here (not ours to
+#     replace) or the suite does not run as root.
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; G=$ROOT/build/mangen; M=$ROOT/build/man
 W=$(mktemp -d); PID=
-cleanup() { [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null; rm -rf "$W"; }
+INSTALLED=
+cleanup() {
+    [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null
+    [ -n "${SIM:-}" ] && kill -9 "$SIM" 2>/dev/null
+    [ -n "$INSTALLED" ] && dpkg --purge cjrelay-tools cjrelay > /dev/null 2>&1
+    rm -rf "$W"
+}
 trap cleanup EXIT
 
 # ---- (a) the man pages ------------------------------------------------------------
@@ -179,4 +189,35 @@ if need lintian lintian; then
     if lintian --fail-on error,warning "$changes" > "$W/lintian" 2>&1; then pass "lintian: no error or warning"
     else fail "lintian"; note "$W/lintian"; fi
 else skip "lintian (not installed and not installable)"; fi
+
+# ---- (c) installed, the demo as the service user ---------------------------------------
+if [ "$(id -u)" != 0 ]; then
+    skip "(c) installing the packages needs root"
+elif dpkg -s cjrelay > /dev/null 2>&1; then
+    skip "(c) cjrelay is already installed on this machine: not replaced"
+else
+    INSTALLED=1
+    if dpkg -i "$debf" "$tools" > "$W/dpkg.log" 2>&1; then pass "(c) dpkg -i installs cjrelay and cjrelay-tools"
+    else fail "(c) dpkg -i"; tail -20 "$W/dpkg.log" | note; fi
+    check "(c) the service user cjrelay exists: $(id cjrelay 2>&1)" id cjrelay
+    chmod 755 "$W"; mkdir -p "$W/demo"; chown cjrelay:cjrelay "$W/demo"
+    /usr/lib/cjrelay/cjrelay-sim --listen tcp://127.0.0.1:0 --job-id J1 --rounds 2 --model-size 8M --tensors 2 \
+        > "$W/sim.out" 2> "$W/sim.err" & SIM=$!
+    port=$(sim_port "$W/sim.out")
+    relay_ini "$W/demo/demo.ini" upstream.url="tcp://127.0.0.1:$port" workers.listen="unix:$W/demo/w.sock" \
+        workers.command="/bin/sh -c 'id -un > $W/demo/worker.user; exec /usr/lib/cjrelay/cjrelay-worker'" \
+        status.socket="$W/demo/status.sock"
+    setpriv --reuid=cjrelay --regid=cjrelay --init-groups /usr/bin/cjrelayd -c "$W/demo/demo.ini" > "$W/demo.log" 2>&1 & PID=$!
+    wait_for 10 test -S "$W/demo/status.sock"
+    check "(c) the installed daemon runs as cjrelay: $(ps -o user= -p "$PID" 2>/dev/null)" \
+        sh -c "[ \"\$(ps -o user= -p $PID)\" = cjrelay ]"
+    wait_for 60 sh -c "! kill -0 $SIM 2>/dev/null"
+    check "(c) the demo's rounds verified through the installed daemon: $(tail -1 "$W/sim.out")" \
+        grep -q '^SIM OK rounds=2' "$W/sim.out"
+    check "(c) its worker ran as $(cat "$W/demo/worker.user" 2>/dev/null) too" sh -c "[ \"\$(cat $W/demo/worker.user)\" = cjrelay ]"
+    kill -TERM "$PID" 2>/dev/null; wait_for 10 sh -c "! kill -0 $PID 2>/dev/null"; PID=
+    if dpkg --purge cjrelay-tools cjrelay > "$W/purge.log" 2>&1 && ! dpkg -s cjrelay > /dev/null 2>&1; then
+        INSTALLED=; pass "(c) dpkg --purge removes both"
+    else fail "(c) dpkg --purge"; tail -20 "$W/purge.log" | note; fi
+fi
 finish
