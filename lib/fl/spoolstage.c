@@ -89,6 +89,8 @@ struct cj_spool_stage {
     bool in_work;                        /* inside work_cb: a nested wake-up waits for the event */
     struct stask *tasks;                 /* oldest first */
     struct cj_spool_stage_stats stats;
+    char last_error[CJ_SPOOL_STAGE_ERROR_MAX];   /* the last task or result that failed here, and why */
+    time_t last_error_at;
 };
 
 /* ---- records ------------------------------------------------------------------------------------ */
@@ -155,6 +157,8 @@ static void fail_task(struct cj_spool_stage *st, struct stask *tk, const char *w
     struct cj_task *t = cj_task_find(st->tt, tk->id);
     st->stats.tasks_failed++;
     cj_log_error("task %s (server task %s): spool mode: %s", tk->id, t ? t->server_id : "?", why);
+    snprintf(st->last_error, sizeof st->last_error, "task %s: %s", tk->id, why);
+    st->last_error_at = time(NULL);
     retire(tk);
     if (t && st->up.failed) st->up.failed(st->up.ctx, t, why);
     if (st->up.kick) st->up.kick(st->up.ctx);   /* a worker's place is free again */
@@ -167,6 +171,8 @@ static void fail_result(struct cj_spool_stage *st, struct stask *tk, const char 
     st->stats.results_failed++;
     cj_log_error("task %s (server task %s): spool mode: result not submitted: %s", tk->id, t ? t->server_id : "?",
                  why);
+    snprintf(st->last_error, sizeof st->last_error, "task %s: result not submitted: %s", tk->id, why);
+    st->last_error_at = time(NULL);
     cj_fl_submit_done_fn done = tk->done;
     tk->done = NULL;
     retire(tk);
@@ -738,6 +744,12 @@ size_t cj_spool_stage_busy(const struct cj_spool_stage *st)
         k++;
     }
     return k;
+}
+
+const char *cj_spool_stage_last_error(const struct cj_spool_stage *st, time_t *at)
+{
+    *at = st->last_error_at;
+    return st->last_error;
 }
 
 void cj_spool_stage_get_stats(const struct cj_spool_stage *st, struct cj_spool_stage_stats *out)

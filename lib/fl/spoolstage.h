@@ -32,6 +32,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "fl/fl.h"
 #include "fl/task.h"
@@ -76,6 +77,9 @@ void cj_spool_stage_submit_ops(struct cj_spool_stage *st, struct cj_fl_submit_op
 size_t cj_spool_stage_busy(const struct cj_spool_stage *st);
 
 void cj_spool_stage_get_stats(const struct cj_spool_stage *st, struct cj_spool_stage_stats *out);
+/* The last task or result that failed in the spool stage and why ("" none), *at when (0 none). */
+#define CJ_SPOOL_STAGE_ERROR_MAX 256
+const char *cj_spool_stage_last_error(const struct cj_spool_stage *st, time_t *at);
 
 /* The receiver_ids header of a task's raw __headers__ map: up to cap FQCNs
  * into ids.  Returns the count (0 when absent or not a list

@@ -50,6 +50,13 @@ static void show_workers_failure(const struct cj_job *j, struct cj_out *o)
     cj_out_dbl(o, "workers_relaunch_in", wf.relaunch_in);
 }
 
+static void show_spool_failure(const struct cj_job *j, struct cj_out *o)
+{
+    time_t at = 0;
+    cj_out_str(o, "spool_last_error", j ? cj_job_spool_last_error(j, &at) : "");
+    out_time(o, "spool_last_error_at", at);
+}
+
 static int show_info(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
 {
     cj_out_str(o, "version", CJRELAY_VERSION);
@@ -65,6 +72,7 @@ static int show_info(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, ch
     show_upstream_failure(j, o);
     cj_out_u64(o, "workers", j ? cj_job_workers(j) : cj_daemon_workers(d));
     show_workers_failure(j, o);
+    show_spool_failure(j, o);
     cj_out_u64(o, "jobs", cj_jobs_live(d->jobs));
     cj_out_u64(o, "rss_bytes", cj_daemon_rss_bytes());
     cj_out_str(o, "config", d->config_path);

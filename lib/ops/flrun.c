@@ -540,6 +540,12 @@ static void worst_of(void *arg, const struct cj_launcher_slot_info *si)
         wf->last_error = si->last_error, wf->last_error_at = si->last_error_at;
 }
 
+const char *cj_flrun_spool_last_error(const struct cj_flrun *f, time_t *at)
+{
+    *at = 0;
+    return f->stage ? cj_spool_stage_last_error(f->stage, at) : "";
+}
+
 void cj_flrun_workers_failure(const struct cj_flrun *f, struct cj_workers_failure *wf)
 {
     *wf = (struct cj_workers_failure){.last_error = "", .relaunch_in = -1};

@@ -70,6 +70,8 @@ struct cj_workers_failure {
     unsigned failures;        /* failed launches and deaths since each slot's last clean exit */
 };
 void cj_flrun_workers_failure(const struct cj_flrun *f, struct cj_workers_failure *wf);
+/* Spool mode: the last task or result that failed in the spool and why ("" none; *at 0). */
+const char *cj_flrun_spool_last_error(const struct cj_flrun *f, time_t *at);
 void cj_flrun_show_tasks(struct cj_flrun *f, struct cj_out *o);
 /* Pass-through: the refs of the tasks in the table.  Spool mode: the spool's
  * refs instead (tag, state, source, ref_id, served_id, dot, items, bytes on

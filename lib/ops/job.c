@@ -492,6 +492,12 @@ void cj_job_workers_failure(const struct cj_job *j, struct cj_workers_failure *w
     else *wf = (struct cj_workers_failure){.last_error = "", .relaunch_in = -1};
 }
 
+const char *cj_job_spool_last_error(const struct cj_job *j, time_t *at)
+{
+    *at = 0;
+    return j->fl ? cj_flrun_spool_last_error(j->fl, at) : "";
+}
+
 void cj_job_show(struct cj_job *j, enum cj_show what, struct cj_out *o)
 {
     if (!j->fl) return;

@@ -117,6 +117,8 @@ const char *cj_job_upstream_peer(const struct cj_job *j);
 void cj_job_upstream_status(const struct cj_job *j, struct cj_outlink_status *st);
 /* Its launched workers' last launch failure or death (none when it has no FL run). */
 void cj_job_workers_failure(const struct cj_job *j, struct cj_workers_failure *wf);
+/* Spool mode: its last task or result that failed in the spool ("" none; *at 0). */
+const char *cj_job_spool_last_error(const struct cj_job *j, time_t *at);
 /* show workers | tasks | refs | metrics for this job. */
 void cj_job_show(struct cj_job *j, enum cj_show what, struct cj_out *o);
 

@@ -173,6 +173,9 @@ wait_for 20 sh -c "$C -s $W/m.status.sock show tasks json | jq '.tasks | length 
 wait_for 20 sh -c "grep -v 'spool mode: tensors' $W/m.relay | grep -q spool_max_bytes"
 check "(5) spool_max_bytes too small fails the task naming the key: $(grep -m1 'spool_max_bytes (' $W/m.relay | cut -c1-160)" \
     sh -c "grep -v 'spool mode: tensors' $W/m.relay | grep -q spool_max_bytes"
+info=$("$C" -s "$W/m.status.sock" show info json)
+check "(5) show info gives the spool's last error and its time: $(printf '%s' "$info" | jq -r '.spool_last_error' | cut -c1-120)" \
+    sh -c "printf '%s' '$info' | jq -e '(.spool_last_error | test(\"spool_max_bytes\")) and (.spool_last_error_at | test(\"^20[0-9-]+T\"))' >/dev/null"
 sed -i 's/^spool_max_bytes = 1M/spool_max_bytes = 64M/' "$W/m.ini"
 "$C" -s "$W/m.status.sock" reload >/dev/null 2>&1
 "$C" -s "$W/m.status.sock" resume >/dev/null 2>&1
