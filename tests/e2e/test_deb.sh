@@ -190,6 +190,22 @@ if need lintian lintian; then
     else fail "lintian"; note "$W/lintian"; fi
 else skip "lintian (not installed and not installable)"; fi
 
+# ---- make install: the daemon and ctl on the PATH, the test tools beside, not on it ----
+if make -s -C "$ROOT" install DESTDIR="$W/inst" PREFIX=/usr/local > "$W/install.log" 2>&1; then
+    check "make install: bin/ holds cjrelayd and cjrelayctl only ($(ls "$W/inst/usr/local/bin" | tr '\n' ' '))" \
+        sh -c "[ \"\$(ls $W/inst/usr/local/bin | tr '\n' ' ')\" = 'cjrelayctl cjrelayd ' ]"
+    check "make install: the simulator and the worker in lib/cjrelay" \
+        sh -c "[ -x $W/inst/usr/local/lib/cjrelay/cjrelay-sim ] && [ -x $W/inst/usr/local/lib/cjrelay/cjrelay-worker ]"
+    check "make install: the example files, the units and the man pages" \
+        sh -c "ls $W/inst/usr/local/share/cjrelay/examples/lab-tcp.ini && ls $W/inst/usr/local/share/man/man8/cjrelayd.8 && find $W/inst -name cjrelay.service | grep -q ." 
+else
+    fail "make install DESTDIR=…"; tail -20 "$W/install.log" | note
+fi
+# --help says in short what the page says: every option, the signals, the exit statuses, the pages
+$D --help > "$W/dhelp" 2>&1
+check "cjrelayd --help: options, signals, exit statuses and the man pages" \
+    sh -c "grep -q -- '--check-config' $W/dhelp && grep -q -- '--config' $W/dhelp && grep -q -- '--version' $W/dhelp && grep -q '^signals:' $W/dhelp && grep -q '^  1  configuration error' $W/dhelp && grep -q 'cjrelayd(8)' $W/dhelp"
+
 # ---- (c) installed, the demo as the service user ---------------------------------------
 if [ "$(id -u)" != 0 ]; then
     skip "(c) installing the packages needs root"

@@ -18,6 +18,11 @@ for u in cjrelay.service cjrelay@.service; do
         skip "$u: systemd-analyze security --offline not supported here"
     fi
 done
+# a configuration error (exit 1) is not restarted: the unit would loop every RestartSec
+for u in cjrelay.service cjrelay@.service; do
+    check "$u: Restart=on-failure but not after exit 1 (RestartPreventExitStatus=1)" \
+        sh -c "grep -qx 'Restart=on-failure' $ROOT/systemd/$u && grep -qx 'RestartPreventExitStatus=1' $ROOT/systemd/$u"
+done
 # the shipped GPU drop-in, applied as a site would: the unit still verifies
 mkdir -p "$d/cjrelay.service.d"
 cp "$ROOT/systemd/gpu.conf.example" "$d/cjrelay.service.d/gpu.conf"
