@@ -120,7 +120,8 @@ static int show_config(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, 
     static const struct cj_col cols[] = {{"key", 30}, {"value", 34}, {"default", 34}, {"reloadable", 0}};
     cj_out_table_begin(o, "config", cols, 4);
     struct cj_config_row row;
-    for (size_t i = 0; cj_config_row(&d->cfg, i, &row) == 0; i++) {
+    const struct cj_config *cfg = j ? cj_job_config(j) : &d->cfg;
+    for (size_t i = 0; cj_config_row(cfg, i, &row) == 0; i++) {
         cj_out_row_begin(o);
         cj_out_cell_str(o, row.key);
         cj_out_cell_str(o, row.value);
@@ -199,6 +200,7 @@ static int on_show(void *ctx, enum cj_show what, const char *job, struct cj_out 
     struct cj_daemon *d = ctx;
     struct cj_job *j = job ? cj_jobs_find(d->jobs, job) : cj_daemon_sole_job(d);
     if (job && !j) { snprintf(msg, msgsz, "no job '%.64s'", job); return 404; }
+    if (what == CJ_SHOW_CONFIG && !job) j = NULL;   /* the daemon's file unless a job is named */
     return show_handlers[what](d, j, o, msg, msgsz);
 }
 

@@ -492,6 +492,11 @@ void cj_job_workers_failure(const struct cj_job *j, struct cj_workers_failure *w
     else *wf = (struct cj_workers_failure){.last_error = "", .relaunch_in = -1};
 }
 
+const struct cj_config *cj_job_config(const struct cj_job *j)
+{
+    return &j->cfg;
+}
+
 const char *cj_job_spool_last_error(const struct cj_job *j, time_t *at)
 {
     *at = 0;

@@ -117,6 +117,8 @@ const char *cj_job_upstream_peer(const struct cj_job *j);
 void cj_job_upstream_status(const struct cj_job *j, struct cj_outlink_status *st);
 /* Its launched workers' last launch failure or death (none when it has no FL run). */
 void cj_job_workers_failure(const struct cj_job *j, struct cj_workers_failure *wf);
+/* The configuration it runs with: the site's keys with its description's over them. */
+const struct cj_config *cj_job_config(const struct cj_job *j);
 /* Spool mode: its last task or result that failed in the spool ("" none; *at 0). */
 const char *cj_job_spool_last_error(const struct cj_job *j, time_t *at);
 /* show workers | tasks | refs | metrics for this job. */
