@@ -436,6 +436,11 @@ int cj_jobs_stop(struct cj_jobs *js, const char *id, const char *reason, char *m
     if (cj_job_state(j) == CJ_JOB_ENDED) { snprintf(msg, msgsz, "job %s has ended already", id); return 409; }
     char why[300];
     snprintf(why, sizeof why, "job stop%s%.256s", reason && reason[0] ? ": " : "", reason ? reason : "");
+    if (cj_job_state(j) == CJ_JOB_STOPPING) {   /* a second stop, as a second SIGTERM: no more waiting */
+        cj_log_info("job %s: %s again while it drains: stopping now", id, why);
+        cj_job_stop_now(j, why);
+        return 0;
+    }
     cj_log_info("job %s: %s", id, why);
     cj_job_drain(j, why);
     return 0;

@@ -6,7 +6,8 @@
 #     show jobs / show stats job ID / show workers job ID; the totals are labelled
 # (b) every kind of mistake in a description refused with the field named, nothing started;
 #     a second job with a live job's id (409); the job limit (503); read-only clients (403)
-# (c) job stop mid-download: outcome 9 (aborted), reason given, _process_rc.txt in the workspace
+# (c) job stop mid-download: outcome 9 (aborted), reason given, _process_rc.txt in the workspace;
+#     a second job stop while a job drains ends it at once
 # (d) the description's credentials appear in no log, argv or show output
 # (e) SIGTERM with a job running: it drains, the daemon exits 0, no job directory is left;
 #     a stale job directory from an earlier daemon is removed (and logged) at start
@@ -153,6 +154,20 @@ check "(c) job wait J4: outcome 9 with the reason ($out)" sh -c "printf '%s' '$o
 check "(c) _process_rc.txt is 9 for J4" sh -c "[ \"\$(cat $W/ws/J4/_process_rc.txt)\" = 9 ]"
 r=$($CTL job stop J4); check "(c) stopping an ended job: $r" sh -c "printf '%s' '$r' | grep -q '^ERR 409'"
 note "$W/4.sim" | grep -E '^# (TASK|ROUND|DOWNLOAD|SIM)' | tail -4
+# A second job stop while the job drains stops it at once (FLARE's parent: abort, then terminate).
+sim 10 tcp J10 --rounds 50 --model-size 128M --tensors 4; P10=$PORT
+r=$(job "{\"job_id\": \"J10\", \"server_url\": \"tcp://127.0.0.1:$P10\"}")
+wait_for 30 grep -q '^TASK 1 ' "$W/10.sim"
+wpid=$($CTL show workers job J10 json | jq -r '[.workers[] | select(.pid > 0)][0].pid // empty')
+[ -n "$wpid" ] && kill -STOP "$wpid"   # holds its task: the drain would wait for it
+ctl job stop J10 abort > /dev/null
+check "(c) J10 drains after the first job stop: $($CTL show jobs | awk '$1 == "J10" {print $2}')" sh -c "$CTL show jobs | grep -q '^J10  *stopping '"
+r=$(ctl job stop J10 terminate)
+out=$(timeout 10 $C -s "$W/status.sock" job wait J10 | tr '\n' ' ')
+check "(c) a second job stop ends it at once: $r, $out" sh -c "printf '%s' '$out' | grep -q 'outcome: 9'"
+check "(c) ... logged: $(grep -m1 'again while it drains' "$W/relay.log" | cut -c1-150)" grep -q "job J10: job stop: terminate again while it drains: stopping now" "$W/relay.log"
+wait_for 10 sh -c "! kill -0 $wpid 2>/dev/null"
+check "(c) ... its stopped worker (pid $wpid) is gone" sh -c "! kill -0 $wpid 2>/dev/null"
 kill -TERM $SIMS 2>/dev/null; SIMS=
 
 # ---- (d) credentials ----------------------------------------------------------------------
