@@ -20,13 +20,14 @@
 #include <strings.h>
 
 #include "dl/spoolio.h"
+#include "net/addr.h"
 #include "ops/out.h"
 #include "util/err.h"
 #include "util/log.h"
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-static const char *const sections[] = {"relay", "upstream", "workers", "status", "limits", "log", NULL};
+static const char *const sections[] = {"relay", "upstream", "workers", "status", "limits", "log", "metrics", NULL};
 static const char *const modes[] = {"pass_through", "spool", NULL};         /* enum cj_relay_mode */
 static const char *const end_runs[] = {"exit", "wait", NULL};               /* enum cj_on_end_run */
 static const char *const securities[] = {"clear", "tls", "mtls", NULL};    /* enum cj_security */
@@ -148,6 +149,10 @@ static const struct cj_cfg_key keys[] = {
      "error | warning | info | debug", FIELD(log.level)},
     {KEY("log", "syslog"), CJ_T_BOOL, "false", 0, 0, NULL, RELOAD, 0,
      "also send every log line to syslog (facility daemon)", FIELD(log.syslog)},
+
+    {KEY("metrics", "listen"), CJ_T_ADDR, "", 0, 0, NULL, RESTART, 0,
+     "HOST:PORT where GET /metrics serves the counters to Prometheus (as show prometheus); empty: no endpoint",
+     FIELD(metrics.listen)},
 };
 
 #define NKEYS (sizeof keys / sizeof *keys)
@@ -404,6 +409,33 @@ static void render_listen(const struct cj_cfg_key *k, const void *field, char *b
     }
 }
 
+/* HOST:PORT of a listener: an IP address (IPv6 in brackets) or localhost, never
+ * a name to resolve; port 0 = any free port.  Empty = not set (kind 0). */
+static int parse_addr(const struct cj_cfg_key *k, const char *s, void *field,
+                      const char *base, char *why, size_t whysz)
+{
+    struct cj_addr a = {0};
+    char url[CJ_EP_ADDR_MAX + 16];
+    const char *w;
+    if (!*s) { memset(field, 0, sizeof a.ep); return 0; }
+    if (strstr(s, "://")) return cj_why(why, whysz, "expected HOST:PORT without a scheme, e.g. 127.0.0.1:9470");
+    if ((size_t)snprintf(url, sizeof url, "tcp://%s", s) >= sizeof url) return cj_why(why, whysz, "too long");
+    if (cj_parse_endpoint(url, CJ_EP_TCP | CJ_EP_PORT0, &a.ep, &w) < 0)
+        return cj_why(why, whysz, "%s", w);
+    if (!cj_addr_is_numeric(&a))
+        return cj_why(why, whysz, "HOST must be an IP address or localhost (a listener resolves no names)");
+    memcpy(field, &a.ep, sizeof a.ep);
+    return 0;
+}
+
+/* "127.0.0.1:9470", "[::1]:9470", or "" when not set. */
+static void render_addr(const struct cj_cfg_key *k, const void *field, char *buf, size_t len)
+{
+    const struct cj_endpoint *e = field;
+    if (!e->kind) snprintf(buf, len, "%s", "");
+    else snprintf(buf, len, strchr(e->addr, ':') ? "[%s]:%u" : "%s:%u", e->addr, e->port);
+}
+
 static void render_number(const struct cj_cfg_key *k, const void *field, char *buf, size_t len);
 
 static const struct type_ops types[] = {
@@ -417,6 +449,7 @@ static const struct type_ops types[] = {
     [CJ_T_PATH] = {"path", parse_path, render_str, NULL, NULL},
     [CJ_T_URL] = {"url", parse_url, render_url, NULL, NULL},
     [CJ_T_LISTEN] = {"listen-list", parse_listen, render_listen, NULL, NULL},
+    [CJ_T_ADDR] = {"address", parse_addr, render_addr, NULL, NULL},
 };
 
 static void render_number(const struct cj_cfg_key *k, const void *field, char *buf, size_t len)

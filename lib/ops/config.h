@@ -26,7 +26,7 @@
 
 #include "util/parse.h"
 
-#define CJ_CFG_NKEYS     41       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_NKEYS     42       /* rows in the key table (checked in config.c) */
 #define CJ_CFG_PATH_MAX  1024
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
@@ -106,6 +106,9 @@ struct cj_config {
         int level;                         /* enum cj_log_level */
         bool syslog;
     } log;
+    struct {
+        struct cj_endpoint listen;         /* kind 0: no metrics endpoint; tcp, port 0 = any free port */
+    } metrics;
     struct cj_config_origin origin;
 };
 
@@ -113,7 +116,7 @@ struct cj_config {
 
 enum cj_cfg_type {
     CJ_T_STR, CJ_T_ENUM, CJ_T_BOOL, CJ_T_INT, CJ_T_DURATION, CJ_T_SIZE,
-    CJ_T_MODE, CJ_T_PATH, CJ_T_URL, CJ_T_LISTEN,
+    CJ_T_MODE, CJ_T_PATH, CJ_T_URL, CJ_T_LISTEN, CJ_T_ADDR,
 };
 
 #define CJ_CFG_REQUIRED  1u    /* must not be empty */

@@ -9,6 +9,7 @@
 
 #include "ops/commands.h"
 #include "ops/daemon_int.h"
+#include "ops/metricshttp.h"
 #include "ops/prom.h"
 #include "ops/statreg.h"
 #include "util/log.h"
@@ -76,6 +77,7 @@ static int show_info(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, ch
     cj_out_u64(o, "jobs", cj_jobs_live(d->jobs));
     cj_out_u64(o, "rss_bytes", cj_daemon_rss_bytes());
     cj_out_str(o, "config", d->config_path);
+    cj_out_str(o, "metrics", d->metrics ? cj_metrics_http_url(d->metrics) : "");
     return 0;
 }
 
@@ -168,24 +170,35 @@ static int show_jobs(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, ch
     return 0;
 }
 
-/* The exposition is its own format: written as it is, whatever json asked. */
-static int show_prometheus(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
+/* The Prometheus exposition of job j, or of every job when j is NULL: the one
+ * rendering behind show prometheus and GET /metrics.  0, or -1 out of memory. */
+static int render_prometheus(struct cj_daemon *d, struct cj_job *j, struct evbuffer *buf)
 {
     size_t n;
     struct cj_job **jobs;
     struct cj_stat_sources *s = read_stats(d, j, &n, &jobs);
-    struct cj_prom_job *pj = s ? calloc(n ? n : 1, sizeof *pj) : NULL;
-    if (!pj) {
-        if (s) { free(jobs); free(s); }
-        snprintf(msg, msgsz, "out of memory");
-        return 500;
-    }
-    for (size_t i = 0; i < n; i++) pj[i] = (struct cj_prom_job){cj_job_id(jobs[i]), &s[i]};
-    cj_prom_render(o->buf, pj, n);
+    if (!s) return -1;
+    struct cj_prom_job *pj = calloc(n ? n : 1, sizeof *pj);
+    int rc = pj ? 0 : -1;
+    for (size_t i = 0; pj && i < n; i++) pj[i] = (struct cj_prom_job){cj_job_id(jobs[i]), &s[i]};
+    if (pj) cj_prom_render(buf, pj, n);
     free(pj);
     free(jobs);
     free(s);
-    return 0;
+    return rc;
+}
+
+int cj_control_metrics(void *ctx, struct evbuffer *out)
+{
+    return render_prometheus(ctx, NULL, out);
+}
+
+/* The exposition is its own format: written as it is, whatever json asked. */
+static int show_prometheus(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, char *msg, size_t msgsz)
+{
+    if (render_prometheus(d, j, o->buf) == 0) return 0;
+    snprintf(msg, msgsz, "out of memory");
+    return 500;
 }
 
 /* One renderer per show target of ops/commands.c. */
@@ -198,7 +211,8 @@ static const show_fn show_handlers[CJ_SHOW_COUNT] = {
 static int on_show(void *ctx, enum cj_show what, const char *job, struct cj_out *o, char *msg, size_t msgsz)
 {
     struct cj_daemon *d = ctx;
-    struct cj_job *j = job ? cj_jobs_find(d->jobs, job) : cj_daemon_sole_job(d);
+    /* an exposition with no job named holds every job, each labelled, as GET /metrics does */
+    struct cj_job *j = job ? cj_jobs_find(d->jobs, job) : what == CJ_SHOW_PROMETHEUS ? NULL : cj_daemon_sole_job(d);
     if (job && !j) { snprintf(msg, msgsz, "no job '%.64s'", job); return 404; }
     if (what == CJ_SHOW_CONFIG && !job) j = NULL;   /* the daemon's file unless a job is named */
     return show_handlers[what](d, j, o, msg, msgsz);

@@ -15,6 +15,7 @@
 
 #include "ops/commands.h"
 #include "ops/jobs.h"
+#include "ops/metricshttp.h"
 #include "ops/notify.h"
 #include "ops/out.h"
 #include "ops/statreg.h"
@@ -299,7 +300,9 @@ struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config 
     struct cj_status_ops ops;
     cj_control_ops(d, &ops);
     d->status = cj_status_new(d->base, d->cfg.status.socket, (mode_t)d->cfg.status.socket_mode, &ops, err);
-    if (d->status && give_status_socket(&d->cfg, err) != 0) {
+    if (d->status && (give_status_socket(&d->cfg, err) != 0 ||
+                      (d->cfg.metrics.listen.kind &&
+                       !(d->metrics = cj_metrics_http_new(d->base, &d->cfg.metrics.listen, cj_control_metrics, d, err))))) {
         cj_daemon_free(d);
         return NULL;
     }
@@ -331,6 +334,7 @@ void cj_daemon_free(struct cj_daemon *d)
 {
     if (!d) return;
     cj_status_free(d->status);
+    cj_metrics_http_free(d->metrics);
     cj_jobs_free(d->jobs);
     struct event *evs[] = {d->sig_hup, d->sig_term, d->sig_int, d->sig_quit,
                            d->watchdog_timer, d->status_timer, d->drain_timer, d->trim_timer};

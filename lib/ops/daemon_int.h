@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <event2/buffer.h>
+
 #include "ops/config.h"
 #include "ops/jobs.h"
 #include "ops/status.h"
@@ -18,6 +20,7 @@ struct cj_daemon {
     char config_path[CJ_CFG_PATH_MAX];
     struct cj_config cfg;
     struct cj_status *status;
+    struct cj_metrics_http *metrics;   /* [metrics] listen, or NULL */
     struct cj_jobs *jobs;         /* every job: the INI's and those started at run time */
     struct cj_job *ini;           /* the job [relay] job_id names, or NULL */
     struct event *sig_hup, *sig_term, *sig_int, *sig_quit;
@@ -48,5 +51,8 @@ int cj_daemon_reload(struct cj_daemon *d, char *why, size_t whysz);
 
 /* The status socket's callbacks (control.c). */
 void cj_control_ops(struct cj_daemon *d, struct cj_status_ops *ops);
+/* Every job's counters in Prometheus's text format, as show prometheus
+ * writes them (a cj_metrics_render_fn; ctx is the daemon). */
+int cj_control_metrics(void *ctx, struct evbuffer *out);
 
 #endif

@@ -328,6 +328,35 @@ static void test_bad_values(void **state)
     expect_one(ini, 2, "too long (at most 63 bytes)");
 }
 
+/* [metrics] listen: HOST:PORT with a numeric host, port 0 allowed, empty = off;
+ * rendered back as it parses. */
+static void test_metrics_listen(void **state)
+{
+    (void)state;
+    struct cj_config cfg;
+    char text[64];
+    cj_config_defaults(&cfg);
+    assert_int_equal(cfg.metrics.listen.kind, 0);
+    load_ok(BASE "[metrics]\nlisten = 127.0.0.1:0\n", &cfg);
+    assert_int_equal(cfg.metrics.listen.kind, CJ_EP_TCP);
+    assert_int_equal(cfg.metrics.listen.port, 0);
+    assert_int_equal(cj_config_value_text(&cfg, "metrics.listen", text, sizeof text), 0);
+    assert_string_equal(text, "127.0.0.1:0");
+    load_ok(BASE "[metrics]\nlisten = [::1]:9470\n", &cfg);
+    assert_string_equal(cfg.metrics.listen.addr, "::1");
+    cj_config_value_text(&cfg, "metrics.listen", text, sizeof text);
+    assert_string_equal(text, "[::1]:9470");
+    load_ok(BASE "[metrics]\nlisten = 0.0.0.0:9470\n", &cfg);
+    assert_int_equal(cfg.metrics.listen.port, 9470);
+    load_ok(BASE "[metrics]\nlisten =\n", &cfg);
+    assert_int_equal(cfg.metrics.listen.kind, 0);
+    expect_one(BASE "[metrics]\nlisten = tcp://127.0.0.1:1\n", 5, "without a scheme");
+    expect_one(BASE "[metrics]\nlisten = prometheus.example.org:9470\n", 5, "an IP address or localhost");
+    expect_one(BASE "[metrics]\nlisten = 127.0.0.1\n", 5, "missing :PORT");
+    expect_one(BASE "[metrics]\nlisten = 127.0.0.1:70000\n", 5, "expected :PORT");
+    expect_one(BASE "[metrics]\nlisten = ::1:9470\n", 5, "needs brackets");
+}
+
 static void test_out_of_range(void **state)
 {
     (void)state;
@@ -572,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_unknown_names),
         cmocka_unit_test(test_duplicates),
         cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_metrics_listen),
         cmocka_unit_test(test_out_of_range),
         cmocka_unit_test(test_contradictions),
         cmocka_unit_test(test_spool_tmpfs),
