@@ -21,6 +21,7 @@
 #define MAX_BODY (4 * 1024)
 #define IDLE_SECS 10
 #define BACKLOG 16
+#define ACCEPT_PAUSE_SECS 1
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 /* every method libevent parses: the ones not served are answered 405, not 501 */
 #define ALL_METHODS                                                                                         \
@@ -29,6 +30,7 @@
 
 struct cj_metrics_http {
     struct evhttp *http;
+    struct evconnlistener *lev;   /* owned by http */
     cj_metrics_render_fn render;
     void *ctx;
     char url[CJ_ADDR_TEXT_MAX + 16];
@@ -71,6 +73,24 @@ static void on_request(struct evhttp_request *req, void *arg)
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", CONTENT_TYPE);
     evhttp_send_reply(req, HTTP_OK, "OK", body);   /* libevent leaves a HEAD's body out */
     evbuffer_free(body);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    evconnlistener_enable(arg);
+}
+
+/* A failed accept (out of descriptors, most likely) would fail again at once
+ * on the still readable socket, turning the loop into a spin: stop accepting
+ * for a second.  (arg is evhttp's; the pause is a one-shot event of the base,
+ * which is why the endpoint is freed only once the loop has stopped.) */
+static void on_accept_error(struct evconnlistener *lev, void *arg)
+{
+    struct timeval pause = {ACCEPT_PAUSE_SECS, 0};
+    cj_log_warning("metrics: accept failed: %s; not accepting for %d s", strerror(errno), ACCEPT_PAUSE_SECS);
+    evconnlistener_disable(lev);
+    if (event_base_once(evconnlistener_get_base(lev), -1, EV_TIMEOUT, on_resume, lev, &pause) != 0)
+        evconnlistener_enable(lev);
 }
 
 /* HOST:PORT as the key is written ([IPv6]:PORT). */
@@ -122,13 +142,29 @@ static void set_bounds(struct evhttp *http)
     evhttp_set_allowed_methods(http, ALL_METHODS);
 }
 
+/* The socket for ep as a libevent listener; *port is the port it got. */
+static struct evconnlistener *open_listener(struct event_base *base, const struct cj_endpoint *ep, unsigned *port,
+                                            struct cj_err *err)
+{
+    evutil_socket_t fd = bind_socket(ep, port, err);
+    if (fd < 0) return NULL;
+    /* listen() has been called: a backlog of 0 keeps evconnlistener from calling it again */
+    struct evconnlistener *lev =
+        evconnlistener_new(base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+    if (!lev) {
+        close(fd);
+        cj_fail(err, CJ_E_NOMEM, 0, "[metrics] listen: out of memory");
+    }
+    return lev;
+}
+
 struct cj_metrics_http *cj_metrics_http_new(struct event_base *base, const struct cj_endpoint *ep,
                                             cj_metrics_render_fn render, void *ctx, struct cj_err *err)
 {
     struct cj_metrics_http *m = calloc(1, sizeof *m);
     unsigned port = 0;
     if (!m || !(m->http = evhttp_new(base))) {
-        free(m);
+        cj_metrics_http_free(m);
         cj_fail(err, CJ_E_NOMEM, 0, "[metrics] listen: out of memory");
         return NULL;
     }
@@ -136,20 +172,17 @@ struct cj_metrics_http *cj_metrics_http_new(struct event_base *base, const struc
     m->ctx = ctx;
     set_bounds(m->http);
     evhttp_set_gencb(m->http, on_request, m);
-    evutil_socket_t fd = bind_socket(ep, &port, err);
-    /* the backlog was set by listen() above: 0 keeps evconnlistener from setting another */
-    struct evconnlistener *lev =
-        fd < 0 ? NULL : evconnlistener_new(base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
-    if (fd >= 0 && !lev) close(fd);
-    if (lev && !evhttp_bind_listener(m->http, lev)) {
-        evconnlistener_free(lev);
-        lev = NULL;
-    }
-    if (!lev) {
-        if (fd >= 0) cj_fail(err, CJ_E_NOMEM, 0, "[metrics] listen: cannot serve HTTP on the socket");
+    if (!(m->lev = open_listener(base, ep, &port, err))) {
         cj_metrics_http_free(m);
         return NULL;
     }
+    if (!evhttp_bind_listener(m->http, m->lev)) {
+        evconnlistener_free(m->lev);
+        cj_metrics_http_free(m);
+        cj_fail(err, CJ_E_NOMEM, 0, "[metrics] listen: out of memory");
+        return NULL;
+    }
+    evconnlistener_set_error_cb(m->lev, on_accept_error);
     char where[CJ_ADDR_TEXT_MAX];
     host_port(ep->addr, port, where, sizeof where);
     snprintf(m->url, sizeof m->url, "http://%s/metrics", where);
@@ -162,6 +195,6 @@ const char *cj_metrics_http_url(const struct cj_metrics_http *m) { return m->url
 void cj_metrics_http_free(struct cj_metrics_http *m)
 {
     if (!m) return;
-    evhttp_free(m->http);   /* its bound listener and connections too */
+    if (m->http) evhttp_free(m->http);   /* its bound listener and every connection too */
     free(m);
 }

@@ -4,8 +4,9 @@
  * `show prometheus` writes too.  Any other path is 404, any other method 405.
  *
  * Bounded: request headers of at most 8 KiB, a body of at most 4 KiB, a
- * connection silent for 10 s is closed; the answer is rendered in memory and
- * written without blocking the loop. */
+ * connection silent for 10 s is closed; a failed accept (out of descriptors)
+ * pauses accepting for a second rather than spinning; the answer is rendered
+ * in memory and written without blocking the loop. */
 #ifndef CJ_OPS_METRICSHTTP_H
 #define CJ_OPS_METRICSHTTP_H
 
@@ -29,7 +30,8 @@ struct cj_metrics_http *cj_metrics_http_new(struct event_base *base, const struc
 /* "http://127.0.0.1:40022/metrics": the port the socket is bound to. */
 const char *cj_metrics_http_url(const struct cj_metrics_http *m);
 
-/* Closes the listener and every connection. */
+/* Closes the listener and every connection; only once the loop has stopped
+ * (a pause after a failed accept may still be pending in the base). */
 void cj_metrics_http_free(struct cj_metrics_http *m);
 
 #endif

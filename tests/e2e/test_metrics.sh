@@ -10,6 +10,8 @@
 # (d) reload with another address: logged as needing a restart, the running endpoint stays
 # (e) the single-job form serves its job; an address in use stops the start (exit 2) with
 #     the key and the address named
+# (f) out of descriptors: a failed accept pauses accepting (a warning a second, no spinning),
+#     and the endpoint serves again once connections close
 # Needs promtool and prometheus (Debian's prometheus, make deps): missing, they fail the
 # suite, or skip with CJ_ALLOW_MISSING_TOOLS=1.
 . "$(dirname "$0")/lib.sh"
@@ -196,6 +198,36 @@ $D -c "$W/busy.ini" > "$W/busy.log" 2>&1; rc=$?
 check "(e) the address in use stops the start: exit $rc, $(grep -o 'cannot start: .*' "$W/busy.log")" \
     sh -c "[ $rc -eq 2 ] && grep -q 'cannot start: \[metrics\] listen = 127.0.0.1:$MPORT: cannot listen on it: Address already in use' $W/busy.log"
 check "(e) ... before its job started" sh -c "! grep -q 'started as' $W/busy.log && [ ! -e $W/j3status.sock ]"
+
+# ---- (f) out of descriptors --------------------------------------------------------------------------
+relay_ini "$W/fd.ini" relay.job_id= status.socket="$W/fdstatus.sock" metrics.listen="127.0.0.1:0"
+(ulimit -n 24; exec $D -c "$W/fd.ini") > "$W/fd.log" 2>&1 & FD=$!; PIDS="$PIDS $FD"
+wait_for 10 test -S "$W/fdstatus.sock"
+U3=$($C -s "$W/fdstatus.sock" show info | sed -n 's/^metrics: //p')
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+t0=$(ticks "$FD")
+"$PY" - "${U3%/metrics}" <<'EOF'
+# 40 connections held for 2 s against a daemon allowed 24 descriptors
+import socket, sys, time, urllib.parse
+u = urllib.parse.urlsplit(sys.argv[1])
+held = []
+for _ in range(40):
+    try:
+        held.append(socket.create_connection((u.hostname, u.port), timeout=0.5))
+    except OSError:
+        break
+time.sleep(2)
+for s in held:
+    s.close()
+EOF
+t1=$(ticks "$FD")
+n=$(grep -c 'metrics: accept failed: Too many open files; not accepting for 1 s' "$W/fd.log")
+check "(f) out of descriptors: accepting paused, a warning a second ($n in 2 s)" sh -c "[ $n -ge 1 ] && [ $n -le 4 ]"
+check "(f) ... no spinning ($((t1 - t0)) ticks of CPU while held)" [ $((t1 - t0)) -lt 50 ]
+sleep 1.2   # the pause under way ends
+code=$(http GET "$U3" fd)
+check "(f) ... and serving again once they closed ($code)" [ "$code" = 200 ]
+kill -TERM "$FD"; wait "$FD" 2>/dev/null
 
 kill -TERM "$RELAY"; wait "$RELAY"; rc=$?
 check "(a) the daemon drains and exits 0 ($rc)" [ "$rc" -eq 0 ]
