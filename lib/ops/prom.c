@@ -46,7 +46,7 @@ static void render_field(struct evbuffer *buf, const struct cj_stat_field *f, co
     evbuffer_add_printf(buf, "# TYPE %s %s\n", name, f->kind == CJ_STAT_COUNTER ? "counter" : "gauge");
     for (size_t j = 0; j < n; j++) {
         if (!cj_stat_present(f, jobs[j].s)) continue;
-        evbuffer_add_printf(buf, "%s{job=\"", name);
+        evbuffer_add_printf(buf, "%s{job_id=\"", name);
         add_label(buf, jobs[j].id);
         evbuffer_add_printf(buf, "\"} %" PRIu64 "\n", cj_stat_value(f, jobs[j].s));
     }

@@ -2,7 +2,7 @@
  * (`show prometheus`): one family per registry field, named cjrelay_<field>
  * in base units (bytes_up -> cjrelay_up_bytes_total), counters ending in
  * _total, HELP and TYPE from the registry, one sample per job labelled
- * job="<id>". */
+ * job_id="<id>" (Prometheus keeps job for its scrape). */
 #ifndef CJ_OPS_PROM_H
 #define CJ_OPS_PROM_H
 

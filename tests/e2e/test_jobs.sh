@@ -106,7 +106,7 @@ check "(a) J1's worker: a clean environment (PATH, its own, the bootstrap path)"
 check "(a) show stats job J1: its own counters" sh -c "$CTL show stats job J1 | grep -qx 'tasks_in: 2' && $CTL show stats job J1 | grep -qx 'scope: J1'"
 check "(a) show stats: totals labelled" sh -c "$CTL show stats | head -1 | grep -qx 'scope: all jobs (3)' && $CTL show stats | grep -qx 'tasks_in: 6'"
 ctl show prometheus > "$W/prom.txt"
-check "(a) show prometheus: each job's tasks_in, labelled" sh -c "[ \$(grep -Ec '^cjrelay_tasks_in_total[{]job=\"J[123]\"[}] 2\$' $W/prom.txt) -eq 3 ]"
+check "(a) show prometheus: each job's tasks_in, labelled" sh -c "[ \$(grep -Ec '^cjrelay_tasks_in_total[{]job_id=\"J[123]\"[}] 2\$' $W/prom.txt) -eq 3 ]"
 if command -v promtool >/dev/null; then
     check "(a) show prometheus: promtool check metrics accepts it ($(promtool check metrics < "$W/prom.txt" 2>&1 | head -2 | tr '\n' ' '))" sh -c "promtool check metrics < $W/prom.txt"
 else

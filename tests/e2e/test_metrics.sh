@@ -99,7 +99,7 @@ check "(b) Content-Type: text/plain; version=0.0.4; charset=utf-8" \
     grep -qix 'content-type: text/plain; version=0.0.4; charset=utf-8' "$W/m1.h"
 check "(b) the body is show prometheus's, byte for byte" cmp -s "$W/m1.b" "$W/show.txt"
 check "(b) ... with the job's counters: $(grep '^cjrelay_tasks_in_total' "$W/m1.b")" \
-    grep -qx 'cjrelay_tasks_in_total{job="J1"} 2' "$W/m1.b"
+    grep -qx 'cjrelay_tasks_in_total{job_id="J1"} 2' "$W/m1.b"
 if need promtool "(b) promtool check metrics"; then
     check "(b) promtool check metrics accepts it ($(promtool check metrics < "$W/m1.b" 2>&1 | head -2 | tr '\n' ' '))" \
         sh -c "promtool check metrics < $W/m1.b"
@@ -163,8 +163,8 @@ def ok(cond, what):
 ok(target is not None and target.get("health") == "up",
    "the target is up (%s)" % (target and {k: target.get(k) for k in ("health", "lastError", "scrapeUrl")}))
 ok(up is not None and up["value"][1] == "1", "up{job=\"cjrelay\"} is 1 (%s)" % (up and up["value"]))
-ok(tasks is not None and tasks["value"][1] == "2" and tasks["metric"].get("exported_job") == "J1",
-   "cjrelay_tasks_in_total is the job's 2, its job label kept as exported_job (%s)" % tasks)
+ok(tasks is not None and tasks["value"][1] == "2" and tasks["metric"].get("job_id") == "J1",
+   "cjrelay_tasks_in_total is the job's 2, labelled job_id=J1 beside the scrape's job label (%s)" % tasks)
 EOF
     tap_results prometheus $? "$W/prom.tap" "$W/prometheus.log" "the API poller"
     [ -s "$W/prom.err" ] && note "$W/prom.err"
@@ -190,7 +190,7 @@ $D -c "$W/ini.ini" > "$W/j2.log" 2>&1 & J2=$!; PIDS="$PIDS $J2"
 wait_for 10 test -S "$W/j2status.sock"
 U2=$($C -s "$W/j2status.sock" show info | sed -n 's/^metrics: //p')
 code=$(http GET "$U2" j2)
-check "(e) the single-job form serves its job ($code, $U2)" sh -c "[ $code = 200 ] && grep -q '^cjrelay_tasks_in_total{job=\"J2\"} 0$' $W/j2.b"
+check "(e) the single-job form serves its job ($code, $U2)" sh -c "[ $code = 200 ] && grep -q '^cjrelay_tasks_in_total{job_id=\"J2\"} 0$' $W/j2.b"
 kill -TERM "$J2"; wait "$J2" 2>/dev/null
 relay_ini "$W/busy.ini" relay.job_id=J3 workers.listen="unix:$W/j3.sock" status.socket="$W/j3status.sock" \
     metrics.listen="127.0.0.1:$MPORT"
