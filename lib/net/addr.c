@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <event2/event.h>
 #include <event2/dns.h>
 #include <event2/listener.h>
 
@@ -265,6 +266,7 @@ struct cj_listener {
     uid_t uids[CJ_LISTENER_UIDS_MAX];   /* unix: the peers' uids accepted; none: any */
     dev_t dev;
     ino_t ino;
+    struct event *resume;               /* ends an accept pause (made on the first failed accept) */
     char text[CJ_ADDR_TEXT_MAX];
 };
 
@@ -294,11 +296,29 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
     l->fn(fd, peer, l->ctx);
 }
 
+#define ACCEPT_PAUSE_SECS 1
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct cj_listener *l = arg;
+    evconnlistener_enable(l->lev);
+}
+
+/* A failed accept (out of descriptors, most likely) would fail again at once
+ * on the still readable socket, turning the loop into a spin that logs a line
+ * each turn: stop accepting for a second instead. */
 static void on_accept_error(struct evconnlistener *lev, void *arg)
 {
-    (void)lev;
     struct cj_listener *l = arg;
-    cj_log_warning("listener %s: accept failed: %s", l->text, strerror(errno));
+    int err = errno;
+    if (!l->resume) l->resume = evtimer_new(evconnlistener_get_base(lev), on_accept_resume, l);
+    struct timeval pause = {ACCEPT_PAUSE_SECS, 0};
+    if (!l->resume || evtimer_add(l->resume, &pause) != 0) {
+        cj_log_warning("listener %s: accept failed: %s", l->text, strerror(err));
+        return;
+    }
+    cj_log_warning("listener %s: accept failed: %s; not accepting for %d s", l->text, strerror(err), ACCEPT_PAUSE_SECS);
+    evconnlistener_disable(lev);
 }
 
 /* An existing socket file: replace it only when nobody accepts on it. */
@@ -443,6 +463,7 @@ void cj_listener_set_peer_uids(struct cj_listener *l, const uid_t *uids, int n)
 void cj_listener_free(struct cj_listener *l)
 {
     if (!l) return;
+    if (l->resume) event_free(l->resume);
     evconnlistener_free(l->lev);
     struct stat st;
     /* Remove the file only if it is still ours (not replaced by someone else). */

@@ -14,6 +14,9 @@
 #       A frame over max_message_size is refused at its prefix without being buffered.
 #   (f) a flood of 300 unix + 100 tcp connections holding half a HELLO: a worker is
 #       still served during it, and the relay's fd count returns to where it was
+#   (d) out of descriptors: 40 connections to the worker socket of a daemon allowed 24
+#       descriptors: accepting pauses a second at a time (one warning each), no spinning,
+#       and a worker is accepted again once they closed
 #   (s) status socket: a line of every byte value, an HTTP request: ERR answers,
 #       the daemon keeps answering
 #   (t) TLS: a client certificate whose CN is not the site is refused at start
@@ -232,6 +235,39 @@ sleep 0.3
 check "(t) relay fd count back to its baseline ($TFD0 -> $(nfd "$RELAY"))" [ "$(nfd "$RELAY")" -le "$TFD0" ]
 kill -TERM "$RELAY"; wait "$RELAY"; rc=$?; RELAY=
 check "(t) relay exits 0 on SIGTERM (rc $rc)" [ "$rc" -eq 0 ]
+
+# ---- (d) out of descriptors -------------------------------------------------------------------
+relay_ini "$W/fd.ini" upstream.url="tcp://127.0.0.1:1" workers.listen="unix:$W/fdw.sock" status.socket="$W/fds.sock"
+(ulimit -n 24; exec $D -c "$W/fd.ini") > "$W/fd.log" 2>&1 & RELAY=$!
+wait_for 10 test -S "$W/fdw.sock"
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+t0=$(ticks "$RELAY")
+python3 - "$W/fdw.sock" <<'EOF'
+# 40 connections held for 2 s against a daemon allowed 24 descriptors
+import socket, sys, time
+held = []
+for _ in range(40):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.settimeout(0.5)
+        s.connect(sys.argv[1])
+        held.append(s)
+    except OSError:
+        s.close()
+        break
+time.sleep(2)
+for s in held:
+    s.close()
+EOF
+t1=$(ticks "$RELAY")
+n=$(grep -c "listener unix:$W/fdw.sock: accept failed: Too many open files; not accepting for 1 s" "$W/fd.log")
+check "(d) out of descriptors: the worker socket pauses accepting, a warning a second ($n in 2 s)" sh -c "[ $n -ge 1 ] && [ $n -le 4 ]"
+check "(d) ... no spinning ($((t1 - t0)) ticks of CPU while held)" [ $((t1 - t0)) -lt 50 ]
+sleep 1.2
+$P --timeout 10 "unix:$W/fdw.sock" site-1.J1.w9 ping > "$W/fdping.out" 2>> "$W/peer.err"
+check "(d) ... and a worker is accepted again once they closed: $(head -1 "$W/fdping.out")" grep -q '^OK ping\|RETURN from site-1.J1: comm_error' "$W/fdping.out"
+kill -TERM "$RELAY"; wait "$RELAY"; RELAY=
+
 if [ "$_f" -gt 0 ]; then
     echo "# relay log (last 20 lines):"; tail -20 "$W/relay.log" | note
     echo "# tls relay log (last 20 lines):"; tail -20 "$W/tls.log" 2>/dev/null | note
