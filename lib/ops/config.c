@@ -94,6 +94,9 @@ static const struct cj_cfg_key keys[] = {
     {KEY("upstream", "job_heartbeat_interval"), CJ_T_DURATION, "10", 0.5, 3600, NULL, RELOAD, 0,
      "how often the relay tells the server that the job is alive",
      FIELD(upstream.job_heartbeat_interval)},
+    {KEY("upstream", "ping_interval"), CJ_T_DURATION, "60", 0.5, 3600, NULL, RESTART, 0,
+     "PING the server after this long without a byte from it; nothing at all (no PONG) for 3 x this "
+     "declares the link dead and reconnects", FIELD(upstream.ping_interval)},
     {KEY("upstream", "reconnect_min"), CJ_T_DURATION, "0.5", 0.01, 3600, NULL, RELOAD, 0,
      "first back-off pause after a lost connection; at most reconnect_max",
      FIELD(upstream.reconnect_min)},

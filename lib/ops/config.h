@@ -26,7 +26,7 @@
 
 #include "util/parse.h"
 
-#define CJ_CFG_NKEYS     42       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_NKEYS     43       /* rows in the key table (checked in config.c) */
 #define CJ_CFG_PATH_MAX  1024
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
@@ -76,6 +76,7 @@ struct cj_config {
         double get_task_interval;          /* seconds */
         double get_task_timeout;
         double job_heartbeat_interval;
+        double ping_interval;              /* link keepalive; dead after 3 x this without a byte */
         double reconnect_min;
         double reconnect_max;
         double first_connect_timeout;      /* run-time jobs: 104 when the server link never came up; 0 = wait */
