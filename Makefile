@@ -11,6 +11,8 @@
 #   make soak       deps, build, run tests/soak.sh (long; outside make check)
 #   make demo       deps, build, run the end-to-end demo (SCHEME=tcp|stcp|http|https|grpc|grpcs)
 #   make bench      deps, build -O2, run the benchmarks (numbers, not pass/fail)
+#   make wan        deps, build, the relay over a slow and faulty link (bench/wan.sh; long,
+#                   outside make check; WAN_SIZE_MIB=64 WAN_RESET_MIB=16 WAN_STALL=10 for a quick try)
 #   make man        the man pages into build/man/ (make builds them too)
 #   make deb        deps, then the Debian packages into build/deb/ (dpkg-buildpackage, lintian)
 #   make install    PREFIX=/usr/local DESTDIR=: the daemon and cjrelayctl in bin/, the
@@ -60,7 +62,7 @@ SCHEME   ?= tcp
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 
-.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench man deb install clean
+.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench wan man deb install clean
 .DEFAULT_GOAL := all
 
 # Man pages: the hand-written doc/man/<page>.in with the tables filled in by
@@ -197,6 +199,12 @@ $(B)/bench/floor: bench/floor.c
 bench: deps
 	$(MAKE) -j$(JOBS) all $(B)/bench/floor OPT="-O2 -g"
 	@sh bench/run.sh
+
+# The relay over a slow and faulty link, the long versions of test_wan (bench/wan.sh: a 1 GiB
+# task and result through 20 Mbit/s and 80 ms, resets, a 60 s stall; WAN_* variables set sizes).
+wan: deps
+	$(MAKE) -j$(JOBS) all $(B)/tests/e2e/linkshaper
+	@sh bench/wan.sh
 
 # The test tools are not commands an operator runs: they go to lib/cjrelay/.
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
