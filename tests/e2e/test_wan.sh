@@ -20,14 +20,16 @@
 #     its upstream keepalive (below) declares the link dead only after 3 x upstream.ping_interval
 #     without a byte (default 180 s), longer than the stall.
 # (3) the link reset (RST) in the middle of the task download, then (another run) of the result
-#     upload: the relay logs the loss and reconnects, and the transfer in flight goes as it goes
-#     with FLARE's own client job.  Download: the relay answers the worker's chunk request that
-#     was in flight with an error notice at once (as FLARE's cell answers a request it can no
-#     longer route); the download fails (download_object retries only a TIMEOUT), the task is
-#     reported as EXECUTION_EXCEPTION and the server re-issues it.  Upload: the server's chunk
-#     request went down with the link and no reply ever comes; it times out (--fetch-timeout
-#     3 s here) and is re-sent with the same state through the new link, the worker (still
-#     serving its result) answers it, and the same result completes: the round is not re-issued
+#     upload: the relay logs the loss and reconnects.  Download: the relay answers the worker's
+#     chunk request that was in flight with an error notice at once; the download fails
+#     (download_object retries only a TIMEOUT), the task is reported as EXECUTION_EXCEPTION and
+#     the server re-issues it.  FLARE's own client job differs here: it keeps no record of the
+#     requests it forwarded, so the trainer's request would go unanswered, time out after its
+#     per_request_timeout and be re-sent with the same state over the new link, resuming the
+#     download.  Upload: the server's chunk request went down with the link and no reply ever
+#     comes; it times out (--fetch-timeout 3 s here) and is re-sent with the same state through
+#     the new link, the worker (still serving its result) answers it, and the same result
+#     completes: the round is not re-issued, as with FLARE's client job
 # (4) the upstream goes half-open in the middle of a download (the peer gone silently: nothing
 #     arrives, nothing is refused): the relay sends PINGs on the quiet link and, with no PONG or
 #     anything else for 3 x upstream.ping_interval (here 3 x 1 s), declares it dead, reconnects;
