@@ -288,7 +288,16 @@ static void on_event(struct side *s, uint32_t ev, double now)
         return;
     }
     if (ev & EPOLLOUT) c->d[1 - s->i].blocked = false;
-    if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP)) read_into(c, s->i, now);
+    if (ev & EPOLLIN) read_into(c, s->i, now);
+    if ((ev & EPOLLERR) && !c->closed) {   /* reported even when not asked for: never spin on it */
+        int err = 0;
+        socklen_t el = sizeof err;
+        getsockopt(c->fd[s->i], SOL_SOCKET, SO_ERROR, &err, &el);
+        logc(c, "%s side failed (%s): resetting the other side", s->i ? "server" : "client", strerror(err));
+        close_conn(c, true);
+    } else if ((ev & EPOLLHUP) && !(ev & EPOLLIN)) {
+        read_into(c, s->i, now);   /* the peer is gone both ways: take what is left, or its EOF */
+    }
 }
 
 /* ---- forwarding ---------------------------------------------------------------------- */
