@@ -553,7 +553,13 @@ int main(int argc, char **argv)
     double deadline = mono() + O.exit_after;
     for (;;) {
         double now = mono();
-        if (now >= deadline) { logc(NULL, "exiting after %g s (--exit-after)", O.exit_after); return 0; }
+        if (now >= deadline) {
+            logc(NULL, "exiting after %g s (--exit-after)", O.exit_after);
+            for (struct conn *c = conns; c; c = c->next)
+                if (!c->closed) close_conn(c, false);
+            reap_closed();
+            return 0;
+        }
         struct epoll_event ev[64];
         int n = epoll_wait(ep, ev, 64, wait_ms(now, deadline));
         now = mono();
