@@ -10,7 +10,8 @@
 #    upload (the connection kept)
 # For each: the simulator's verdict, wall time, the relay's CPU (user + system, /proc/PID/stat),
 # its peak RSS (VmHWM), its reconnects, and the faults the shaper logged.
-# Defaults (the full run takes about 35 minutes):
+# Defaults (the full run takes about an hour: each 1 GiB way about 7 minutes, each reset of an
+# upload one 60 s request timeout; reset-down ends SIM FAIL, see doc/performance.md):
 #   WAN_SIZE_MIB=1024 WAN_RATE=20M WAN_DELAY_MS=80 WAN_RESET_MIB=200 WAN_STALL=60 WAN_SCHEME=tcp
 #   WAN_RUNS="slow reset-down reset-up stall" (which of them to run)
 # A quick try: WAN_SIZE_MIB=64 WAN_RESET_MIB=16 WAN_STALL=10 make wan
