@@ -12,7 +12,7 @@
 #include "wire/fqcn.h"
 
 static const char USAGE[] =
-    "usage: cjrelay-sim --listen tcp://127.0.0.1:PORT|stcp://HOST:PORT [--tls-dir DIR] --job-id J1[,J2...]\n"
+    "usage: cjrelay-sim --listen SCHEME://HOST:PORT [--tls-dir DIR] --job-id J1[,J2...]\n"
     "                   [--rounds N] [--model-size SIZE] [--tensors N] [--format safetensors|numpy]\n"
     "                   [--isolate] [--inline] [--download-log FILE] [--wait-time SECS]\n"
     "                   [--task-timeout SECS] [--max-failures N] [--fetch-timeout SECS]\n"
@@ -27,8 +27,9 @@ static const char USAGE[] =
     "Plays the FL server: the cells `server` and `server.<job>`.  Prints \"SIM READY <port>\" once\n"
     "listening, then waits for a relay (<site>.<job>) for as long as it takes.\n"
     "\n"
-    "  --listen        where the relay connects; port 0 picks a free port (printed in SIM READY)\n"
-    "  --tls-dir       rootCA.pem, server.crt, server.key; stcp:// requires it and client certificates (mtls)\n"
+    "  --listen        where the relay connects: tcp, http (WebSocket) or grpc://HOST:PORT, or with\n"
+    "                  --tls-dir stcp, https or grpcs://HOST:PORT; port 0 picks a free port (printed in SIM READY)\n"
+    "  --tls-dir       rootCA.pem, server.crt, server.key; the TLS schemes require it and client certificates (mtls)\n"
     "  --job-id        the job: this process is the cells server and server.<job>.  Several jobs at once:\n"
     "                  J1,J2,J3 or --job-id repeated (at most 16): the cells server.J1, server.J2, ...\n"
     "                  on the one listener, each with its own rounds, tasks and verification, each\n"

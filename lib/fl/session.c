@@ -1130,7 +1130,10 @@ int cj_fl_sessions_worker_exited(struct cj_fl_sessions *s, const char *fqcn, con
     char msg[300];
     snprintf(msg, sizeof msg, "process exited (%s)", why ? why : "unknown");
     w->link_up = false;   /* no abort to a dead process */
-    worker_lost(s, w, msg, false);
+    if (w->stopping && was == 0 && w->state != W_LOST)   /* told to stop, holding nothing: an orderly end */
+        cj_log_info("worker %s ended: %s", w->fqcn[0] ? w->fqcn : "(unbound)", msg);
+    else
+        worker_lost(s, w, msg, false);
     remove_worker(s, w);
     check_drained(s);
     return was;
