@@ -1,5 +1,5 @@
 #!/bin/sh
-# cjrelayd --check-config (the units' ExecStartPre) finds what a start would refuse, every problem
+# cjrelayd --check-config finds what a start would refuse, every problem
 # with FILE:LINE and the key, all of them in one run, and exits 1; a start refuses the certain ones
 # the same way (exit 1, not a restart loop's runtime failure):
 #   the upstream's TLS files: missing, not PEM, a key that does not match the certificate, a key

@@ -22,6 +22,9 @@ done
 for u in cjrelay.service cjrelay@.service; do
     check "$u: Restart=on-failure but not after exit 1 (RestartPreventExitStatus=1)" \
         sh -c "grep -qx 'Restart=on-failure' $ROOT/systemd/$u && grep -qx 'RestartPreventExitStatus=1' $ROOT/systemd/$u"
+    # systemd weighs RestartPreventExitStatus= against the main process only: a failing
+    # ExecStartPre (a --check-config) would be restarted every RestartSec after all
+    check "$u: no ExecStartPre (its failure would be restarted regardless)" sh -c "! grep -q '^ExecStartPre=' $ROOT/systemd/$u"
 done
 # the shipped GPU drop-in, applied as a site would: the unit still verifies
 mkdir -p "$d/cjrelay.service.d"
