@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -396,12 +398,27 @@ static void child_fail(int report_fd, int err_fd, enum launch_stage stage, const
 }
 #define CHILD_FAIL(fd, efd, stage, text) child_fail(fd, efd, stage, text "\n", sizeof text)
 
+/* The worker gets SIGTERM when the daemon dies, even by SIGKILL, so no worker
+ * outlives it (its own exit then follows its SIGTERM handling).  Set after the
+ * credential switch, which clears the death signal; a daemon that died before
+ * this point left the child re-parented already, so getppid() tells. */
+static void die_with_parent(pid_t parent, int err_fd)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) {
+        static const char msg[] = "cjrelay launcher: cannot set the parent-death signal\n";
+        ssize_t rc = write(err_fd, msg, sizeof msg - 1);
+        (void)rc;
+    }
+    if (getppid() != parent) _exit(127);
+}
+
 /* In the child, between fork and exec: async-signal-safe calls only. */
-static void child_exec(const struct cj_launcher *l, int out_fd, int err_fd, int report_fd, char **env)
+static void child_exec(const struct cj_launcher *l, pid_t parent, int out_fd, int err_fd, int report_fd, char **env)
 {
     setsid();   /* leads its own process group: pgid = pid */
     if (l->has_account ? cj_account_enter(&l->account) != 0 : cj_account_drop_caps() != 0)
         CHILD_FAIL(report_fd, err_fd, LAUNCH_ACCOUNT, "cjrelay launcher: cannot switch to the worker's account");
+    die_with_parent(parent, err_fd);
     if (l->cwd[0] && chdir(l->cwd) != 0)
         CHILD_FAIL(report_fd, err_fd, LAUNCH_CWD, "cjrelay launcher: cannot enter the worker's directory");
     int nul = open("/dev/null", O_RDONLY);
@@ -538,13 +555,14 @@ static int spawn(struct slot *sl)
         set_last_error(sl, "%s: cannot prepare its launch: %s", sl->leaf, strerror(errno));
         goto fail;
     }
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         cj_log_error("worker %s: fork failed: %s", sl->leaf, strerror(errno));
         set_last_error(sl, "%s: fork failed: %s", sl->leaf, strerror(errno));
         goto fail;
     }
-    if (pid == 0) child_exec(l, po[1], pe[1], pr[1], env);   /* never returns */
+    if (pid == 0) child_exec(l, parent, po[1], pe[1], pr[1], env);   /* never returns */
     close(po[1]);
     close(pe[1]);
     close(pr[1]);
@@ -733,6 +751,25 @@ static void stop_slot(struct slot *sl, bool now, bool relaunch)
 
 /* ---- public ----------------------------------------------------------------------------------- */
 
+/* Bootstrap files (and their temporaries) left in dir by a daemon that was
+ * killed before it could remove them: a killed daemon cleans nothing, so the
+ * next launcher in the same directory does.  The directory is this run's own
+ * (a job's, or the one beside the status socket only one daemon can hold). */
+static void sweep_stale_bootstraps(const char *dir)
+{
+    static const char name[] = "client_api_bootstrap_", tmp[] = ".client_api_bootstrap_";
+    char path[PATH_MAX];
+    DIR *dp = opendir(dir);
+    if (!dp) return;
+    for (struct dirent *e; (e = readdir(dp));) {
+        if (strncmp(e->d_name, name, sizeof name - 1) != 0 && strncmp(e->d_name, tmp, sizeof tmp - 1) != 0) continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path) continue;
+        if (unlink(path) == 0) cj_log_warning("removed %s, a bootstrap file left by an earlier daemon", path);
+        else if (errno != ENOENT) cj_log_warning("cannot remove the stale bootstrap file %s: %s", path, strerror(errno));
+    }
+    closedir(dp);
+}
+
 struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_launcher_cfg *cfg,
                                     const struct cj_launcher_cbs *cbs, struct cj_err *err)
 {
@@ -797,6 +834,7 @@ struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_lau
         cj_launcher_free(l);
         return NULL;
     }
+    sweep_stale_bootstraps(l->runtime_dir);
     l->slots = calloc((size_t)l->count, sizeof *l->slots);
     l->sigchld = evsignal_new(base, SIGCHLD, sigchld_cb, l);
     l->poll = event_new(base, -1, EV_PERSIST, sigchld_cb, l);
