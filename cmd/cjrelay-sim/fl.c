@@ -563,6 +563,7 @@ static void task_sent(void *arg, int status, const char *why)
     }
     t->state = T_ISSUED;
     sim_cp_task_out(t->fl->job, t->round);
+    sim_vanish_check(t->fl->job, t->round);
 }
 
 static long next_round(const struct sim_fl *fl)

@@ -58,6 +58,11 @@ static const char USAGE[] =
     "  --max-failures N  failed rounds (a failed result, a result download that failed, a task\n"
     "                  timeout) are re-issued as new tasks; one more than N is SIM FAIL (default 3)\n"
     "  --fetch-timeout SECS  per-request timeout when downloading results (default 60; 3 retries)\n"
+    "  --vanish-job J@R  once round R's task of job J has gone out, the cell server.J disappears, as\n"
+    "                  a crashed server job's does: an optional stream chunk for it gets FLARE's\n"
+    "                  forwarder error (sm__ERROR, StreamTargetUnreachable, sm__fd server.J), other\n"
+    "                  messages a RETURN or nothing; prints SIM VANISHED job=J round=R and keeps\n"
+    "                  running (the job never ends: stop the simulator with SIGTERM); repeatable\n"
     "  --self-test     check the item writers against lib/payload/items.c, print SELF-TEST OK|FAIL\n"
     "\n"
     "Client parent (doc/protocol/site.md §3; the site's CP, FLARE's internal listener):\n"
@@ -131,7 +136,7 @@ enum {
     O_LISTEN = 1, O_TLS_DIR, O_JOB_ID, O_LOG_HEADERS, O_WINDOW, O_HEARTBEAT, O_LOG_LEVEL, O_ROUNDS, O_MODEL_SIZE,
     O_TENSORS, O_FORMAT, O_ISOLATE, O_INLINE, O_PREBUILD, O_DOWNLOAD_LOG, O_WAIT_TIME, O_TASK_TIMEOUT, O_MAX_FAILURES,
     O_FETCH_TIMEOUT, O_SELF_TEST, O_DRIVE, O_DRIVE_AS, O_DRIVE_FAIL, O_DRIVE_CORRUPT, O_DRIVE_SOURCE_FAILURE, O_HELP,
-    O_VERSION, O_PARENT, O_SITE, O_JOB_STATUS_LOG, O_ABORT_JOB, O_ABORT_TASK, O_DRIVE_PARENT,
+    O_VERSION, O_PARENT, O_SITE, O_JOB_STATUS_LOG, O_ABORT_JOB, O_ABORT_TASK, O_VANISH_JOB, O_DRIVE_PARENT,
 };
 
 static const struct option LONGOPTS[] = {
@@ -164,6 +169,7 @@ static const struct option LONGOPTS[] = {
     {"site", required_argument, NULL, O_SITE},
     {"job-status-log", required_argument, NULL, O_JOB_STATUS_LOG},
     {"abort-job", required_argument, NULL, O_ABORT_JOB},
+    {"vanish-job", required_argument, NULL, O_VANISH_JOB},
     {"abort-task", required_argument, NULL, O_ABORT_TASK},
     {"drive-parent", required_argument, NULL, O_DRIVE_PARENT},
     {"help", no_argument, NULL, O_HELP},
@@ -239,7 +245,14 @@ static int job_list(struct sim_opts *o, const char *arg)
     }
 }
 
-/* --abort-job / --abort-task J@R. */
+static bool sim_job_listed(const struct sim_opts *o, const char *job)
+{
+    for (size_t k = 0; k < o->n_jobs; k++)
+        if (!strcmp(o->job_ids[k], job)) return true;
+    return false;
+}
+
+/* --abort-job / --abort-task / --vanish-job J@R. */
 static int trigger(const char *opt, const char *arg, struct sim_trigger *t, size_t *n)
 {
     const char *at = strrchr(arg, '@');
@@ -284,6 +297,7 @@ static int one_option(struct sim_opts *o, int c, const char *arg)
     case O_JOB_STATUS_LOG: return copy_arg(o->job_status_log, sizeof o->job_status_log, "--job-status-log", arg);
     case O_ABORT_JOB: return trigger("--abort-job", arg, o->abort_job, &o->n_abort_job);
     case O_ABORT_TASK: return trigger("--abort-task", arg, o->abort_task, &o->n_abort_task);
+    case O_VANISH_JOB: return trigger("--vanish-job", arg, o->vanish_job, &o->n_vanish_job);
     case O_DRIVE_PARENT: return copy_arg(o->drive_parent, sizeof o->drive_parent, "--drive-parent", arg);
     case O_LOG_HEADERS: return copy_arg(o->log_headers, sizeof o->log_headers, "--log-headers", arg);
     case O_WINDOW:
@@ -369,6 +383,9 @@ int sim_parse_args(int argc, char **argv, struct sim_opts *o)
         if (k == o->n_jobs)
             return usage_error("--abort-job/--abort-task: '%s' is not one of the --job-id jobs%s", j, "");
     }
+    for (size_t i = 0; i < o->n_vanish_job; i++)
+        if (!sim_job_listed(o, o->vanish_job[i].job))
+            return usage_error("--vanish-job: '%s' is not one of the --job-id jobs%s", o->vanish_job[i].job, "");
     int64_t per = (o->model_size / o->tensors) & ~(int64_t)3;
     if (per < 4 || (uint64_t)per > SIM_MAX_TENSOR_BYTES)
         return usage_error("--model-size / --tensors: %s per tensor is out of range (4 bytes to 3G)",

@@ -195,13 +195,59 @@ static bool is_request_chunk0(const struct cj_hdr *h)
            strcmp(h->sm_ch, CJ_STREAM_RETURN_ONLY);
 }
 
+/* As FLARE's cells do for an optional sm__DATA chunk they cannot forward: an
+ * sm__ERROR to the chunk's origin naming the target (sm__fd), so a requester
+ * learns at once that the target cell is not there. */
+static bool forward_error(struct cj_link *l, const struct cj_hdr *h, const char *me)
+{
+    if (!h->optional || strcmp(h->channel, "sm__STREAM") || strcmp(h->topic, "sm__DATA") ||
+        !cj_hdr_has(h, CJ_HK_SM_ID))
+        return false;
+    struct cj_hb hb;
+    struct cj_err err;
+    msgpack_sbuffer sb;
+    char em[CJ_FQCN_MAX + 64];
+    cj_hb_init(&hb);
+    msgpack_sbuffer_init(&sb);
+    if (h->sm_id_neg) cj_hb_int(&hb, "sm__id", (int64_t)h->sm_id);
+    else cj_hb_uint(&hb, "sm__id", h->sm_id);
+    cj_hb_int(&hb, "sm__dt", CJ_SM_ERROR);
+    snprintf(em, sizeof em, "stream forwarding to %s failed: target_unreachable", h->destination);
+    cj_hb_str(&hb, "sm__em", em);
+    cj_hb_str(&hb, "sm__et", "StreamTargetUnreachable");
+    cj_hb_str(&hb, "sm__fd", h->destination);
+    if (cj_hdr_has(h, CJ_HK_SM_CH)) cj_hb_str(&hb, "sm__ch", h->sm_ch);
+    if (cj_hdr_has(h, CJ_HK_SM_TP)) cj_hb_str(&hb, "sm__tp", h->sm_tp);
+    if (cj_hdr_has(h, CJ_HK_SM_RI)) cj_hb_str(&hb, "sm__ri", h->sm_ri);
+    double t = cj_msg_now();
+    struct cj_hdr_msg hm = {
+        .type = CJ_MSG_REQ, .me = me, .to = cj_link_peer(l), .destination = h->origin, .channel = "sm__STREAM",
+        .topic = "sm__ERROR", .optional = true, .payload_encoding = "none", .payload_len = 0, .route_time = t,
+        .send_time = t,
+    };
+    cj_hb_cellnet(&hb, &hm);
+    if (cj_hb_finish(&hb, &sb, &err) < 0)
+        cj_log_error("sim: cannot build the sm__ERROR notice to %s: %s", h->origin, err.msg);
+    else if (cj_link_send(l, (const uint8_t *)sb.data, sb.size, NULL, true) < 0)
+        cj_log_warning("sim: cannot send the sm__ERROR notice to %s: link %s is not up", h->origin, cj_link_peer(l));
+    cj_hb_destroy(&hb);
+    msgpack_sbuffer_destroy(&sb);
+    return true;
+}
+
 void sim_unroutable(struct cj_link *l, const struct cj_msg *m, const char *me)
 {
     const struct cj_hdr *h = &m->hdr;
     bool ret = h->msg_type == CJ_MSG_REQ && h->reply_expected;
-    cj_log_warning("sim: %s %s/%s from %s for %s: no such cell here%s", cj_msg_type_name(h->msg_type), h->channel,
-                   h->topic, h->origin, h->destination, ret ? "; RETURN sent" : ", dropped");
-    if (!ret) return;
+    if (!ret) {
+        bool notice = forward_error(l, h, me);
+        cj_log_warning("sim: %s %s/%s from %s for %s: no such cell here%s", cj_msg_type_name(h->msg_type),
+                       h->channel, h->topic, h->origin, h->destination,
+                       notice ? "; sm__ERROR notice sent" : ", dropped");
+        return;
+    }
+    cj_log_warning("sim: %s %s/%s from %s for %s: no such cell here; RETURN sent", cj_msg_type_name(h->msg_type),
+                   h->channel, h->topic, h->origin, h->destination);
     msgpack_sbuffer sb;
     struct cj_err err;
     msgpack_sbuffer_init(&sb);
@@ -210,6 +256,20 @@ void sim_unroutable(struct cj_link *l, const struct cj_msg *m, const char *me)
     else if (cj_link_send(l, (const uint8_t *)sb.data, sb.size, NULL, true) < 0)
         cj_log_warning("sim: cannot send the RETURN to %s: link %s is not up", h->origin, cj_link_peer(l));
     msgpack_sbuffer_destroy(&sb);
+}
+
+void sim_vanish_check(struct sim_job *j, long round)
+{
+    const struct sim_opts *o = j->s->o;
+    if (j->vanished) return;
+    for (size_t i = 0; i < o->n_vanish_job; i++)
+        if (o->vanish_job[i].round == round && !strcmp(o->vanish_job[i].job, j->id)) {
+            j->vanished = true;
+            cj_log_warning("sim: the cell %s disappears (--vanish-job %s@%ld)", j->cell, j->id, round);
+            printf("SIM VANISHED job=%s round=%ld\n", j->id, round);
+            fflush(stdout);
+            return;
+        }
 }
 
 struct sim_job *sim_job_by_cell(struct sim *s, const char *fqcn)
@@ -232,6 +292,7 @@ void sim_dispatch(struct sim *s, struct cj_link *l, struct cj_msg *m)
     cj_log_debug("sim: %s %s/%s origin=%s via %s, %zu payload bytes", cj_msg_type_name(h->msg_type), h->channel,
                  h->topic, h->origin, cj_link_peer(l), cj_msg_payload_len(m));
     struct sim_job *j = strcmp(h->destination, SIM_ROOT) ? sim_job_by_cell(s, h->destination) : &s->jobs[0];
+    if (j && j->vanished && strcmp(h->destination, SIM_ROOT)) j = NULL;
     if (!j) {
         sim_unroutable(l, m, SIM_ROOT);
     } else if (!strcmp(h->channel, CJ_STREAM_CHANNEL)) {

@@ -105,6 +105,8 @@ struct sim_opts {
     char job_status_log[SIM_PATH_MAX]; /* --job-status-log FILE: "<job_id> <status> <from FQCN>" lines */
     struct sim_trigger abort_job[SIM_MAX_TRIGGERS], abort_task[SIM_MAX_TRIGGERS];
     size_t n_abort_job, n_abort_task;
+    struct sim_trigger vanish_job[SIM_MAX_TRIGGERS]; /* --vanish-job J@R: the job cell disappears */
+    size_t n_vanish_job;
 
     /* --drive URL: be a stand-in site (relay + worker) against a simulator (drive.c) */
     char drive[512];
@@ -131,6 +133,7 @@ struct sim_job {
     struct cj_stream_ep *ep;
     struct sim_fl *fl;
     bool ended;                          /* its SIM line is out */
+    bool vanished;                       /* --vanish-job: its cell is gone, messages to it are unroutable */
     int code;                            /* 0 ok (verified or aborted as asked), 1 failed */
 };
 
@@ -197,6 +200,10 @@ void sim_finish(struct sim_job *j, int code, const char *fmt, ...) __attribute__
 /* Ends job j as aborted on purpose (--abort-job): "SIM ABORTED job=<id> <why>"
  * (one job: "SIM OK aborted <why>"); counts as a success. */
 void sim_aborted(struct sim_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* --vanish-job: once round R's task of job j has gone out, the cell
+ * server.<job> disappears as a crashed server job's would: what is sent to it
+ * is unroutable from then on ("SIM VANISHED job=<id> round=R"). */
+void sim_vanish_check(struct sim_job *j, long round);
 /* The job whose cell is fqcn, or whose id is id (NULL: none). */
 struct sim_job *sim_job_by_cell(struct sim *s, const char *fqcn);
 struct sim_job *sim_job_by_id(struct sim *s, const char *id);
@@ -205,8 +212,9 @@ struct sim_job *sim_job_by_id(struct sim *s, const char *id);
  * unroutable (sim_unroutable). */
 void sim_dispatch(struct sim *s, struct cj_link *l, struct cj_msg *m);
 /* A message no cell of this process can take: a RETURN (doc/protocol/cellnet.md §2)
- * on the link it came in on for a request expecting a reply, else dropped;
- * logged either way.  me: the cell that could not forward it. */
+ * on the link it came in on for a request expecting a reply, the forwarder
+ * error notice (doc/protocol/streaming.md §6) for an optional stream chunk,
+ * else dropped; logged either way.  me: the cell that could not forward it. */
 void sim_unroutable(struct cj_link *l, const struct cj_msg *m, const char *me);
 
 /* url (--listen, --parent) as an address; port 0 kept (any free port). */
