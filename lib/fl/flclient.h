@@ -39,6 +39,13 @@ const char *cj_fl_client_get_task(const struct cj_fl_client *c, const char *last
  * request could not be built, 1 it could not be sent. */
 int cj_fl_client_heartbeat(const struct cj_fl_client *c);
 
+/* A __job_heartbeat__ that asks for an answer (optional, as FLARE sends it):
+ * a live server job answers it, and when the job's cell is gone the server's
+ * forwarder error fails it at once (comm_error, "StreamTargetUnreachable: ...").
+ * NULL when sent, else why not. */
+const char *cj_fl_client_heartbeat_req(const struct cj_fl_client *c, double timeout, cj_stream_reply_fn fn, void *arg,
+                                       uint64_t *handle);
+
 /* The __rc__ of a reply's Shareable: "OK" when it has none (as FLARE reads it).
  * -1 with rc "" and why filled when the reply carries no Shareable (a failed or
  * empty reply); the reply's return code is not looked at. */

@@ -8,6 +8,14 @@
  *   - submissions: one struct up_sub per result or failure report, each
  *     cycling task check -> submit_update -> (check -> resend)...
  *
+ * The server job's presence: heartbeats ask for an answer, and every answer
+ * (to a heartbeat, get_task, task check, submit_update) says whether the cell
+ * server.<job> is there.  A cell that is gone shows as the server's forwarder
+ * error on an optional request (StreamTargetUnreachable naming server.<job>,
+ * as FLARE's cellnet sends it); when nothing but that has come back for
+ * job_heartbeat_timeout, the job is gone and the loop ends as fatal.  Silence
+ * (a stalled link, timeouts) is never taken for absence.
+ *
  * Payloads are built and read by fl/flmsg.c and requests sent through
  * fl/flclient.c, so the loop never handles raw spans. */
 #include "fl/upstream.h"
@@ -91,8 +99,10 @@ struct cj_fl_up {
 
     struct event *sync_ev, *hb_ev, *poll_ev;
     double sync_started;
-    bool sync_inflight, poll_inflight;
-    uint64_t sync_req, poll_req;
+    bool sync_inflight, poll_inflight, hb_inflight;
+    uint64_t sync_req, poll_req, hb_req;
+    double absent_since;          /* first "not there" answer of the current streak; 0 none */
+    unsigned absent_answers;
     struct streak sync_streak, poll_streak;
 
     double next_poll_at;
@@ -216,7 +226,8 @@ static void stop_loop(struct cj_fl_up *up)
     if (up->poll_ev) evtimer_del(up->poll_ev);
     if (up->sync_inflight) cj_stream_request_cancel(up->ep, up->sync_req);
     if (up->poll_inflight) cj_stream_request_cancel(up->ep, up->poll_req);
-    up->sync_inflight = up->poll_inflight = false;
+    if (up->hb_inflight) cj_stream_request_cancel(up->ep, up->hb_req);
+    up->sync_inflight = up->poll_inflight = up->hb_inflight = false;
 }
 
 static void end_run(struct cj_fl_up *up, const char *why)
@@ -238,15 +249,76 @@ static void fatal(struct cj_fl_up *up, const char *why)
     if (up->cfg.on_fatal) up->cfg.on_fatal(up->cfg.cb_ctx, why);
 }
 
+/* ---- the server job's presence ------------------------------------------------------------------ */
+
+/* A failed request whose failure says the cell server.<job> is not there: the
+ * forwarder error of a hop that has no route to it, or a cellnet return code
+ * saying so. */
+static bool says_absent(const struct cj_stream_reply *r)
+{
+    if (!strcmp(r->return_code, "target_unreachable") || !strcmp(r->return_code, "invalid_target")) return true;
+    return !strcmp(r->return_code, "comm_error") && !strncmp(r->error, "StreamTargetUnreachable", 23);
+}
+
+/* An answer from the server job itself: it is there. */
+static void job_present(struct cj_fl_up *up)
+{
+    if (!up->absent_since) return;
+    cj_log_info("upstream %s: the server job answers again after %u \"not there\" answers in %.1f s", up->server,
+                up->absent_answers, cj_now() - up->absent_since);
+    up->absent_since = 0;
+    up->absent_answers = 0;
+}
+
+/* what (a request) was answered as not there (why): the first of a streak
+ * is logged; one lasting job_heartbeat_timeout ends the loop. */
+static void job_absent(struct cj_fl_up *up, const char *what, const char *why)
+{
+    double now = cj_now(), limit = up->cfg.job_heartbeat_timeout;
+    if (up->state != CJ_FL_UP_RUNNING) return;
+    up->absent_answers++;
+    if (!up->absent_since) {
+        up->absent_since = now;
+        cj_log_warning("upstream %s: %s answered: %s; the server job is not there (job %s ends if this lasts %g s, "
+                       "upstream.job_heartbeat_timeout)", up->server, what, why, up->job, limit);
+    }
+    set_last_error(up, "%s: %s", what, why);
+    if (limit <= 0 || now - up->absent_since < limit) return;
+    char msg[WHY_MAX];
+    cj_log_error("upstream %s: the server job is gone: %u answers in %.1f s said it is not there (last: %s: %s); "
+                 "ending job %s", up->server, up->absent_answers, now - up->absent_since, what, why, up->job);
+    snprintf(msg, sizeof msg, "the server job %.60s is gone (%.24s: %.120s)", up->server, what, why);
+    fatal(up, msg);
+}
+
 /* ---- __job_heartbeat__ ------------------------------------------------------------------------ */
+
+static void on_heartbeat_reply(void *arg, struct cj_stream_reply *r)
+{
+    struct cj_fl_up *up = arg;
+    up->hb_inflight = false;
+    if (!strcmp(r->return_code, "ok")) {
+        job_present(up);
+        return;
+    }
+    char why[WHY_MAX];
+    snprintf(why, sizeof why, "%s%s%s", r->return_code, r->error[0] ? ": " : "", r->error);
+    if (says_absent(r)) job_absent(up, "__job_heartbeat__", why);
+    else cj_log_debug("upstream %s: __job_heartbeat__ not answered: %s", up->server, why);
+}
 
 static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct cj_fl_up *up = arg;
-    int rc = cj_fl_client_heartbeat(&up->fl);
-    if (rc < 0) cj_log_error("upstream %s: cannot build __job_heartbeat__", up->server);
-    else if (rc) cj_log_debug("upstream %s: __job_heartbeat__ not sent", up->server);
-    else up->heartbeats++;
+    if (up->hb_inflight) return;   /* the last one is still waiting: its timeout is one interval */
+    const char *fail = cj_fl_client_heartbeat_req(&up->fl, up->cfg.job_heartbeat_interval, on_heartbeat_reply, up,
+                                                  &up->hb_req);
+    if (fail) {
+        cj_log_debug("upstream %s: __job_heartbeat__ not sent: %s", up->server, fail);
+        return;
+    }
+    up->hb_inflight = true;
+    up->heartbeats++;
 }
 
 /* ---- polling ------------------------------------------------------------------------------------- */
@@ -353,9 +425,11 @@ static void on_get_task_reply(void *arg, struct cj_stream_reply *r)
             schedule_poll(up, up->backoff);
             return;
         }
-        poll_failed(up, why);
+        if (says_absent(r)) job_absent(up, "get_task", why);
+        if (up->state == CJ_FL_UP_RUNNING) poll_failed(up, why);
         return;
     }
+    job_present(up);
     if (up->poll_streak.n)
         cj_log_info("upstream %s: get_task answered again after %u failures", up->server, up->poll_streak.n);
     streak_reset(&up->poll_streak);
@@ -620,9 +694,11 @@ static void on_check_reply(void *arg, struct cj_stream_reply *r)
     char why[WHY_MAX], rc[64];
     s->in_req = false;
     if (aux_reply_rc(r, rc, sizeof rc, why, sizeof why)) {
+        if (says_absent(r)) job_absent(s->up, "__task_check__", why);
         check_retry(s, why);
         return;
     }
+    job_present(s->up);
     if (strcmp(rc, "COMMUNICATION_ERROR") == 0 || strcmp(rc, "SERVER_NOT_READY") == 0) {
         snprintf(why, sizeof why, "__rc__ %s", rc);
         check_retry(s, why);
@@ -743,7 +819,7 @@ static void submit_send(struct up_sub *s)
     cj_log_info("task %s (server task %s): submit_update %s to %s, %zu bytes, attempt %u/%u, msg_root_id %s",
                 s->t->id, s->t->server_id, s->result ? "(result)" : "(" FAILED_RC ")", up->server, blen,
                 s->attempts, up->cfg.submit_attempts, s->msg_root_id);
-    arm(s->timer, up->cfg.get_task_timeout);
+    arm(s->timer, up->cfg.submit_timeout);
 }
 
 static void on_submit_reply(void *arg, struct cj_stream_reply *r)
@@ -754,9 +830,11 @@ static void on_submit_reply(void *arg, struct cj_stream_reply *r)
     evtimer_del(s->timer);
     if (strcmp(r->return_code, "ok") != 0) {
         snprintf(why, sizeof why, "%s%s%s", r->return_code, r->error[0] ? ": " : "", r->error);
+        if (says_absent(r)) job_absent(s->up, "submit_update", why);
         submit_failed(s, why);
         return;
     }
+    job_present(s->up);
     struct cj_task *t = s->t;
     if (!s->result) {
         cj_log_info("task %s (server task %s, '%s'): failure reported upstream as %s (%s)", t->id, t->server_id,
@@ -786,8 +864,8 @@ static void sub_timer_cb(evutil_socket_t fd, short what, void *arg)
     if (s->in_req) cj_stream_request_cancel(s->up->ep, s->req);
     s->in_req = false;
     cj_stream_relay_stats(s->up->ep)->timeouts++;
-    snprintf(why, sizeof why, "timeout: no reply and no result download progress for %g s",
-             s->up->cfg.get_task_timeout);
+    snprintf(why, sizeof why, "timeout: no reply and no result download progress for %g s (upstream.submit_timeout)",
+             s->up->cfg.submit_timeout);
     submit_failed(s, why);
 }
 
@@ -893,7 +971,7 @@ static void op_progress(void *ctx, struct cj_task *t)
 {
     struct cj_fl_up *up = ctx;
     struct up_sub *s = find_sub(up, t);
-    if (s && s->stage == SUB_SUBMIT && s->in_req) arm(s->timer, up->cfg.get_task_timeout);
+    if (s && s->stage == SUB_SUBMIT && s->in_req) arm(s->timer, up->cfg.submit_timeout);
 }
 
 void cj_fl_up_submit_ops(struct cj_fl_up *up, struct cj_fl_submit_ops *out)
@@ -951,7 +1029,9 @@ void cj_fl_up_cfg_default(struct cj_fl_up_cfg *cfg)
     *cfg = (struct cj_fl_up_cfg){
         .get_task_interval = 0.5,
         .get_task_timeout = 60,
+        .submit_timeout = 60,
         .job_heartbeat_interval = 10,
+        .job_heartbeat_timeout = 60,
         .reconnect_min = 0.5,
         .reconnect_max = 30,
         .sync_interval = 0.5,
@@ -968,7 +1048,7 @@ static bool cfg_ok(const struct cj_fl_up_cfg *c)
 {
     return c->site && *c->site && strlen(c->site) < CJ_TASK_STR_MAX && c->job_id && *c->job_id &&
            strlen(c->job_id) < CJ_TASK_STR_MAX && (!c->project_name || strlen(c->project_name) < CJ_TASK_STR_MAX) &&
-           c->get_task_interval >= 0 && c->get_task_timeout > 0 && c->reconnect_min > 0 &&
+           c->get_task_interval >= 0 && c->get_task_timeout > 0 && c->submit_timeout > 0 && c->reconnect_min > 0 &&
            c->reconnect_max >= c->reconnect_min && c->sync_interval >= 0 && c->sync_timeout > 0 &&
            c->sync_give_up > 0 && c->task_check_timeout > 0 && c->task_check_interval >= 0 && c->task_check_tries > 0 &&
            c->submit_attempts > 0;

@@ -45,8 +45,12 @@ struct cj_fl_up_cfg {
     const char *project_name;        /* app header on get_task / submit_update; NULL or "" = none */
     const struct cj_creds *creds;    /* auth headers set on the endpoint; NULL = leave them alone */
     double get_task_interval;        /* 0.5 s: poll pause after try-again, errors, tasks without __wait_time__ */
-    double get_task_timeout;         /* 60 s: get_task reply timeout; submit_update idle timeout */
+    double get_task_timeout;         /* 60 s: get_task reply timeout */
+    double submit_timeout;           /* 60 s: submit_update idle timeout (no reply, no result download progress) */
     double job_heartbeat_interval;   /* 10 s; <= 0: no heartbeats */
+    double job_heartbeat_timeout;    /* 60 s: the server job's cell answered "not there" (target
+                                        unreachable) this long, with no answer from it between: the
+                                        job is gone, on_fatal; <= 0: never */
     double reconnect_min;            /* 0.5 s: first back-off after authentication_error ... */
     double reconnect_max;            /* 30 s: ... doubling up to this */
     double sync_interval;            /* 0.5 s between __sync_runner__ tries */
@@ -59,7 +63,8 @@ struct cj_fl_up_cfg {
     /* The run ended (__end_run__ in a get_task reply or as aux).  dispatch
      * end_run is called just before. */
     void (*on_end_run)(void *ctx, const char *why);
-    /* The loop cannot go on (sync gave up).  why: "cannot sync with server.<job>". */
+    /* The loop cannot go on: sync gave up ("cannot sync with server.<job>"), or
+     * the server job is gone ("the server job server.<job> is gone: ..."). */
     void (*on_fatal)(void *ctx, const char *why);
     void *cb_ctx;
 };

@@ -177,7 +177,7 @@ struct srv {
     struct memnet *n;
     const char *sync_script[8], *gt_script[8], *chk_script[8], *sub_script[8];
     int sync_n, hb_n, gt_n, chk_n, sub_n;
-    bool hb_bad;                         /* a heartbeat had sm__ri or no optional flag */
+    bool hb_bad;                         /* a heartbeat had no sm__ri (it asks for an answer) or no optional flag */
     double gt_time[MAXREC];
     uint8_t *gt_req[MAXREC];
     size_t gt_len[MAXREC];
@@ -225,7 +225,7 @@ static int on_heartbeat(void *arg, struct cj_stream_blob *b)
 {
     struct srv *s = arg;
     s->hb_n++;
-    if (b->req.has_ri || !b->hdr->optional || !has_auth(b->hdr)) s->hb_bad = true;
+    if (!b->req.has_ri || !b->hdr->optional || !has_auth(b->hdr)) s->hb_bad = true;
     return 0;
 }
 
@@ -654,7 +654,7 @@ static void test_check_retry_and_resend(void **state)
 static void test_submit_idle_timeout(void **state)
 {
     struct world *w = world_new();
-    w->cfg.get_task_timeout = 0.3;
+    w->cfg.submit_timeout = 0.3;
     w->s.sub_script[0] = "silent";
     w->s.sub_script[1] = "ok";
     struct cj_task *t = get_one_task(w);
@@ -861,6 +861,45 @@ static void test_sync_gives_up(void **state)
     world_free(w);
 }
 
+/* The server job's cell is gone: get_task answered with the forwarder error FLARE's server
+ * sends for it.  The job lasts job_heartbeat_timeout, then the loop ends as fatal; an answer
+ * from the job in between starts the count again. */
+static void test_job_gone(void **state)
+{
+    struct world *w = world_new();
+    w->cfg.job_heartbeat_timeout = 0.3;
+    w->s.gt_script[0] = "try";
+    w->s.gt_script[1] = "!target_unreachable";
+    world_start(w);
+    RUN_UNTIL(w->n, w->f.fatals == 1, 2.0);
+    assert_int_equal(w->f.fatals, 1);
+    assert_non_null(strstr(w->f.fatal_why, "the server job " SERVER_FQCN " is gone (get_task: target_unreachable"));
+    assert_int_equal(up_state(w), CJ_FL_UP_FATAL);
+    assert_true(w->s.gt_n >= 4);   /* polled every get_task_interval meanwhile */
+    struct cj_fl_up_status st;
+    cj_fl_up_get_status(w->up, &st);
+    assert_non_null(strstr(st.last_error, "the server job"));
+    int n = w->s.gt_n;
+    settle(w->n, 0.2);
+    assert_int_equal(w->s.gt_n, n);   /* no more polling */
+    world_free(w);
+}
+
+/* Timeouts and other failures are not "not there": the job stays. */
+static void test_silence_is_not_gone(void **state)
+{
+    struct world *w = world_new();
+    w->cfg.job_heartbeat_timeout = 0.2;
+    w->cfg.get_task_timeout = 0.1;
+    w->s.gt_script[0] = "!comm_error";
+    w->s.gt_script[1] = "silent";
+    world_start(w);
+    settle(w->n, 0.8);
+    assert_int_equal(w->f.fatals, 0);
+    assert_int_equal(up_state(w), CJ_FL_UP_RUNNING);
+    world_free(w);
+}
+
 static void test_bad_config(void **state)
 {
     struct event_base *base = event_base_new();
@@ -887,6 +926,8 @@ int main(void)
         cmocka_unit_test(test_failed_reports),
         cmocka_unit_test(test_aux_from_server),
         cmocka_unit_test(test_sync_gives_up),
+        cmocka_unit_test(test_job_gone),
+        cmocka_unit_test(test_silence_is_not_gone),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests_name("upstream", tests, NULL, NULL);
