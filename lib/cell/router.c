@@ -727,6 +727,8 @@ struct cj_router *cj_router_new(struct event_base *base, const struct cj_router_
     r->up.reconnects = &r->c.reconnects;
     r->up.cfg = base_cfg;
     r->up.cfg.name = "upstream";
+    if (cfg->upstream_connect_timeout > 0) r->up.cfg.handshake_timeout = cfg->upstream_connect_timeout;
+    r->up.cfg.hello_timeout = cfg->upstream_hello_timeout;
     r->up.cfg.heartbeat_interval = cfg->upstream_heartbeat_interval > 0 ? cfg->upstream_heartbeat_interval : 60;
     r->up.cfg.dead_after =
         cfg->upstream_dead_after > 0 ? cfg->upstream_dead_after : 3 * r->up.cfg.heartbeat_interval;

@@ -75,6 +75,8 @@ struct cj_router_cfg {
     double worker_heartbeat_timeout;     /* [workers] heartbeat_timeout; 0 = 30 */
     double upstream_heartbeat_interval;  /* 0 = 60 (NVFlare's) */
     double upstream_dead_after;          /* 0 = 3 x upstream_heartbeat_interval */
+    double upstream_connect_timeout;     /* connect + TLS toward the server; 0 = handshake_timeout */
+    double upstream_hello_timeout;       /* HELLO sent -> READY from the server; 0 = within the above */
     size_t shared_slack;                 /* extra queue a worker link may take from the shared upstream
                                             before the upstream pauses; 0 = link_buffer (use one stream window) */
     double stall_timeout;                /* a worker link over link_buffer that drains nothing for this

@@ -56,7 +56,7 @@ struct cj_link {
     char addr_text[CJ_ADDR_TEXT_MAX];
 
     uint32_t max_frame;
-    double hs_timeout, hb_interval, dead_after;
+    double hs_timeout, hello_timeout, hb_interval, dead_after;
     bool quiet;                 /* routine state changes at debug */
     size_t link_buffer;
 
@@ -540,6 +540,11 @@ static void transport_ready(struct cj_link *l)
             return;
         }
         set_state(l, CJ_LINK_HANDSHAKE, "HELLO sent, waiting for READY");
+        if (l->hello_timeout > 0 && l->hs_timer) {   /* READY gets its own bound from here */
+            struct timeval tv = cj_tv(l->hello_timeout);
+            l->hs_timeout = l->hello_timeout;
+            evtimer_add(l->hs_timer, &tv);
+        }
     } else {
         set_state(l, CJ_LINK_HANDSHAKE, "waiting for HELLO");
     }
@@ -849,6 +854,7 @@ static struct cj_link *link_new(struct event_base *base, bool active, SSL_CTX *t
     snprintf(l->me, sizeof l->me, "%s", cfg->me ? cfg->me : "");
     l->max_frame = cfg->max_frame ? cfg->max_frame : CJ_FRAME_MAX_DEFAULT;
     l->hs_timeout = cfg->handshake_timeout > 0 ? cfg->handshake_timeout : CJ_LINK_HANDSHAKE_TIMEOUT;
+    l->hello_timeout = cfg->hello_timeout;
     l->hb_interval = cfg->heartbeat_interval;
     l->dead_after = cfg->dead_after;
     l->quiet = cfg->quiet;

@@ -71,6 +71,8 @@ struct cj_link_cfg {
     const char *me;              /* our FQCN, sent in HELLO/READY; copied */
     uint32_t max_frame;          /* reader limit on frame length; 0 = CJ_FRAME_MAX_DEFAULT */
     double handshake_timeout;    /* connect + TLS + HELLO/READY, seconds; 0 = default */
+    double hello_timeout;        /* when > 0, an outgoing link's HELLO -> READY has this long of its
+                                  * own (handshake_timeout then bounds connect + TLS only) */
     double heartbeat_interval;   /* PING after this long without receiving; 0 = never */
     double dead_after;           /* close after this long without receiving; 0 = never */
     size_t link_buffer;          /* output bound for cj_link_over/throttle; 0 = default */

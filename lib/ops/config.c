@@ -89,11 +89,33 @@ static const struct cj_cfg_key keys[] = {
      FIELD(upstream.credentials_file)},
     {KEY("upstream", "get_task_interval"), CJ_T_DURATION, "0.5", 0.01, 60, NULL, RELOAD, 0,
      "pause after a \"try again\" answer to a task request", FIELD(upstream.get_task_interval)},
+    {KEY("upstream", "connect_timeout"), CJ_T_DURATION, "10", 0.5, 600, NULL, RELOAD, 0,
+     "how long one connection attempt to the server may take, TLS handshake included, before it is retried",
+     FIELD(upstream.connect_timeout)},
+    {KEY("upstream", "hello_timeout"), CJ_T_DURATION, "10", 0.5, 600, NULL, RELOAD, 0,
+     "how long the server may take to answer the relay's HELLO with READY once connected",
+     FIELD(upstream.hello_timeout)},
     {KEY("upstream", "get_task_timeout"), CJ_T_DURATION, "60", 1, 3600, NULL, RELOAD, 0,
      "how long one task request may wait for the server's answer", FIELD(upstream.get_task_timeout)},
+    {KEY("upstream", "download_idle_timeout"), CJ_T_DURATION, "600", 1, 86400, NULL, RELOAD, 0,
+     "spool mode: a download request from the server that receives nothing (no stream chunk) this long is "
+     "retried; per chunk, never per transfer", FIELD(upstream.download_idle_timeout)},
+    {KEY("upstream", "submit_timeout"), CJ_T_DURATION, "60", 1, 86400, NULL, RELOAD, 0,
+     "a result submission with no answer and no result bytes moving this long is retried; per chunk, never "
+     "per transfer", FIELD(upstream.submit_timeout)},
+    {KEY("upstream", "task_check_timeout"), CJ_T_DURATION, "5", 0.5, 600, NULL, RELOAD, 0,
+     "how long one __task_check__ before a result submission may wait for the server's answer",
+     FIELD(upstream.task_check_timeout)},
+    {KEY("upstream", "min_rate"), CJ_T_SIZE, "128K", 0, 16 * GiB, NULL, RELOAD, 0,
+     "bytes per second the slowest link to the server still carries; the idle timeouts must cover one "
+     "limits.stream_chunk at this rate; 0 = no such check", FIELD(upstream.min_rate)},
     {KEY("upstream", "job_heartbeat_interval"), CJ_T_DURATION, "10", 0.5, 3600, NULL, RELOAD, 0,
      "how often the relay tells the server that the job is alive",
      FIELD(upstream.job_heartbeat_interval)},
+    {KEY("upstream", "job_heartbeat_timeout"), CJ_T_DURATION, "60", 0, 86400, NULL, RELOAD, 0,
+     "the job ends (its workers stopped) when every answer from the server for this long said its job is "
+     "not there; silence never counts; 0 = never; at least job_heartbeat_interval",
+     FIELD(upstream.job_heartbeat_timeout)},
     {KEY("upstream", "ping_interval"), CJ_T_DURATION, "60", 0.5, 3600, NULL, RESTART, 0,
      "PING the server after this long without a byte from it; nothing at all (no PONG) for 3 x this "
      "declares the link dead and reconnects", FIELD(upstream.ping_interval)},
@@ -878,6 +900,40 @@ static void rule_heartbeat(struct vctx *v)
                   c->workers.heartbeat_timeout, c->workers.heartbeat_interval);
 }
 
+static void rule_job_heartbeat(struct vctx *v)
+{
+    const struct cj_config *c = v->cfg;
+    if (is_bad(v, "upstream.job_heartbeat_timeout") || is_bad(v, "upstream.job_heartbeat_interval")) return;
+    double t = c->upstream.job_heartbeat_timeout, i = c->upstream.job_heartbeat_interval;
+    if (t > 0 && t < i)
+        rule_fail(v, "upstream.job_heartbeat_timeout", "upstream.job_heartbeat_interval",
+                  "job_heartbeat_timeout (%g) must be 0 or at least job_heartbeat_interval (%g): one heartbeat "
+                  "answer could end the job", t, i);
+}
+
+/* An idle timeout reset by each stream chunk must outlast one chunk at the
+ * slowest rate the link is meant to carry, or a slow link fails every transfer. */
+static void rule_idle_vs_rate(struct vctx *v, const char *key, double timeout)
+{
+    const struct cj_config *c = v->cfg;
+    if (is_bad(v, key) || is_bad(v, "upstream.min_rate") || is_bad(v, "limits.stream_chunk")) return;
+    if (c->upstream.min_rate <= 0 || c->limits.stream_chunk > c->limits.stream_window) return;   /* rule_stream's */
+    double need = (double)c->limits.stream_chunk / (double)c->upstream.min_rate;
+    if (timeout >= need) return;
+    char chunk[32], rate[32];
+    fmt_size64(c->limits.stream_chunk, chunk, sizeof chunk);
+    fmt_size64(c->upstream.min_rate, rate, sizeof rate);
+    rule_fail(v, key, "upstream.min_rate",
+              "%s (%g s) is shorter than one limits.stream_chunk (%s) takes at upstream.min_rate (%s/s): %.1f s; "
+              "raise %s or lower upstream.min_rate", key, timeout, chunk, rate, need, key);
+}
+
+static void rule_idle_timeouts(struct vctx *v)
+{
+    rule_idle_vs_rate(v, "upstream.download_idle_timeout", v->cfg->upstream.download_idle_timeout);
+    rule_idle_vs_rate(v, "upstream.submit_timeout", v->cfg->upstream.submit_timeout);
+}
+
 static void rule_reconnect(struct vctx *v)
 {
     const struct cj_config *c = v->cfg;
@@ -945,7 +1001,8 @@ static void rule_stream(struct vctx *v)
 int cj_config_check(const struct cj_config *cfg, cj_config_report_fn report, void *arg)
 {
     static void (*const rules[])(struct vctx *) = {
-        rule_required, rule_names, rule_heartbeat, rule_reconnect, rule_security, rule_spool, rule_stream,
+        rule_required, rule_names, rule_heartbeat, rule_job_heartbeat, rule_idle_timeouts, rule_reconnect,
+        rule_security, rule_spool, rule_stream,
     };
     struct vctx v = {cfg, report, arg, 0};
     for (size_t i = 0; i < sizeof rules / sizeof *rules; i++) rules[i](&v);

@@ -26,7 +26,7 @@
 
 #include "util/parse.h"
 
-#define CJ_CFG_NKEYS     43       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_NKEYS     50       /* rows in the key table (checked in config.c) */
 #define CJ_CFG_PATH_MAX  1024
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
@@ -75,7 +75,14 @@ struct cj_config {
         char credentials_file[CJ_CFG_PATH_MAX];
         double get_task_interval;          /* seconds */
         double get_task_timeout;
+        double connect_timeout;            /* TCP connect + TLS of one attempt */
+        double hello_timeout;              /* HELLO sent -> READY */
+        double download_idle_timeout;      /* spool pulls: no stream chunk this long */
+        double submit_timeout;             /* submit_update: no answer and no result bytes this long */
+        double task_check_timeout;
+        int64_t min_rate;                  /* bytes/s the idle timeouts must allow one stream chunk at */
         double job_heartbeat_interval;
+        double job_heartbeat_timeout;      /* "job not there" answers this long: the job ends; 0 never */
         double ping_interval;              /* link keepalive; dead after 3 x this without a byte */
         double reconnect_min;
         double reconnect_max;

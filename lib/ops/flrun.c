@@ -225,7 +225,10 @@ static int make_upstream(struct cj_flrun *f, struct cj_stream_ep *ep, const stru
     uc.creds = &f->creds;
     uc.get_task_interval = cfg->upstream.get_task_interval;
     uc.get_task_timeout = cfg->upstream.get_task_timeout;
+    uc.submit_timeout = cfg->upstream.submit_timeout;
+    uc.task_check_timeout = cfg->upstream.task_check_timeout;
     uc.job_heartbeat_interval = cfg->upstream.job_heartbeat_interval;
+    uc.job_heartbeat_timeout = cfg->upstream.job_heartbeat_timeout;
     uc.reconnect_min = cfg->upstream.reconnect_min;
     uc.reconnect_max = cfg->upstream.reconnect_max;
     uc.on_end_run = on_end_run;
@@ -296,6 +299,7 @@ static int make_spool(struct cj_flrun *f, struct cj_stream_ep *ep, const struct 
         .max_bytes = cfg->relay.spool_max_bytes > 0 ? (uint64_t)cfg->relay.spool_max_bytes : 0,
     };
     cj_dl_fetch_cfg_default(&sc.fetch);
+    sc.fetch.request_timeout = cfg->upstream.download_idle_timeout;
     if (!(f->spool = cj_spool_new(f->base, ep, f->prod, f->sio, &sc)))
         return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the spool in %s", f->spool_dir);
     struct cj_fl_submit_ops up;

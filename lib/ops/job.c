@@ -247,6 +247,8 @@ static int start_cell(struct cj_job *j, const struct cj_job_opts *opts, struct c
         .max_frame = max_frame(c),
         .worker_heartbeat_interval = c->workers.heartbeat_interval,
         .worker_heartbeat_timeout = c->workers.heartbeat_timeout,
+        .upstream_connect_timeout = c->upstream.connect_timeout,
+        .upstream_hello_timeout = c->upstream.hello_timeout,
         .upstream_heartbeat_interval = c->upstream.ping_interval,
         /* One sender window of slack on the shared upstream: a single stream toward
          * a worker that stopped reading never pauses the other workers' traffic. */

@@ -287,7 +287,8 @@ static void test_unknown_names(void **state)
                "unknown key 'heartbeat_timout' in [workers] (did you mean 'heartbeat_timeout'?)");
     expect_one(BASE "[relay]\nheartbeat_timeout = 30\n", 5,
                "unknown key 'heartbeat_timeout' in [relay] (it belongs in [workers])");
-    expect_one(BASE "[upstream]\nheartbeat_timout = 30\n", 5, "did you mean 'heartbeat_timeout' in [workers]?");
+    expect_one(BASE "[upstream]\nshutdown_grase = 3\n", 5, "did you mean 'shutdown_grace' in [workers]?");
+    expect_one(BASE "[upstream]\nheartbeat_timout = 30\n", 5, "did you mean 'job_heartbeat_timeout'?");
     expect_one(BASE "[log]\ncolour = yes\n", 5, "unknown key 'colour' in [log]");
     expect_one(BASE "Site = x\n", 4, "did you mean 'site'?");
 }
@@ -405,6 +406,21 @@ static void test_contradictions(void **state)
     expect_one("[relay]\nsite = s\njob_id = J1\n", 3, "[upstream] project_name is required");
     expect_one("[relay]\nsite = s\njob_id = J1\n[upstream]\nproject_name =\n", 5, "project_name must not be empty");
     expect_one("[relay]\nmax_jobs = 2\n[log]\n", 1, "[relay] site is required");
+    /* An idle timeout must outlast one stream chunk at the slowest rate; the line is the timeout's,
+     * or min_rate's when only min_rate is in the file. */
+    expect_one(BASE "[upstream]\ndownload_idle_timeout = 2\n", 5,
+               "upstream.download_idle_timeout (2 s) is shorter than one limits.stream_chunk (1M) takes at "
+               "upstream.min_rate (128K/s): 8.0 s; raise upstream.download_idle_timeout or lower upstream.min_rate");
+    expect_one(BASE "[upstream]\nmin_rate = 4K\n", 5,
+               "upstream.submit_timeout (60 s) is shorter than one limits.stream_chunk (1M) takes at "
+               "upstream.min_rate (4K/s): 256.0 s");
+    {   /* min_rate = 0: no such check */
+        struct cj_config any;
+        load_ok(BASE "[upstream]\nmin_rate = 0\ndownload_idle_timeout = 1\nsubmit_timeout = 1\n[limits]\n"
+                "stream_chunk = 64M\nstream_window = 64M\n", &any);
+    }
+    expect_one(BASE "[upstream]\njob_heartbeat_interval = 10\njob_heartbeat_timeout = 5\n", 6,
+               "job_heartbeat_timeout (5) must be 0 or at least job_heartbeat_interval (10)");
     /* No job_id (or an empty one): a site daemon that waits for job start. */
     struct cj_config cfg;
     assert_int_equal(load_text("[relay]\nsite = s\njob_id =\n", &cfg), 0);
