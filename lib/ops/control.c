@@ -68,6 +68,8 @@ static int show_info(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, ch
     cj_out_str(o, "state", cj_daemon_state_name(d));
     cj_out_str(o, "upstream", j ? cj_job_upstream_state(j) : "");
     cj_out_str(o, "fl", j ? cj_job_fl_state(j) : "");
+    char fl_err[320] = "";
+    cj_out_str(o, "fl_last_error", j ? cj_job_fl_last_error(j, fl_err, sizeof fl_err) : "");
     cj_out_str(o, "upstream_url", j ? cj_job_upstream_url(j) : "");
     cj_out_str(o, "upstream_peer", j ? cj_job_upstream_peer(j) : "");
     show_upstream_failure(j, o);

@@ -461,6 +461,14 @@ const char *cj_flrun_state(const struct cj_flrun *f)
     return cj_fl_up_state_name(st.state);
 }
 
+const char *cj_flrun_last_error(const struct cj_flrun *f, char *buf, size_t len)
+{
+    struct cj_fl_up_status st;
+    cj_fl_up_get_status(f->up, &st);
+    snprintf(buf, len, "%s", st.last_error);
+    return buf;
+}
+
 /* ---- show tables --------------------------------------------------------------------- */
 
 /* "2026-11-27T06:40:01Z trainer_3: cannot exec …", or "" when the slot has none. */

@@ -61,6 +61,8 @@ void cj_flrun_drain(struct cj_flrun *f, const char *why);
 void cj_flrun_stop_now(struct cj_flrun *f);
 
 const char *cj_flrun_state(const struct cj_flrun *f);
+/* The FL loop's last failure toward the server job ("" when none), into buf. */
+const char *cj_flrun_last_error(const struct cj_flrun *f, char *buf, size_t len);
 void cj_flrun_show_workers(struct cj_flrun *f, struct cj_out *o);
 /* The launched workers' last launch failure or death, for show info. */
 struct cj_workers_failure {

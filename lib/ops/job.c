@@ -474,6 +474,13 @@ const char *cj_job_mode(const struct cj_job *j)
 }
 
 const char *cj_job_fl_state(const struct cj_job *j) { return j->fl ? cj_flrun_state(j->fl) : "ended"; }
+
+const char *cj_job_fl_last_error(const struct cj_job *j, char *buf, size_t len)
+{
+    if (j->fl) return cj_flrun_last_error(j->fl, buf, len);
+    snprintf(buf, len, "%s", j->state == CJ_JOB_ENDED && j->outcome != CJ_JOB_SUCCESS ? j->reason : "");
+    return buf;
+}
 const char *cj_job_upstream_url(const struct cj_job *j) { return j->upstream_url; }
 
 const char *cj_job_upstream_peer(const struct cj_job *j)

@@ -111,6 +111,9 @@ void cj_job_stat_sources(struct cj_job *j, struct cj_stat_sources *s);
  * URL; the upstream link's peer address ("" while down). */
 const char *cj_job_mode(const struct cj_job *j);
 const char *cj_job_fl_state(const struct cj_job *j);
+/* The FL loop's last failure; once the job's cell is released, the reason it
+ * ended with when that was not a success ("" when none). */
+const char *cj_job_fl_last_error(const struct cj_job *j, char *buf, size_t len);
 const char *cj_job_upstream_url(const struct cj_job *j);
 const char *cj_job_upstream_peer(const struct cj_job *j);
 /* Its server link's last failure and next attempt (zeroed when it has no cell). */
