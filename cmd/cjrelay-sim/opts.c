@@ -16,6 +16,7 @@ static const char USAGE[] =
     "                   [--rounds N] [--model-size SIZE] [--tensors N] [--format safetensors|numpy]\n"
     "                   [--isolate] [--inline] [--download-log FILE] [--wait-time SECS]\n"
     "                   [--task-timeout SECS] [--max-failures N] [--fetch-timeout SECS]\n"
+    "                   [--vanish-job J@R] [--stall-download N@SECS]\n"
     "                   [--log-headers FILE] [--window SIZE] [--heartbeat SECS] [--log-level LEVEL]\n"
     "                   [--parent tcp://127.0.0.1:PORT [--site NAME] [--job-status-log FILE]\n"
     "                    [--abort-job J@R] [--abort-task J@R]]\n"
@@ -63,6 +64,9 @@ static const char USAGE[] =
     "                  forwarder error (sm__ERROR, StreamTargetUnreachable, sm__fd server.J), other\n"
     "                  messages a RETURN or nothing; prints SIM VANISHED job=J round=R and keeps\n"
     "                  running (the job never ends: stop the simulator with SIGTERM); repeatable\n"
+    "  --stall-download N@SECS  the Nth download request this simulator receives (from 1, any ref)\n"
+    "                  and every one in the SECS after it are dropped unanswered, as a server that\n"
+    "                  stops sending mid-transfer; then requests are answered again (SIM STALL ...)\n"
     "  --self-test     check the item writers against lib/payload/items.c, print SELF-TEST OK|FAIL\n"
     "\n"
     "Client parent (doc/protocol/site.md §3; the site's CP, FLARE's internal listener):\n"
@@ -136,7 +140,7 @@ enum {
     O_LISTEN = 1, O_TLS_DIR, O_JOB_ID, O_LOG_HEADERS, O_WINDOW, O_HEARTBEAT, O_LOG_LEVEL, O_ROUNDS, O_MODEL_SIZE,
     O_TENSORS, O_FORMAT, O_ISOLATE, O_INLINE, O_PREBUILD, O_DOWNLOAD_LOG, O_WAIT_TIME, O_TASK_TIMEOUT, O_MAX_FAILURES,
     O_FETCH_TIMEOUT, O_SELF_TEST, O_DRIVE, O_DRIVE_AS, O_DRIVE_FAIL, O_DRIVE_CORRUPT, O_DRIVE_SOURCE_FAILURE, O_HELP,
-    O_VERSION, O_PARENT, O_SITE, O_JOB_STATUS_LOG, O_ABORT_JOB, O_ABORT_TASK, O_VANISH_JOB, O_DRIVE_PARENT,
+    O_VERSION, O_PARENT, O_SITE, O_JOB_STATUS_LOG, O_ABORT_JOB, O_ABORT_TASK, O_VANISH_JOB, O_STALL_DOWNLOAD, O_DRIVE_PARENT,
 };
 
 static const struct option LONGOPTS[] = {
@@ -170,6 +174,7 @@ static const struct option LONGOPTS[] = {
     {"job-status-log", required_argument, NULL, O_JOB_STATUS_LOG},
     {"abort-job", required_argument, NULL, O_ABORT_JOB},
     {"vanish-job", required_argument, NULL, O_VANISH_JOB},
+    {"stall-download", required_argument, NULL, O_STALL_DOWNLOAD},
     {"abort-task", required_argument, NULL, O_ABORT_TASK},
     {"drive-parent", required_argument, NULL, O_DRIVE_PARENT},
     {"help", no_argument, NULL, O_HELP},
@@ -269,6 +274,23 @@ static int trigger(const char *opt, const char *arg, struct sim_trigger *t, size
     return 0;
 }
 
+/* --stall-download N@SECS. */
+static int stall_arg(struct sim_opts *o, const char *arg)
+{
+    const char *at = strchr(arg, '@'), *why = NULL;
+    long long n;
+    char num[32];
+    if (!at || (size_t)(at - arg) >= sizeof num) return usage_error("--stall-download: '%s' is not N@SECS%s", arg, "");
+    memcpy(num, arg, (size_t)(at - arg));
+    num[at - arg] = '\0';
+    if (cj_parse_int(num, &n, &why) < 0 || n < 1 || n > 1000000 ||
+        cj_parse_duration(at + 1, &o->stall_download_secs, &why) < 0 || o->stall_download_secs <= 0 ||
+        o->stall_download_secs > 3600)
+        return usage_error("--stall-download: '%s' is not N@SECS (N from 1, SECS up to 3600)%s", arg, "");
+    o->stall_download_at = (long)n;
+    return 0;
+}
+
 static int seconds(const char *opt, const char *val, double lo, double hi, double *out)
 {
     const char *why = NULL;
@@ -298,6 +320,7 @@ static int one_option(struct sim_opts *o, int c, const char *arg)
     case O_ABORT_JOB: return trigger("--abort-job", arg, o->abort_job, &o->n_abort_job);
     case O_ABORT_TASK: return trigger("--abort-task", arg, o->abort_task, &o->n_abort_task);
     case O_VANISH_JOB: return trigger("--vanish-job", arg, o->vanish_job, &o->n_vanish_job);
+    case O_STALL_DOWNLOAD: return stall_arg(o, arg);
     case O_DRIVE_PARENT: return copy_arg(o->drive_parent, sizeof o->drive_parent, "--drive-parent", arg);
     case O_LOG_HEADERS: return copy_arg(o->log_headers, sizeof o->log_headers, "--log-headers", arg);
     case O_WINDOW:

@@ -195,6 +195,26 @@ static bool is_request_chunk0(const struct cj_hdr *h)
            strcmp(h->sm_ch, CJ_STREAM_RETURN_ONLY);
 }
 
+/* --stall-download N@SECS: the Nth download request and every one for SECS
+ * after it are dropped unanswered, as a server that stops sending in the
+ * middle of a transfer; then they are answered again. */
+static bool stall_download(struct sim *s, const struct cj_hdr *h)
+{
+    const struct sim_opts *o = s->o;
+    if (!o->stall_download_at || !is_request_chunk0(h) || strcmp(h->sm_ch, "download_service__")) return false;
+    double now = cj_now();
+    if (!s->stall_until) {
+        if (++s->dl_requests < o->stall_download_at) return false;
+        s->stall_until = now + o->stall_download_secs;
+        printf("SIM STALL downloads for %g s from request %ld\n", o->stall_download_secs, s->dl_requests);
+        fflush(stdout);
+    }
+    if (now >= s->stall_until) return false;
+    cj_log_info("sim: download request from %s dropped (--stall-download, %.1f s left)", h->origin,
+                s->stall_until - now);
+    return true;
+}
+
 /* As FLARE's cells do for an optional sm__DATA chunk they cannot forward: an
  * sm__ERROR to the chunk's origin naming the target (sm__fd), so a requester
  * learns at once that the target cell is not there. */
@@ -295,6 +315,8 @@ void sim_dispatch(struct sim *s, struct cj_link *l, struct cj_msg *m)
     if (j && j->vanished && strcmp(h->destination, SIM_ROOT)) j = NULL;
     if (!j) {
         sim_unroutable(l, m, SIM_ROOT);
+    } else if (!strcmp(h->channel, CJ_STREAM_CHANNEL) && stall_download(s, h)) {
+        /* dropped: the server is not sending */
     } else if (!strcmp(h->channel, CJ_STREAM_CHANNEL)) {
         if (is_request_chunk0(h)) {
             log_headers(s, m);

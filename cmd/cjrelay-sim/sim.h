@@ -107,6 +107,8 @@ struct sim_opts {
     size_t n_abort_job, n_abort_task;
     struct sim_trigger vanish_job[SIM_MAX_TRIGGERS]; /* --vanish-job J@R: the job cell disappears */
     size_t n_vanish_job;
+    long stall_download_at;      /* --stall-download N@SECS: from the Nth download request on ... */
+    double stall_download_secs;  /* ... none is answered for SECS (0: no stall) */
 
     /* --drive URL: be a stand-in site (relay + worker) against a simulator (drive.c) */
     char drive[512];
@@ -154,6 +156,8 @@ struct sim {
     FILE *hlog;                          /* --log-headers */
     struct event *sig_term, *sig_int;
     uint64_t served;                     /* requests answered */
+    long dl_requests;                    /* download requests seen (--stall-download) */
+    double stall_until;                  /* --stall-download: none answered before this; 0 not yet */
     int exit_code;                       /* what sim_run returns */
 };
 
