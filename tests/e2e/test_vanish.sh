@@ -21,7 +21,7 @@ cleanup() {
     sleep 0.3
     for p in $RELAY $SIMS $SILENT; do kill -KILL "$p" 2>/dev/null; done
     pkill -KILL -f "$W/" 2>/dev/null
-    [ -n "$CJTEST_KEEP" ] && echo "# kept $W" || rm -rf "$W"
+    rm -rf "$W"
 }
 trap cleanup EXIT
 CTL="$C -s $W/status.sock"
