@@ -492,7 +492,7 @@ struct worker_rows {
 static void slot_error_of(void *arg, const struct cj_launcher_slot_info *si)
 {
     struct worker_rows *r = arg;
-    if (si->pid && !strcmp(si->fqcn, r->wi->fqcn)) error_cell(r->o, si->last_error, si->last_error_at), r->wi = NULL;
+    if (r->wi && si->pid && !strcmp(si->fqcn, r->wi->fqcn)) error_cell(r->o, si->last_error, si->last_error_at), r->wi = NULL;
 }
 
 static void worker_row(void *arg, const struct cj_fl_worker_info *wi)
