@@ -72,6 +72,7 @@ check "(a) J1 has two workers before ($PIDS)" sh -c "[ $(echo $PIDS | wc -w) -eq
 # first "not there" answer + 2 x shutdown_grace 1 for the staged stop, plus 1.5 s of slack
 all_gone 12 $PIDS
 T=$(echo "$(date +%s.%N) $T0" | awk '{printf "%.1f", $1 - $2}')
+wait_for 10 grep -q 'the server job is gone' "$W/relay.log"
 check "(a) warning: $(line 'the server job is not there' "$W/relay.log")" \
     grep -q "upstream server.J1: .* answered: .*StreamTargetUnreachable.*server.J1.*the server job is not there (job J1 ends if this lasts 2 s" "$W/relay.log"
 check "(a) error: $(line 'the server job is gone' "$W/relay.log")" \
