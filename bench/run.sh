@@ -562,7 +562,7 @@ jobs_run() {
         _p=$(awk '/^SIM READY/ {print $3}' "$W/$_n.$_j.sim")
         _ports="$_ports $_ids:$_p"
     done
-    printf '[relay]\nsite = site-1\nmax_jobs = %s\n[workers]\ncommand = %s\ncount = 1\nheartbeat_interval = 1\nheartbeat_timeout = 10\nshutdown_grace = 2\n[status]\nsocket = %s\n[log]\nlevel = info\n' \
+    printf '[relay]\nsite = site-1\nmax_jobs = %s\n[upstream]\nproject_name = example_project\n[workers]\ncommand = %s\ncount = 1\nheartbeat_interval = 1\nheartbeat_timeout = 10\nshutdown_grace = 2\n[status]\nsocket = %s\n[log]\nlevel = info\n' \
         "$((_k + 1))" "$WK" "$W/$_n.status.sock" > "$W/$_n.ini"
     "$D" -c "$W/$_n.ini" > "$W/$_n.relay" 2>&1 & RELAY=$!
     wait_for 10 "$C" -s "$W/$_n.status.sock" show info || return 1

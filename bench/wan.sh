@@ -51,7 +51,7 @@ start_relay() {
     [ "$SC" = stcp ] && set -- "upstream.connection_security = mtls" "upstream.ca_file = $K/rootCA.pem" \
         "upstream.cert_file = $K/client.crt" "upstream.key_file = $K/client.key"
     {
-        printf '[relay]\nsite = site-1\njob_id = J1\non_end_run = wait\n[upstream]\nurl = %s://127.0.0.1:%s\n' "$SC" "$SHPORT"
+        printf '[relay]\nsite = site-1\njob_id = J1\non_end_run = wait\n[upstream]\nurl = %s://127.0.0.1:%s\nproject_name = example_project\n' "$SC" "$SHPORT"
         printf 'reconnect_min = 0.5\nreconnect_max = 5\n'
         for kv in "$@"; do printf '%s\n' "${kv#upstream.}"; done
         printf '[workers]\nlisten = unix:%s/w.sock\ncommand = %s/cjrelay-worker\ncount = 1\n' "$R" "$B"
