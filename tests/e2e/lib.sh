@@ -95,3 +95,30 @@ relay_ini() {
 sim_port() { # sim_port OUT: waits (10 s) for the simulator's "SIM READY" line in OUT, prints its port
     wait_for 10 grep -q '^SIM READY' "$1" && awk '/^SIM READY/ {print $3}' "$1"
 }
+# hold_conns TARGET N SECS: opens up to N connections to TARGET (unix:PATH or HOST:PORT),
+# stopping at the first refused one, holds them SECS seconds, closes them (python3)
+hold_conns() {
+    python3 - "$1" "$2" "$3" <<'EOF'
+import socket, sys, time
+target, n, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+held = []
+for _ in range(n):
+    if target.startswith("unix:"):
+        s = socket.socket(socket.AF_UNIX)
+        addr = target[5:]
+    else:
+        host, port = target.rsplit(":", 1)
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        addr = (host.strip("[]"), int(port))
+    s.settimeout(0.5)
+    try:
+        s.connect(addr)
+        held.append(s)
+    except OSError:
+        s.close()
+        break
+time.sleep(secs)
+for s in held:
+    s.close()
+EOF
+}

@@ -242,23 +242,7 @@ relay_ini "$W/fd.ini" upstream.url="tcp://127.0.0.1:1" workers.listen="unix:$W/f
 wait_for 10 test -S "$W/fdw.sock"
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 t0=$(ticks "$RELAY")
-python3 - "$W/fdw.sock" <<'EOF'
-# 40 connections held for 2 s against a daemon allowed 24 descriptors
-import socket, sys, time
-held = []
-for _ in range(40):
-    s = socket.socket(socket.AF_UNIX)
-    try:
-        s.settimeout(0.5)
-        s.connect(sys.argv[1])
-        held.append(s)
-    except OSError:
-        s.close()
-        break
-time.sleep(2)
-for s in held:
-    s.close()
-EOF
+hold_conns "unix:$W/fdw.sock" 40 2   # 40 connections held for 2 s against 24 descriptors
 t1=$(ticks "$RELAY")
 n=$(grep -c "listener unix:$W/fdw.sock: accept failed: Too many open files; not accepting for 1 s" "$W/fd.log")
 check "(d) out of descriptors: the worker socket pauses accepting, a warning a second ($n in 2 s)" sh -c "[ $n -ge 1 ] && [ $n -le 4 ]"

@@ -206,20 +206,8 @@ wait_for 10 test -S "$W/fdstatus.sock"
 U3=$($C -s "$W/fdstatus.sock" show info | sed -n 's/^metrics: //p')
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 t0=$(ticks "$FD")
-"$PY" - "${U3%/metrics}" <<'EOF'
 # 40 connections held for 2 s against a daemon allowed 24 descriptors
-import socket, sys, time, urllib.parse
-u = urllib.parse.urlsplit(sys.argv[1])
-held = []
-for _ in range(40):
-    try:
-        held.append(socket.create_connection((u.hostname, u.port), timeout=0.5))
-    except OSError:
-        break
-time.sleep(2)
-for s in held:
-    s.close()
-EOF
+hostport=${U3#http://}; hold_conns "${hostport%/metrics}" 40 2
 t1=$(ticks "$FD")
 n=$(grep -c 'metrics: accept failed: Too many open files; not accepting for 1 s' "$W/fd.log")
 check "(f) out of descriptors: accepting paused, a warning a second ($n in 2 s)" sh -c "[ $n -ge 1 ] && [ $n -le 4 ]"
