@@ -58,6 +58,10 @@ static void usage(FILE *f)
             "                         the relay's router instead\n"
             "  --raw                  direct mode: check each item's header and drop it, no transform\n"
             "                         (measures the transfer, not the worker's arithmetic)\n"
+            "environment: NVFLARE_NP_STREAMING_PER_REQUEST_TIMEOUT, NVFLARE_TENSOR_STREAMING_PER_REQUEST_TIMEOUT\n"
+            "                         a numpy / torch model's download per-request timeout in seconds\n"
+            "                         (default 600, as the stock trainer); a request unanswered that\n"
+            "                         long is re-sent with the same state (up to 3 times)\n"
             "exit: 0 shutdown, 1 abort or fatal error, 2 usage or bootstrap refused,\n"
             "      3 no session with the relay, 4 relay lost\n",
             CJ_BOOTSTRAP_ENV, WK_CONNECT_WINDOW);

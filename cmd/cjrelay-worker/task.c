@@ -51,6 +51,28 @@
 #define SETTLE_GAP 0.1               /* s between tries */
 #define MIB (1024.0 * 1024.0)
 #define TRIM_MIN ((size_t)4 << 20)   /* items this large give their freed chunks back to the system */
+#define DL_REQUEST_TIMEOUT 600.0     /* s per download request: the stock trainer's default */
+
+/* The download's per-request timeout, as the stock trainer's numpy and
+ * tensor decomposers read it: the application config variable
+ * np_ / tensor_streaming_per_request_timeout, here from its environment form
+ * (NVFLARE_ and upper case, as FLARE's ConfigService falls back to); not a
+ * positive number: the default, 600 s.  A request that gets no reply for this
+ * long (its reply went down with the relay's upstream, say) returns timeout,
+ * and the download re-sends it with the same state. */
+static double per_request_timeout(int dot)
+{
+    const char *var = dot == CJ_DXO_DOT_NUMPY ? "NVFLARE_NP_STREAMING_PER_REQUEST_TIMEOUT"
+                                              : "NVFLARE_TENSOR_STREAMING_PER_REQUEST_TIMEOUT";
+    const char *v = getenv(var);
+    char *end;
+    double secs = v && *v ? strtod(v, &end) : 0;
+    if (v && *v && (*end || !(secs > 0) || secs > 1e9)) {
+        cj_log_warning("%s=%s is not a positive number of seconds: using %g s", var, v, DL_REQUEST_TIMEOUT);
+        return DL_REQUEST_TIMEOUT;
+    }
+    return secs > 0 ? secs : DL_REQUEST_TIMEOUT;
+}
 
 struct wk_task {
     char id[CJ_CAPI_ID_MAX + 1];
@@ -743,7 +765,10 @@ void wk_task_begin(struct wk *w, uint8_t *p, size_t n, const struct cj_capi_msg 
     }
     cj_log_info("task %s ('%s', round %" PRId64 "): downloading %zu %s tensors from %s (ref %s)", t->id, t->name,
                 t->round, t->n, t->dot == CJ_DXO_DOT_NUMPY ? "numpy" : "torch", t->src, t->src_ref);
-    t->fetch = cj_dl_fetch(w->base, w->ep, t->src, t->src_ref, NULL, on_item, on_fetched, w);
+    struct cj_dl_fetch_cfg cfg;
+    cj_dl_fetch_cfg_default(&cfg);
+    cfg.request_timeout = per_request_timeout(t->dot);
+    t->fetch = cj_dl_fetch(w->base, w->ep, t->src, t->src_ref, &cfg, on_item, on_fetched, w);
     if (!t->fetch) {
         snprintf(why, sizeof why, "cannot start downloading ref %s from %s", t->src_ref, t->src);
         fail_task(w, t, why);

@@ -1,7 +1,7 @@
 /* inflight.c — the worker requests in flight through the upstream (see
  * router.h): remembered when their first chunk goes upstream, forgotten when
- * the reply settles them, failed with forwarder error notices when the
- * upstream is lost or not connected. */
+ * the reply settles them, counted and logged as lost when the upstream is
+ * lost (their requesters' own timeouts retry them, as under FLARE's client job). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,25 +30,14 @@ bool inflight_ends_request(const struct cj_hdr *h)
            h->sm_dt == CJ_SM_FINAL;
 }
 
-static uint16_t pack_text(struct inflight *f, size_t *at, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    uint16_t off = (uint16_t)*at;
-    memcpy(f->text + *at, s, n);
-    *at += n;
-    return off;
-}
-
 /* Remembers the request h (its first chunk, forwarded from worker link l
  * toward the upstream), once per stream; at the bound the oldest is forgotten. */
 void inflight_track(struct cj_router *r, struct cj_link *l, const struct cj_hdr *h)
 {
     struct rlink *d = rl(l);
     if (!d || d->role != ROLE_WORKER) return;
-    bool has_ch = cj_hdr_has(h, CJ_HK_SM_CH), has_tp = cj_hdr_has(h, CJ_HK_SM_TP);
-    size_t need = strlen(h->sm_ri) + strlen(h->destination) + strlen(h->origin) + 3 +
-                  (has_ch ? strlen(h->sm_ch) + 1 : 0) + (has_tp ? strlen(h->sm_tp) + 1 : 0);
-    if (need > INFLIGHT_TEXT) {
+    size_t ri = strlen(h->sm_ri) + 1, dest = strlen(h->destination) + 1;
+    if (ri + dest > INFLIGHT_TEXT) {
         r->c.inflight_untracked++;
         cj_log_debug("router %s: request %s of %s not remembered: its names are too long", r->me, h->sm_ri, d->fqcn);
         return;
@@ -74,14 +63,9 @@ void inflight_track(struct cj_router *r, struct cj_link *l, const struct cj_hdr 
         cj_log_debug("router %s: %s has %d requests in flight upstream: forgot the oldest (%s)", r->me, d->fqcn,
                      CJ_ROUTER_INFLIGHT_MAX, slot->text);
     }
-    size_t at = 0;
-    pack_text(slot, &at, h->sm_ri);
-    slot->dest = pack_text(slot, &at, h->destination);
-    slot->origin = pack_text(slot, &at, h->origin);
-    slot->has_ch = has_ch;
-    slot->has_tp = has_tp;
-    if (has_ch) slot->ch = pack_text(slot, &at, h->sm_ch);
-    if (has_tp) slot->tp = pack_text(slot, &at, h->sm_tp);
+    memcpy(slot->text, h->sm_ri, ri);
+    memcpy(slot->text + ri, h->destination, dest);
+    slot->dest = (uint16_t)ri;
     slot->sm_id = h->sm_id;
     slot->sm_id_neg = h->sm_id_neg;
     slot->seq = ++r->inflight_seq;
@@ -100,53 +84,32 @@ void inflight_forget(struct rlink *d, const char *ri)
     }
 }
 
-/* Fails every request remembered for worker link l with a forwarder error
- * notice and forgets them; one log line.  The table is taken off the link
- * first: a send that closes l (out of memory) frees its rlink. */
-void inflight_fail_link(struct cj_router *r, struct cj_link *l, const char *failure, bool rate_limited)
+/* Forgets every request remembered for worker link l, counting them as lost;
+ * one log line naming the first.  Their replies went down with the upstream:
+ * FLARE's client job keeps no record of what it forwards, so its trainer's
+ * request simply goes unanswered and its own per-request timeout retries it
+ * (doc/protocol/cellnet.md §6).  The relay does the same, and says so. */
+static void lose_link(struct cj_router *r, struct rlink *d, const char *why)
 {
-    struct rlink *d = rl(l);
-    if (!d || !d->n_inflight) return;
-    struct inflight *t = d->inflight;
-    unsigned n = d->n_inflight, sent = 0;
-    char who[CJ_FQCN_MAX + 1], first_err[256] = "";
-    snprintf(who, sizeof who, "%s", d->fqcn);
-    d->inflight = NULL;
-    d->n_inflight = 0;
+    unsigned n = d->n_inflight;
+    const struct inflight *first = NULL;
     for (unsigned i = 0; i < CJ_ROUTER_INFLIGHT_MAX; i++) {
-        struct inflight *f = &t[i];
-        if (!f->seq) continue;
-        struct notice nt = {
-            .origin = f->text + f->origin, .dest = f->text + f->dest, .ri = f->text,
-            .ch = f->has_ch ? f->text + f->ch : NULL, .tp = f->has_tp ? f->text + f->tp : NULL,
-            .sm_id = f->sm_id, .sm_id_neg = f->sm_id_neg,
-        };
-        struct cj_err err;
-        if (router_send_notice(r, &nt, failure, false, &err) == 0) sent++;
-        else if (!first_err[0]) snprintf(first_err, sizeof first_err, "; %u not sent: %s", n - sent, err.msg);
-        f->seq = 0;
+        struct inflight *f = &d->inflight[i];
+        if (f->seq && (!first || f->seq < first->seq)) first = f;
     }
-    r->c.inflight_failed += sent;
-    d = rl(l);
-    if (d && !d->inflight) d->inflight = t;   /* reused, all slots free */
-    else free(t);
-    if (rate_limited)
-        router_drop_log(r, "router %s: failed %u request%s of %s in flight through the upstream with sm__ERROR notices: %s%s",
-                 r->me, sent, sent == 1 ? "" : "s", who, failure, first_err);
-    else
-        cj_log_warning("router %s: failed %u request%s of %s in flight through the upstream with sm__ERROR notices: "
-                       "%s%s", r->me, sent, sent == 1 ? "" : "s", who, failure, first_err);
+    cj_log_warning("router %s: %u request%s of %s in flight through the upstream lost with it (%s), the first %s to %s: "
+                   "left to the requester's own timeout and retry", r->me, n, n == 1 ? "" : "s", d->fqcn, why,
+                   first ? first->text : "?", first ? first->text + first->dest : "?");
+    for (unsigned i = 0; i < CJ_ROUTER_INFLIGHT_MAX; i++) d->inflight[i].seq = 0;
+    d->n_inflight = 0;
+    r->c.inflight_lost += n;
 }
 
-/* Every worker's remembered requests.  Links may go away while notices are
- * sent (their slot in r->links is then reused): look again after each. */
-void inflight_fail_all(struct cj_router *r, const char *failure, bool rate_limited)
+/* The upstream is lost: every worker's remembered requests are lost with it. */
+void inflight_lose_all(struct cj_router *r, const char *why)
 {
-    for (;;) {
-        struct cj_link *l = NULL;
-        for (size_t i = 0; i < r->n_links && !l; i++)
-            if (rl(r->links[i]) && rl(r->links[i])->n_inflight) l = r->links[i];
-        if (!l) return;
-        inflight_fail_link(r, l, failure, rate_limited);
+    for (size_t i = 0; i < r->n_links; i++) {
+        struct rlink *d = rl(r->links[i]);
+        if (d && d->n_inflight) lose_link(r, d, why);
     }
 }

@@ -140,11 +140,7 @@ static void outlink_down(struct cj_link *l, const char *why, void *ctx)
     if (o->role == ROLE_UPSTREAM) upstream_lost(r, l, why, was_up);
     if (o->role == ROLE_PARENT && was_up && r->ev.parent_down) r->ev.parent_down(r, why, r->ev_ctx);
     report_retry(o, why, was_up);
-    if (was_up && o->role == ROLE_UPSTREAM) {   /* the replies to the workers' requests in flight will not come */
-        char failure[320];
-        snprintf(failure, sizeof failure, "the upstream was lost (%.250s)", why);
-        inflight_fail_all(r, failure, false);
-    }
+    if (was_up && o->role == ROLE_UPSTREAM) inflight_lose_all(r, why);   /* their replies will not come */
     outlink_backoff(o);
 }
 

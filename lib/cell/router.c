@@ -211,11 +211,6 @@ static void send_forward_error(struct cj_router *r, const struct cj_msg *m, cons
         snprintf(note, n, "; sm__ERROR notice sent to %s", h->origin);
 }
 
-static bool toward_upstream(const struct cj_router *r, const char *dest)
-{
-    return strcmp(dest, r->me) != 0 && !cj_fqcn_is_ancestor(r->me, dest) && !router_for_parent(r, dest);
-}
-
 static bool is_optional_chunk(const struct cj_hdr *h)
 {
     return h->optional && !strcmp(h->channel, "sm__STREAM") && !strcmp(h->topic, "sm__DATA") &&
@@ -232,14 +227,6 @@ static void unroutable(struct cj_router *r, struct cj_msg *m, uint64_t *counter,
     if (m->from) {
         if (h->msg_type == CJ_MSG_REQ && h->reply_expected) send_return(r, m, note, sizeof note);
         else if (is_optional_chunk(h)) send_forward_error(r, m, rc, note, sizeof note);
-        /* A worker's message toward the upstream while it is not connected
-         * (an ACK of a reply that stopped, a new request): its requests in
-         * flight there will never be answered. */
-        struct rlink *d = rl(m->from);
-        if (d && d->role == ROLE_WORKER && toward_upstream(r, h->destination) && !cj_router_upstream(r)) {
-            if (inflight_is_request_start(h) && !is_optional_chunk(h)) inflight_track(r, m->from, h);
-            inflight_fail_all(r, "the upstream is not connected", true);
-        }
     }
     router_drop_log(r, "router %s: cannot deliver %s origin=%s destination=%s channel=%s topic=%s (from %s): %s%s", r->me,
              cj_msg_type_name(h->msg_type), h->origin, h->destination, h->channel, h->topic,

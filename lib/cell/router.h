@@ -36,11 +36,12 @@
  * for each worker link the router remembers up to CJ_ROUTER_INFLIGHT_MAX
  * request streams (sm__DATA chunks with sm__ri) it forwarded to the upstream,
  * until the reply's final chunk (or an error notice with that sm__ri) goes
- * back down that link, or the link closes.  When the upstream is lost, or a
- * worker's message toward it is dropped because it is not connected, every
- * remembered request gets a forwarder error notice (sm__ERROR, sm__fd = the
- * request's destination), which fails it at once with comm_error at the
- * worker instead of leaving it to its own timeout.
+ * back down that link, or the link closes.  When the upstream is lost, the
+ * remembered requests are counted and logged as lost with it and nothing is
+ * sent to their workers: as under FLARE's client job, which keeps no record
+ * of what it forwards, each requester's own per-request timeout gives it
+ * `timeout` and its client retries on the new link (FLARE's download client
+ * retries only that return code; doc/protocol/cellnet.md §6).
  *
  * Messages the router originates (replies, RETURNs, notices, and whatever
  * upper layers send with cj_router_send/originate) go out as control frames
@@ -115,7 +116,7 @@ struct cj_router_counters {
     uint64_t drops_parent_full;          /* toward the parent while its queue was over its bound
                                             (forwarded: also in drops; originated: refused to the caller) */
     uint64_t workers_accepted, workers_refused, workers_replaced;
-    uint64_t inflight_failed;            /* worker requests failed with a notice: the upstream was lost */
+    uint64_t inflight_lost;              /* worker requests in flight through the upstream when it was lost */
     uint64_t inflight_untracked;         /* worker requests not remembered: the oldest forgotten at
                                             CJ_ROUTER_INFLIGHT_MAX per worker, too long, or out of memory */
     uint64_t holds;                      /* links paused for a consumer behind (cj_router_hold) */

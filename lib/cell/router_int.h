@@ -28,16 +28,16 @@
 
 enum role { ROLE_UPSTREAM = 1, ROLE_WORKER = 2, ROLE_PARENT = 3 };
 
-/* A worker's request in flight through the upstream (see router.h): what its
- * forwarder error notice needs.  Fixed size: sm__ri, cn__destination,
- * cn__origin, sm__ch and sm__tp packed NUL-terminated into text (a request
- * whose strings do not fit is not remembered, and counted). */
-#define INFLIGHT_TEXT 512
+/* A worker's request in flight through the upstream (see router.h): its
+ * stream (sm__id, sm__ri) and, for the log, its cn__destination.  Fixed size:
+ * sm__ri and cn__destination packed NUL-terminated into text (a request whose
+ * strings do not fit is not remembered, and counted). */
+#define INFLIGHT_TEXT 384
 struct inflight {
     uint64_t seq;              /* 0: free slot; else the order it was remembered in (oldest: smallest) */
     uint64_t sm_id;
-    bool sm_id_neg, has_ch, has_tp;
-    uint16_t dest, origin, ch, tp;   /* offsets into text; sm__ri is at 0 */
+    bool sm_id_neg;
+    uint16_t dest;             /* offset of cn__destination in text; sm__ri is at 0 */
     char text[INFLIGHT_TEXT];
 };
 
@@ -159,8 +159,7 @@ bool inflight_is_request_start(const struct cj_hdr *h);
 bool inflight_ends_request(const struct cj_hdr *h);
 void inflight_track(struct cj_router *r, struct cj_link *l, const struct cj_hdr *h);
 void inflight_forget(struct rlink *d, const char *ri);
-void inflight_fail_link(struct cj_router *r, struct cj_link *l, const char *failure, bool rate_limited);
-void inflight_fail_all(struct cj_router *r, const char *failure, bool rate_limited);
+void inflight_lose_all(struct cj_router *r, const char *why);
 
 /* reconnect.c */
 int outlink_start(struct outlink *o, struct cj_err *err);

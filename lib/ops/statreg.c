@@ -38,7 +38,7 @@ static const struct cj_stat_field relay_fields[] = {
      SUM(CJ_STAT_RELAY, struct cj_stats, workers_refused, CJ_STAT_ROUTER, struct cj_router_counters,
          workers_refused)},
     {"stalled_closed", C, "worker links closed for not reading", ROUTER(stalled_closed)},
-    {"inflight_failed", C, "worker requests failed when the upstream was lost", ROUTER(inflight_failed)},
+    {"inflight_lost", C, "worker requests in flight when the upstream was lost (left to their timeout)", ROUTER(inflight_lost)},
     {"inflight_untracked", C, "worker requests in flight not tracked (bound reached)", ROUTER(inflight_untracked)},
     {"holds", C, "links paused while a spool fetch waited for its disk", ROUTER(holds)},
     {"holds_lapsed", C, "link holds lifted after their lapse", ROUTER(holds_lapsed)},

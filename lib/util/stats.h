@@ -29,7 +29,7 @@ struct cj_stats {
     uint64_t throttles;           /* times a sender was paused for a full destination */
     uint64_t workers_refused;     /* worker connections refused (name, token, ...) */
     uint64_t stalled_closed;      /* worker links closed for not reading */
-    uint64_t inflight_failed;     /* worker requests failed with a notice: the upstream was lost */
+    uint64_t inflight_lost;       /* worker requests in flight through the upstream when it was lost */
     uint64_t inflight_untracked;  /* worker requests through the upstream not remembered (bound) */
     uint64_t holds;               /* links paused while a spool fetch waited for its disk */
     uint64_t holds_lapsed;        /* ... resumed after the lapse with the fetch still behind */

@@ -20,20 +20,23 @@
 #     its upstream keepalive (below) declares the link dead only after 3 x upstream.ping_interval
 #     without a byte (default 180 s), longer than the stall.
 # (3) the link reset (RST) in the middle of the task download, then (another run) of the result
-#     upload: the relay logs the loss and reconnects.  Download: the relay answers the worker's
-#     chunk request that was in flight with an error notice at once; the download fails
-#     (download_object retries only a TIMEOUT), the task is reported as EXECUTION_EXCEPTION and
-#     the server re-issues it.  FLARE's own client job differs here: it keeps no record of the
-#     requests it forwarded, so the trainer's request would go unanswered, time out after its
-#     per_request_timeout and be re-sent with the same state over the new link, resuming the
-#     download.  Upload: the server's chunk request went down with the link and no reply ever
-#     comes; it times out (--fetch-timeout 3 s here) and is re-sent with the same state through
-#     the new link, the worker (still serving its result) answers it, and the same result
-#     completes: the round is not re-issued, as with FLARE's client job
+#     upload: the relay logs the loss and reconnects.  Neither transfer fails: as FLARE's own
+#     client job, the relay keeps no reply owed to a request it forwarded once the link that
+#     would bring it is gone (it counts and logs them, inflight_lost), and a requester whose
+#     reply went down with the link gets no answer: its own per-request timeout returns
+#     TIMEOUT and it re-sends the same state through the new link.  Download: the worker's
+#     chunk request times out (its per-request timeout, FLARE's np_streaming_per_request_timeout
+#     through the environment, is 3 s here; 600 s by default) and is re-sent
+#     (DOWNLOAD_RETRY ... DOWNLOAD_RECOVERED), the same task completes.  Upload: the server's
+#     chunk request times out (--fetch-timeout 3 s) and is re-sent, the worker (still serving
+#     its result) answers it, the same result completes.  Either way the round verifies and is
+#     not re-issued
 # (4) the upstream goes half-open in the middle of a download (the peer gone silently: nothing
 #     arrives, nothing is refused): the relay sends PINGs on the quiet link and, with no PONG or
 #     anything else for 3 x upstream.ping_interval (here 3 x 1 s), declares it dead, reconnects;
-#     the download in flight fails as in (3) and the re-issued round verifies
+#     the download recovers as in (3) and the round verifies
+# (5) a link that resets every 20 MiB (make wan: every 200 MiB of a 1 GiB task), twice during
+#     one 48 MiB task download: the download recovers after each reset and that task verifies
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim; WK=$BUILD/cjrelay-worker
 SH=$BUILD/tests/e2e/linkshaper
@@ -71,7 +74,8 @@ start_shaper() {
     SHPORT=$(awk '/^SHAPER READY/ {print $3}' "$R/shaper.out")
 }
 # start_relay SCHEME [SECTION.KEY=VALUE ...]: a relay with one launched worker whose upstream is
-# the shaper; sets RELAY
+# the shaper, the worker's per-request download timeout REQ_TIMEOUT s; sets RELAY
+REQ_TIMEOUT=3
 start_relay() {
     _sc=$1; shift
     if is_tls "$_sc"; then
@@ -83,7 +87,7 @@ start_relay() {
         workers.listen="unix:$R/w.sock" workers.command="$WK" workers.count=1 \
         workers.heartbeat_interval=1 workers.heartbeat_timeout=10 workers.shutdown_grace=1 \
         status.socket="$R/status.sock" log.level=info
-    $D -c "$R/relay.ini" > "$R/relay.log" 2>&1 & RELAY=$!
+    NVFLARE_NP_STREAMING_PER_REQUEST_TIMEOUT=$REQ_TIMEOUT $D -c "$R/relay.ini" > "$R/relay.log" 2>&1 & RELAY=$!
     wait_for 10 test -S "$R/status.sock"
 }
 # run NAME SCHEME: a fresh directory $R for one scenario
@@ -177,6 +181,17 @@ stall() {
     stop_run
 }
 
+# recovered N: the worker's download timed out, was re-sent with the same state and recovered
+# (its log lines reach the relay's log), in scenario (N)
+recovered() {
+    check "($1) $SC: the worker's request timed out and was re-sent: $(quote "$R/relay.log" 'DOWNLOAD_RETRY')" \
+        grep -q 'DOWNLOAD_RETRY.*timeout' "$R/relay.log"
+    check "($1) $SC: ... and the download resumed on the new link: $(quote "$R/relay.log" 'DOWNLOAD_RECOVERED')" \
+        grep -q 'DOWNLOAD_RECOVERED' "$R/relay.log"
+    check "($1) $SC: ... no download failed: $(quote "$R/relay.log" 'DOWNLOAD_FAILED|failure reported upstream' | grep . || echo none)" \
+        sh -c "! grep -Eq 'DOWNLOAD_FAILED|failure reported upstream' $R/relay.log"
+}
+
 # ---- (3) a reset in the middle of one direction --------------------------------------------
 # reset_mid SCHEME DIR WHAT: the first connection is reset after 6 MiB DIR (down: the task's
 # download, up: the result's upload)
@@ -192,19 +207,17 @@ reset_mid() {
         sh -c "grep -q 'conn 2: accepted' $R/shaper.log && grep -q 'upstream up .*after retrying' $R/relay.log"
     T1=$(sed -n 's/^TASK 1 task=\([^ ]*\) .*/\1/p' "$R/sim.out" | head -1)
     if [ "$2" = down ]; then
-        check "(3) $SC: the worker's chunk request in flight is failed at once: $(quote "$R/relay.log" 'failed [0-9]* request.* in flight')" \
-            grep -q 'failed 1 request of site-1.J1.client_api_trainer_1 in flight through the upstream' "$R/relay.log"
-        check "(3) $SC: ... so the download fails and the task is reported failed: $(quote "$R/relay.log" "server task $T1.*failure reported upstream")" \
-            grep -q "server task $T1.*failure reported upstream as EXECUTION_EXCEPTION" "$R/relay.log"
-        check "(3) $SC: ... and the server re-issues the round: $(quote "$R/sim.out" '^ROUND 1 .*FAILED')" grep -q '^ROUND 1 .*FAILED' "$R/sim.out"
+        check "(3) $SC: the worker's chunk request in flight is left to its timeout: $(quote "$R/relay.log" 'in flight through the upstream lost')" \
+            grep -q '1 request of site-1.J1.client_api_trainer_1 in flight through the upstream lost with it' "$R/relay.log"
+        recovered 3
     else
         # (whether one of the worker's chunk replies was on its way at the reset depends on timing)
         echo "# (3) $SC: a chunk reply of the worker's refused at the reset: $(quote "$R/relay.log" 'error notice .* target_unreachable' | grep . || echo none)"
         check "(3) $SC: the server's chunk request timed out and was re-sent (FLARE's retry): $(quote "$R/sim.err" 'DOWNLOAD_RETRY')" \
             grep -q 'DOWNLOAD_RETRY.*site-1.J1.client_api_trainer_1' "$R/sim.err"
-        check "(3) $SC: ... the same result completes, the round is not re-issued: $(verified)" \
-            sh -c "grep -q '^ROUND 1 .*verified' $R/sim.out && [ \$(grep -c '^TASK' $R/sim.out) -eq 1 ]"
     fi
+    check "(3) $SC: ... the same task completes, the round is not re-issued: $(verified)" \
+        sh -c "grep -q '^ROUND 1 .*verified' $R/sim.out && [ \$(grep -c '^TASK' $R/sim.out) -eq 1 ]"
     check "(3) $SC: the round verifies: $(tail -1 "$R/sim.out")" sim_ok 1
     if out=$(tasks_accounted); then pass "(3) $SC: every task accounted for ($(grep -c '^TASK' "$R/sim.out") handed out)"
     else fail "(3) $SC: $out"; fi
@@ -226,9 +239,30 @@ halfopen() {
         sh -c "[ -n '$t1' ] && echo '$took < 4.5' | bc | grep -q 1"
     check "(4) $SC: ... reconnected: $(quote "$R/shaper.log" 'conn 2: accepted')" \
         sh -c "grep -q 'conn 2: accepted' $R/shaper.log && [ \$(grep -c 'upstream up' $R/relay.log) -ge 2 ]"
-    check "(4) $SC: the round, re-issued, verifies: $(tail -1 "$R/sim.out")" sim_ok 1
+    recovered 4
+    check "(4) $SC: the round verifies, not re-issued: $(tail -1 "$R/sim.out")" \
+        sh -c "grep -q '^SIM OK rounds=1' $R/sim.out && [ \$(grep -c '^TASK' $R/sim.out) -eq 1 ]"
     if out=$(tasks_accounted); then pass "(4) $SC: every task accounted for ($(grep -c '^TASK' "$R/sim.out") handed out)"
     else fail "(4) $SC: $out"; fi
+    stop_run
+}
+
+# ---- (5) a link that resets twice during one task download -----------------------------------
+reset_twice() {
+    run "reset-twice-$1" "$1"
+    start_sim "$SC" --rounds 1 --model-size 48M --max-failures 2 --fetch-timeout 3
+    start_shaper --reset-after 20M --dir down --fault-conns 2
+    start_relay "$SC"
+    reap_sim 60
+    check "(5) $SC: the link reset twice mid-download: $(quote "$R/shaper.log" 'conn 2: reset after')" \
+        sh -c "grep -q 'conn 1: reset after 20971520 bytes down' $R/shaper.log && grep -q 'conn 2: reset after 20971520 bytes down' $R/shaper.log"
+    check "(5) $SC: relay reconnected twice: $(quote "$R/shaper.log" 'conn 3: accepted')" \
+        sh -c "grep -q 'conn 3: accepted' $R/shaper.log && [ \$(grep -c 'upstream up .*after retrying' $R/relay.log) -ge 2 ]"
+    recovered 5
+    check "(5) $SC: ... after each reset ($(grep -c DOWNLOAD_RECOVERED "$R/relay.log") recoveries)" \
+        [ "$(grep -c DOWNLOAD_RECOVERED "$R/relay.log")" -ge 2 ]
+    check "(5) $SC: the task, handed out once, verifies: $(verified)" \
+        sh -c "grep -q '^SIM OK rounds=1' $R/sim.out && [ \$(grep -c '^TASK' $R/sim.out) -eq 1 ]"
     stop_run
 }
 
@@ -239,4 +273,5 @@ reset_mid tcp down download
 reset_mid tcp up upload
 halfopen tcp
 [ "$HAVE_TLS" = 1 ] && halfopen stcp
+reset_twice tcp
 finish
