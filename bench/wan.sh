@@ -10,15 +10,18 @@
 #    upload (the connection kept)
 # For each: the simulator's verdict, wall time, the relay's CPU (user + system, /proc/PID/stat),
 # its peak RSS (VmHWM), its reconnects, and the faults the shaper logged.
-# Defaults (the full run takes about an hour: each 1 GiB way about 7 minutes, each reset of an
-# upload one 60 s request timeout; reset-down ends SIM FAIL, see doc/performance.md):
+# Defaults (the full run takes about an hour: each 1 GiB way about 7 minutes, each reset one
+# 60 s request timeout, the server's for an upload, the worker's for a download; see
+# doc/performance.md):
 #   WAN_SIZE_MIB=1024 WAN_RATE=20M WAN_DELAY_MS=80 WAN_RESET_MIB=200 WAN_STALL=60 WAN_SCHEME=tcp
+#   WAN_REQ_TIMEOUT=60 (the worker's per-request download timeout, FLARE's
+#   np_streaming_per_request_timeout, 600 s by default: here as the simulator's --fetch-timeout)
 #   WAN_RUNS="slow reset-down reset-up stall" (which of them to run)
 # A quick try: WAN_SIZE_MIB=64 WAN_RESET_MIB=16 WAN_STALL=10 make wan
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${CJ_BIN:-$ROOT/build}
 SIZE=${WAN_SIZE_MIB:-1024}; RATE=${WAN_RATE:-20M}; DELAY=${WAN_DELAY_MS:-80}
-RESET=${WAN_RESET_MIB:-200}; STALL=${WAN_STALL:-60}; SC=${WAN_SCHEME:-tcp}
+RESET=${WAN_RESET_MIB:-200}; STALL=${WAN_STALL:-60}; SC=${WAN_SCHEME:-tcp}; REQT=${WAN_REQ_TIMEOUT:-60}
 RUNS=${WAN_RUNS:-slow reset-down reset-up stall}
 W=$(mktemp -d); SIM=; RELAY=; SHAPER=
 cleanup() {
@@ -57,7 +60,7 @@ start_relay() {
         printf '[workers]\nlisten = unix:%s/w.sock\ncommand = %s/cjrelay-worker\ncount = 1\n' "$R" "$B"
         printf '[status]\nsocket = %s/status.sock\n[log]\nlevel = info\n' "$R"
     } > "$R/relay.ini"
-    "$B/cjrelayd" -c "$R/relay.ini" > "$R/relay.log" 2>&1 & RELAY=$!
+    NVFLARE_NP_STREAMING_PER_REQUEST_TIMEOUT=$REQT "$B/cjrelayd" -c "$R/relay.ini" > "$R/relay.log" 2>&1 & RELAY=$!
 }
 cpu_s() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / t }' "/proc/$1/stat"; }
 hwm() { awk '$1 == "VmHWM:" { printf "%d MiB", $2 / 1024 }' "/proc/$1/status"; }
@@ -84,7 +87,7 @@ one() {
     printf '   wall %.1f s, relay CPU %s s (user + system), relay peak RSS %s, upstream connections %s\n' \
         "$secs" "$(cpu_s "$RELAY")" "$(hwm "$RELAY")" "$(grep -c ': accepted' "$R/shaper.log")"
     grep -E 'reset after|stall start|stall end|half-open' "$R/shaper.log" | sed 's/^linkshaper /   shaper: /' | head -8
-    grep -E 'upstream lost|upstream up .*after|failure reported|submit_update .*attempt [2-9]|timed out|presumed dead' \
+    grep -E 'upstream lost|upstream up .*after|failure reported|submit_update .*attempt [2-9]|timed out|presumed dead|DOWNLOAD_(RETRY|RECOVERED|FAILED)' \
         "$R/relay.log" | cut -c1-200 | sed 's/^/   relay: /' | head -12
     grep -E 'DOWNLOAD_RETRY|DOWNLOAD_FAILED' "$R/sim.err" | cut -c1-200 | sed 's/^/   sim: /' | head -4
     stop_run
