@@ -84,7 +84,7 @@ void inflight_forget(struct rlink *d, const char *ri)
     }
 }
 
-/* Forgets every request remembered for worker link l, counting them as lost;
+/* Forgets every request remembered for worker d, counting them as lost;
  * one log line naming the first.  Their replies went down with the upstream:
  * FLARE's client job keeps no record of what it forwards, so its trainer's
  * request simply goes unanswered and its own per-request timeout retries it
@@ -94,7 +94,7 @@ static void lose_link(struct cj_router *r, struct rlink *d, const char *why)
     unsigned n = d->n_inflight;
     const struct inflight *first = NULL;
     for (unsigned i = 0; i < CJ_ROUTER_INFLIGHT_MAX; i++) {
-        struct inflight *f = &d->inflight[i];
+        const struct inflight *f = &d->inflight[i];
         if (f->seq && (!first || f->seq < first->seq)) first = f;
     }
     cj_log_warning("router %s: %u request%s of %s in flight through the upstream lost with it (%s), the first %s to %s: "
