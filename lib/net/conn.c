@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -23,6 +24,12 @@
 /* A block retires (the next read takes a fresh one) when less than this is
  * left in it: reads stay large, and a retired block wastes at most this. */
 #define BLOCK_RETIRE (256u * 1024)
+
+/* SO_RCVLOWAT on a TCP socket (set_rcvlowat): the most a wakeup waits for,
+ * and, under TLS, what OpenSSL may hold unseen (read-ahead ciphertext, a
+ * partial record) on top of what cbuf and SSL_pending show. */
+#define LOWAT_MAX (256 * 1024)
+#define LOWAT_TLS_SLACK (64 * 1024)
 
 struct cj_conn {
     evutil_socket_t fd;
@@ -45,6 +52,8 @@ struct cj_conn {
     bool carrier_closed;           /* the peer ended the carriage: EOF once the input is handed on */
     size_t low, high, wlow;
     bool reading;                  /* the owner's switch */
+    bool tcp;                      /* the socket is TCP: SO_RCVLOWAT applies */
+    int lowat;                     /* its SO_RCVLOWAT as last set (0: the kernel's 1) */
     struct cj_block *blk;          /* the block being filled */
     int busy;                      /* nesting of our own callbacks */
     bool freed, ended;
@@ -125,9 +134,32 @@ static bool wants_write(const struct cj_conn *c)
     return c->read_wants_write || c->flush_pending || (more && !c->write_wants_read);
 }
 
+/* A frame arriving slowly would wake the loop for every segment (a 20 Mbit/s
+ * link delivers one every 0.6 ms), each wakeup a read of 1-2 KiB: tens of
+ * seconds of CPU per GiB.  The owner waits for c->low bytes anyway, so the
+ * kernel is asked to wake us only once the rest of them (up to LOWAT_MAX) is
+ * there.  Never more than the peer has committed to send: the rest of the
+ * frame being read, less what is already here (under TLS, less what OpenSSL
+ * may hold too); between frames, 1.  Not under a carrier: gRPC's flow-control
+ * window could then be smaller than the wait, and neither side would move. */
+static void set_rcvlowat(struct cj_conn *c)
+{
+    if (!c->tcp || c->carrier || c->handshaking) return;
+    size_t have = evbuffer_get_length(c->in), want = c->low > have ? c->low - have : 1;
+    if (c->ssl) {
+        size_t held = (c->clen - c->coff) + (size_t)SSL_pending(c->ssl) + LOWAT_TLS_SLACK;
+        want = want > held ? want - held : 1;
+    }
+    int v = want > LOWAT_MAX ? LOWAT_MAX : (int)want;
+    if (v == (c->lowat ? c->lowat : 1)) return;
+    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0) c->lowat = v;
+}
+
 static void update_events(struct cj_conn *c)
 {
-    set_event(c->rev, &c->rev_on, wants_read(c));
+    bool rd = wants_read(c);
+    if (rd) set_rcvlowat(c);
+    set_event(c->rev, &c->rev_on, rd);
     set_event(c->wev, &c->wev_on, wants_write(c));
 }
 
@@ -633,6 +665,9 @@ struct cj_conn *cj_conn_new(struct event_base *base, evutil_socket_t fd, SSL *ss
         return NULL;
     }
     evutil_make_socket_nonblocking(fd);
+    int proto = 0;
+    socklen_t plen = sizeof proto;
+    c->tcp = getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &plen) == 0 && proto == IPPROTO_TCP;
     if (ssl) {
         /* Reads: our cbuf through cin_read.  Writes: through a buffer, so
          * records leave in big write(2)s instead of one per 16 KiB record. */
@@ -699,6 +734,10 @@ int cj_conn_set_carrier(struct cj_conn *c, struct cj_carrier *k)
     c->wire_out = evbuffer_new();
     if (!c->wire_in || !c->wire_out || cj_carrier_start(k, c->wire_out) < 0) return -1;
     c->carrier = k;
+    if (c->lowat > 1) {   /* the carrier's frames are not ours to wait for (set_rcvlowat) */
+        int one = 1;
+        if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof one) == 0) c->lowat = 1;
+    }
     if (!gone(c) && !c->handshaking) update_events(c);
     return 0;
 }

@@ -42,6 +42,7 @@ struct opts {
     bool fault_up, fault_down;   /* which direction's byte count triggers the faults */
     int fault_conns;             /* only connections 1..N get faults (0: all) */
     double exit_after;
+    size_t segment;              /* most bytes per send (0: no limit) */
 };
 
 struct chunk {
@@ -313,7 +314,7 @@ static double burst(void)
  * kilobyte, which at 20 Mbit/s kept the shaper busy on a whole core. */
 static double quantum(void)
 {
-    return burst() / 2;
+    return O.segment ? (double)O.segment : burst() / 2;
 }
 
 static void refill(struct dir *d, double now)
@@ -372,6 +373,7 @@ static bool forward(struct conn *c, int i, double now)
     refill(d, now);
     while (d->head && !d->blocked && d->head->due <= now && d->stall_until == 0) {
         size_t n = d->head->len - d->head->off;
+        if (O.segment && n > O.segment) n = O.segment;
         if (O.rate > 0 && d->tokens < n) n = d->tokens < quantum() ? 0 : (size_t)d->tokens;
         uint64_t lim = to_next_fault(d);
         if (lim < n) n = (size_t)lim;
@@ -479,6 +481,7 @@ static void usage(FILE *f)
     fputs("usage: linkshaper --listen HOST:PORT --to HOST:PORT [--rate BITS_PER_S] [--delay MS]\n"
           "                  [--stall-after BYTES --stall SECS [--stall-every BYTES]] [--reset-after BYTES]\n"
           "                  [--half-open-after BYTES] [--dir up|down|both] [--fault-conns N] [--exit-after SECS]\n"
+          "                  [--segment BYTES]\n"
           "A TCP proxy shaping each connection from --listen to --to (bytes relayed unchanged, any scheme).\n"
           "  --listen HOST:PORT   where clients connect; port 0 picks one (printed as SHAPER READY <port>)\n"
           "  --to HOST:PORT       the server each accepted connection is relayed to\n"
@@ -494,6 +497,8 @@ static void usage(FILE *f)
           "                       either (default both); rate and delay always apply both ways\n"
           "  --fault-conns N      faults only on the first N accepted connections (default 0: all)\n"
           "  --exit-after SECS    the shaper exits after this long (default 3600)\n"
+          "  --segment BYTES      send at most BYTES at a time, spaced by --rate, as a WAN link delivers its\n"
+          "                       segments (1448 for Ethernet); the receiver sees one arrival per segment\n"
           "BYTES take K/M/G (powers of 1024).  Each direction holds at most rate x delay + 1 MiB and stops\n"
           "reading when full.  stderr: one line per connection event (accept, stall start/end, reset,\n"
           "half-open, close) with the UTC time, the connection number and the bytes forwarded each way.\n",
@@ -541,6 +546,7 @@ static void parse_opts(int argc, char **argv)
         else if (!strcmp(f, "--reset-after")) O.reset_after = (uint64_t)parse_num(v, 1024, f);
         else if (!strcmp(f, "--half-open-after")) O.halfopen_after = (uint64_t)parse_num(v, 1024, f);
         else if (!strcmp(f, "--dir")) parse_dir(v);
+        else if (!strcmp(f, "--segment")) O.segment = (size_t)parse_num(v, 1024, f);
         else if (!strcmp(f, "--fault-conns")) O.fault_conns = (int)parse_num(v, 1000, f);
         else if (!strcmp(f, "--exit-after")) O.exit_after = parse_num(v, 1000, f);
         else { fprintf(stderr, "linkshaper: unknown option %s\n", f); usage(stderr); exit(2); }
