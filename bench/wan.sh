@@ -17,6 +17,8 @@
 #   WAN_REQ_TIMEOUT=60 (the worker's per-request download timeout, FLARE's
 #   np_streaming_per_request_timeout, 600 s by default: here as the simulator's --fetch-timeout)
 #   WAN_RUNS="slow reset-down reset-up stall" (which of them to run)
+#   WAN_SEGMENT=1448: the shaper sends at most that many bytes at a time, spaced by the rate, as a
+#   WAN link delivers its segments (unset: it sends what the rate allows every few milliseconds)
 # A quick try: WAN_SIZE_MIB=64 WAN_RESET_MIB=16 WAN_STALL=10 make wan
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${CJ_BIN:-$ROOT/build}
@@ -46,7 +48,7 @@ start_sim() { # start_sim ARGS...: sets SIM, SIMPORT
 }
 start_shaper() { # start_shaper ARGS...: sets SHAPER, SHPORT
     "$B/tests/e2e/linkshaper" --listen 127.0.0.1:0 --to "127.0.0.1:$SIMPORT" --rate "$RATE" --delay "$DELAY" \
-        --exit-after "$LIMIT" "$@" > "$R/shaper.out" 2> "$R/shaper.log" & SHAPER=$!
+        --exit-after "$LIMIT" ${WAN_SEGMENT:+--segment "$WAN_SEGMENT"} "$@" > "$R/shaper.out" 2> "$R/shaper.log" & SHAPER=$!
     wait_for 5 grep -q '^SHAPER READY' "$R/shaper.out"; SHPORT=$(awk '/^SHAPER READY/ {print $3}' "$R/shaper.out")
 }
 start_relay() {
