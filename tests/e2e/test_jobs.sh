@@ -74,15 +74,15 @@ a3=$(job "{\"job_id\": \"J3\", \"server_url\": \"grpc://127.0.0.1:$P3\", \"mode\
 check "(a) job start J1 (tcp): $a1" [ "$a1" = "OK job J1 started" ]
 check "(a) job start J2 (http, credentials, its own PATH): $a2" [ "$a2" = "OK job J2 started" ]
 check "(a) job start J3 (grpc, spool, workers on tcp port 0): $a3" [ "$a3" = "OK job J3 started" ]
+# (b) while they run
+r=$(job '{"job_id": "J9"}'); check "(b) the job limit: $r" sh -c "printf '%s' '$r' | grep -q '^ERR 503 .*max_jobs'"
+r=$(job "{\"job_id\": \"J1\", \"server_url\": \"tcp://127.0.0.1:$P1\"}"); check "(b) a live job's id: $r" sh -c "printf '%s' '$r' | grep -q '^ERR 409 job J1 is running'"
 printf '%s\n' "$TOKEN" "$SIG" "$SSID" > "$W/secrets"   # grep reads them from a file: its own argv stays clean
 check "(d) J2's credentials on no process's argv" sh -c "! cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -qF -f $W/secrets"
 check "(a) each job has its own directory and worker socket" sh -c "test -S $W/status.jobs/J1/workers.sock && test -S $W/status.jobs/J2/workers.sock && test -d $W/status.jobs/J3"
 check "(a) J3's worker port 0 became the kernel's port, logged" grep -Eq 'listening on tcp://127\.0\.0\.1:[1-9][0-9]*$' "$W/relay.log"
 ctl show jobs > "$W/jobs.txt"
 check "(a) show jobs lists the three" sh -c "grep -c '^J[123] ' $W/jobs.txt | grep -qx 3"
-# (b) while they run
-r=$(job '{"job_id": "J9"}'); check "(b) the job limit: $r" sh -c "printf '%s' '$r' | grep -q '^ERR 503 .*max_jobs'"
-r=$(job "{\"job_id\": \"J1\", \"server_url\": \"tcp://127.0.0.1:$P1\"}"); check "(b) a live job's id: $r" sh -c "printf '%s' '$r' | grep -q '^ERR 409 job J1 is running'"
 cfg_of() { # cfg_of KEY [job ID]: one key's value in show config
     _k=$1; shift
     ctl show config "$@" json | jq -r ".config[] | select(.key == \"$_k\") | .value"
