@@ -946,21 +946,32 @@ pid_t cj_launcher_pid(const struct cj_launcher *l, const char *fqcn)
     return sl ? sl->pid : 0;
 }
 
+static struct cj_launcher_slot_info slot_info(const struct slot *sl, double now)
+{
+    return (struct cj_launcher_slot_info){
+        .fqcn = sl->fqcn,
+        .pid = sl->pid,
+        .last_error = sl->last_error,
+        .last_error_at = sl->last_error_at,
+        .failures = sl->failures,
+        .relaunch_in = !sl->pid && sl->relaunch_at > 0 ? (sl->relaunch_at > now ? sl->relaunch_at - now : 0) : -1,
+    };
+}
+
 void cj_launcher_slots(const struct cj_launcher *l, cj_launcher_slot_fn fn, void *arg)
 {
     double now = cj_now();
     for (int i = 0; i < l->count; i++) {
-        const struct slot *sl = &l->slots[i];
-        struct cj_launcher_slot_info si = {
-            .fqcn = sl->fqcn,
-            .pid = sl->pid,
-            .last_error = sl->last_error,
-            .last_error_at = sl->last_error_at,
-            .failures = sl->failures,
-            .relaunch_in = !sl->pid && sl->relaunch_at > 0 ? (sl->relaunch_at > now ? sl->relaunch_at - now : 0) : -1,
-        };
+        struct cj_launcher_slot_info si = slot_info(&l->slots[i], now);
         fn(arg, &si);
     }
+}
+
+bool cj_launcher_slot_of(const struct cj_launcher *l, const char *fqcn, struct cj_launcher_slot_info *out)
+{
+    const struct slot *sl = find_slot(l, fqcn);
+    if (sl) *out = slot_info(sl, cj_now());
+    return sl != NULL;
 }
 
 size_t cj_launcher_running(const struct cj_launcher *l)

@@ -137,6 +137,9 @@ struct cj_launcher_slot_info {
 typedef void (*cj_launcher_slot_fn)(void *arg, const struct cj_launcher_slot_info *si);
 /* Calls fn for each of the count slots, in order. */
 void cj_launcher_slots(const struct cj_launcher *l, cj_launcher_slot_fn fn, void *arg);
+/* The slot running worker fqcn into *out (valid until the launcher changes);
+ * false when no running worker has that name. */
+bool cj_launcher_slot_of(const struct cj_launcher *l, const char *fqcn, struct cj_launcher_slot_info *out);
 /* Worker processes not yet reaped. */
 size_t cj_launcher_running(const struct cj_launcher *l);
 /* Launches so far (the last seq used). */

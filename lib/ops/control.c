@@ -12,6 +12,7 @@
 #include "ops/metricshttp.h"
 #include "ops/prom.h"
 #include "ops/statreg.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/version.h"
 
@@ -23,10 +24,8 @@ typedef int (*show_fn)(struct cj_daemon *d, struct cj_job *j, struct cj_out *o, 
  * operator asks first of an upstream in back-off. */
 static void out_time(struct cj_out *o, const char *key, time_t at)
 {
-    char when[32] = "";
-    struct tm tm;
-    if (at && gmtime_r(&at, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    cj_out_str(o, key, when);
+    char when[32];
+    cj_out_str(o, key, cj_utc_text(at, when, sizeof when));
 }
 
 static void show_upstream_failure(const struct cj_job *j, struct cj_out *o)

@@ -474,26 +474,15 @@ const char *cj_flrun_last_error(const struct cj_flrun *f, char *buf, size_t len)
 /* "2026-11-27T06:40:01Z trainer_3: cannot exec …", or "" when the slot has none. */
 static void error_cell(struct cj_out *o, const char *text, time_t at)
 {
-    char cell[CJ_LAUNCHER_ERROR_MAX + 32] = "";
-    struct tm tm;
-    if (text && text[0] && at && gmtime_r(&at, &tm)) {
-        size_t k = strftime(cell, sizeof cell, "%Y-%m-%dT%H:%M:%SZ ", &tm);
-        snprintf(cell + k, sizeof cell - k, "%s", text);
-    }
+    char when[32], cell[CJ_LAUNCHER_ERROR_MAX + 32] = "";
+    if (text && text[0] && cj_utc_text(at, when, sizeof when)[0]) snprintf(cell, sizeof cell, "%s %s", when, text);
     cj_out_cell_str(o, cell);
 }
 
 struct worker_rows {
     struct cj_out *o;
     const struct cj_flrun *f;
-    const struct cj_fl_worker_info *wi;   /* the session row being written, for its slot's error */
 };
-
-static void slot_error_of(void *arg, const struct cj_launcher_slot_info *si)
-{
-    struct worker_rows *r = arg;
-    if (r->wi && si->pid && !strcmp(si->fqcn, r->wi->fqcn)) error_cell(r->o, si->last_error, si->last_error_at), r->wi = NULL;
-}
 
 static void worker_row(void *arg, const struct cj_fl_worker_info *wi)
 {
@@ -506,9 +495,9 @@ static void worker_row(void *arg, const struct cj_fl_worker_info *wi)
     cj_out_cell_dbl(o, wi->heartbeat_age);
     cj_out_cell_str(o, wi->task);
     cj_out_cell_u64(o, wi->bytes);
-    r->wi = wi;
-    if (r->f->launcher) cj_launcher_slots(r->f->launcher, slot_error_of, r);
-    if (r->wi) cj_out_cell_str(o, "");   /* not one of ours, or its slot has no error */
+    struct cj_launcher_slot_info si;   /* a worker of ours: its slot's last error ("" for another's) */
+    if (r->f->launcher && cj_launcher_slot_of(r->f->launcher, wi->fqcn, &si)) error_cell(o, si.last_error, si.last_error_at);
+    else cj_out_cell_str(o, "");
     cj_out_row_end(o);
 }
 

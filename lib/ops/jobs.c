@@ -461,9 +461,7 @@ void cj_jobs_stop_all(struct cj_jobs *js, const char *why)
 
 static const char *wall(time_t t, char *buf, size_t size)
 {
-    struct tm tm;
-    if (!t || !gmtime_r(&t, &tm) || !strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm)) snprintf(buf, size, "-");
-    return buf;
+    return cj_utc_text(t, buf, size)[0] ? buf : "-";
 }
 
 void cj_jobs_show(struct cj_jobs *js, struct cj_out *o)

@@ -1,8 +1,10 @@
 /* clock.h — the monotonic clock every timer, age and deadline is measured on,
- * and the conversion of a delay in seconds to the timeval libevent takes. */
+ * the conversion of a delay in seconds to the timeval libevent takes, and the
+ * one way status shows a wall-clock time. */
 #ifndef CJ_UTIL_CLOCK_H
 #define CJ_UTIL_CLOCK_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/time.h>
 #include <time.h>
@@ -33,6 +35,16 @@ static inline struct timeval cj_tv(double secs)
     tv.tv_sec = (time_t)secs;
     tv.tv_usec = (suseconds_t)((secs - (double)tv.tv_sec) * 1e6);
     return tv;
+}
+
+/* Wall-clock time t in UTC as status shows it, "2026-11-27T06:40:01Z", in buf
+ * (at least 21 bytes); "" when t is 0 (never) or cannot be shown.  Returns buf. */
+static inline const char *cj_utc_text(time_t t, char *buf, size_t size)
+{
+    struct tm tm;
+    if (size) buf[0] = '\0';
+    if (t && gmtime_r(&t, &tm) && !strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm) && size) buf[0] = '\0';
+    return buf;
 }
 
 #endif
