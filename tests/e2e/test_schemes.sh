@@ -60,8 +60,18 @@ start_relay() {
     $D -c "$R/relay.ini" > "$R/relay.log" 2>&1 & RELAY=$!
 }
 
+# stop_relay LOG: SIGTERM, then 30 s for the drain; a relay still there fails the suite, with its
+# log, and is killed (an unbounded wait here once ran into the suite's 300 s limit)
+stop_relay() {
+    kill -TERM "$RELAY" 2>/dev/null
+    if ! wait_for 30 sh -c "! kill -0 $RELAY 2>/dev/null"; then
+        fail "the relay (pid $RELAY) did not stop within 30 s of SIGTERM"; tail -15 "$1" 2>/dev/null | note
+        kill -9 "$RELAY" 2>/dev/null
+    fi
+    wait "$RELAY" 2>/dev/null
+}
 stop_all() {
-    [ -n "$RELAY" ] && { kill -TERM "$RELAY" 2>/dev/null; wait "$RELAY" 2>/dev/null; }
+    [ -n "$RELAY" ] && stop_relay "${R:-$W}/relay.log"
     [ -n "$SIM" ] && { kill -TERM "$SIM" 2>/dev/null; wait "$SIM" 2>/dev/null; }
     RELAY=; SIM=
 }
@@ -147,7 +157,7 @@ refused() {
     start_sim "$2-$1" "$1" 127.0.0.1 1
     start_relay "$2-$1" "$1://127.0.0.1:$PORT"
     sed -i "s|^ca_file = .*|ca_file = $3|; s|^cert_file = .*|cert_file = $4|; s|^key_file = .*|key_file = $5|" "$W/$2-$1/relay.ini"
-    kill -TERM "$RELAY" 2>/dev/null; wait "$RELAY" 2>/dev/null
+    stop_relay "$W/$2-$1/relay.log"
     $D -c "$W/$2-$1/relay.ini" > "$W/$2-$1/relay.log" 2>&1 & RELAY=$!
     wait_for 15 grep -Eq "$6" "$W/$2-$1/relay.log"
     check "$1, $2: refused, the relay log says /$6/" grep -Eq "$6" "$W/$2-$1/relay.log"
