@@ -194,7 +194,7 @@ demo: deps
 # The floor of make bench: a plain epoll read/write relay (bench/floor.c).
 $(B)/bench/floor: bench/floor.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) $(WARN) -O2 -o $@ $<
+	$(CC) $(CSTD) $(WARN) -O2 -o $@ $< $(shell pkg-config --libs openssl)
 
 bench: deps
 	$(MAKE) -j$(JOBS) all $(B)/bench/floor OPT="-O2 -g"

@@ -12,10 +12,20 @@
  *                           "FLOOR cpu_user=U cpu_sys=S syscr=R syscw=W bytes=B"
  *   floor client PATH N     connects to PATH, reads N bytes, then writes N bytes (the worker)
  *
+ * The relay form also stands between the real simulator and a direct worker
+ * (make bench section 7): then the bytes are the very ones cjrelayd moves, and
+ * a side that leaves (EOF, a reset, EPIPE) ends that direction, not the floor.
+ *
+ * With a last argument TLSDIR (tests/unit/tls_certs.sh's files), the server and the
+ * relay's upstream speak TLS, mutual as the relay's stcp row: the floor of a relay
+ * built on OpenSSL the plain way (its socket BIO with read-ahead, SSL_read and
+ * SSL_write of up to 1 MiB), so that the TLS row has one too.
+ *
  * The relay's sockets get the buffers cjrelayd gives its own (AF_UNIX SO_SNDBUF
  * 4 MiB, TCP left to autotuning, TCP_NODELAY), so both sides move the same bytes
  * between the same kinds of sockets. */
 #include <errno.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
@@ -29,6 +39,9 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #define BUF (1024 * 1024)
 #define SOCK_BUFFER (4 * 1024 * 1024)
 
@@ -36,6 +49,39 @@ static void die(const char *what)
 {
     fprintf(stderr, "floor: %s: %s\n", what, strerror(errno));
     exit(1);
+}
+
+static void die_tls(const char *what)
+{
+    fprintf(stderr, "floor: %s: ", what);
+    ERR_print_errors_fp(stderr);
+    exit(1);
+}
+
+/* A TLS context with TLSDIR's certificates: the server's, or the site's (client). */
+static SSL_CTX *tls_ctx(const char *dir, int server)
+{
+    char ca[512], crt[512], key[512];
+    const char *who = server ? "server" : "client";
+    snprintf(ca, sizeof ca, "%s/rootCA.pem", dir);
+    snprintf(crt, sizeof crt, "%s/%s.crt", dir, who);
+    snprintf(key, sizeof key, "%s/%s.key", dir, who);
+    SSL_CTX *c = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+    if (!c || SSL_CTX_use_certificate_file(c, crt, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_use_PrivateKey_file(c, key, SSL_FILETYPE_PEM) != 1 || SSL_CTX_load_verify_locations(c, ca, NULL) != 1)
+        die_tls("certificates");
+    SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    SSL_CTX_set_read_ahead(c, 1);
+    SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    return c;
+}
+
+/* The blocking handshake on fd; then fd may be made non-blocking. */
+static SSL *tls_on(SSL_CTX *c, int fd, int server)
+{
+    SSL *s = SSL_new(c);
+    if (!s || SSL_set_fd(s, fd) != 1 || (server ? SSL_accept(s) : SSL_connect(s)) != 1) die_tls("handshake");
+    return s;
 }
 
 static void tune(int fd, int fam)
@@ -75,7 +121,7 @@ static struct sockaddr_un unix_addr(const char *path)
 }
 
 /* Blocking: writes n bytes, then reads n bytes (or the other way round). */
-static void pump(int fd, unsigned long long n, int write_first)
+static void pump(int fd, SSL *ssl, unsigned long long n, int write_first)
 {
     char *b = malloc(BUF);
     if (!b) die("malloc");
@@ -85,17 +131,22 @@ static void pump(int fd, unsigned long long n, int write_first)
         unsigned long long left = n;
         while (left > 0) {
             size_t want = left < BUF ? (size_t)left : BUF;
-            ssize_t r = writing ? write(fd, b, want) : read(fd, b, want);
+            ssize_t r;
+            if (ssl) r = writing ? SSL_write(ssl, b, (int)want) : SSL_read(ssl, b, (int)want);
+            else r = writing ? write(fd, b, want) : read(fd, b, want);
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) die(writing ? "write" : "read (early end)");
             left -= (unsigned long long)r;
         }
     }
     free(b);
+    if (ssl) SSL_shutdown(ssl);
 }
 
 struct dir {
     int from, to;
+    SSL *rssl, *wssl;   /* the TLS of the socket read from / written to, if any */
+    int more;           /* TLS: the last fill stopped at a full buffer, OpenSSL may hold more */
     char *buf;
     size_t off, len;
     int eof, done;
@@ -104,24 +155,54 @@ struct dir {
 static void step_write(struct dir *x)
 {
     if (x->len > x->off) {
-        ssize_t w = write(x->to, x->buf + x->off, x->len - x->off);
+        ssize_t w;
+        if (x->wssl) {
+            int r = SSL_write(x->wssl, x->buf + x->off, (int)(x->len - x->off));
+            w = r > 0 ? r : SSL_get_error(x->wssl, r) == SSL_ERROR_WANT_WRITE ? (errno = EAGAIN, -1) : (errno = EPROTO, -1);
+        } else {
+            w = write(x->to, x->buf + x->off, x->len - x->off);
+        }
         if (w > 0) x->off += (size_t)w;
+        else if (w < 0 && (errno == EPIPE || errno == ECONNRESET)) x->off = x->len, x->eof = 1;   /* the reader left */
         else if (w < 0 && errno != EAGAIN) die("relay write");
     }
     if (x->eof && x->len == x->off && !x->done) {
         x->done = 1;
+        if (x->wssl) SSL_shutdown(x->wssl);
         shutdown(x->to, SHUT_WR);
     }
+}
+
+/* Under TLS, records into the empty buffer until it is full or OpenSSL needs
+ * the socket. */
+static ssize_t tls_fill(struct dir *x)
+{
+    size_t got = 0;
+    x->more = 0;
+    while (got < BUF) {
+        int r = SSL_read(x->rssl, x->buf + got, (int)(BUF - got));
+        if (r > 0) {
+            got += (size_t)r;
+            continue;
+        }
+        int e = SSL_get_error(x->rssl, r);
+        if (got) break;
+        if (e == SSL_ERROR_WANT_READ) return errno = EAGAIN, -1;
+        if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0)) return 0;
+        die_tls("relay SSL_read");
+    }
+    x->more = got == BUF;
+    return (ssize_t)got;
 }
 
 static void step_read(struct dir *x)
 {
     if (x->len != x->off || x->eof) return;
-    ssize_t r = read(x->from, x->buf, BUF);
+    ssize_t r = x->rssl ? tls_fill(x) : read(x->from, x->buf, BUF);
     if (r > 0) {
         x->off = 0;
         x->len = (size_t)r;
-    } else if (r == 0) {
+    } else if (r == 0 || errno == ECONNRESET) {
         x->eof = 1;
     } else if (errno != EAGAIN) {
         die("relay read");
@@ -131,9 +212,9 @@ static void step_read(struct dir *x)
 
 /* One buffer per direction: read only into an empty buffer, write what it
  * holds; epoll interest changes only when it must (epoll_ctl costs too). */
-static void relay(int a, int b)
+static void relay(int a, SSL *assl, int b)
 {
-    struct dir d[2] = {{a, b, malloc(BUF), 0, 0, 0, 0}, {b, a, malloc(BUF), 0, 0, 0, 0}};
+    struct dir d[2] = {{a, b, assl, NULL, 0, malloc(BUF), 0, 0, 0, 0}, {b, a, NULL, assl, 0, malloc(BUF), 0, 0, 0, 0}};
     uint32_t cur[2] = {EPOLLIN, EPOLLIN};
     int ep = epoll_create1(0);
     if (ep < 0 || !d[0].buf || !d[1].buf) die("setup");
@@ -153,6 +234,8 @@ static void relay(int a, int b)
             if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) step_read(&d[k]);
             if (evs[i].events & (EPOLLOUT | EPOLLERR)) step_write(&d[!k]);
         }
+        /* records OpenSSL read ahead raise no epoll event */
+        while (d[0].more && d[0].len == d[0].off) step_read(&d[0]);
         for (int k = 0; k < 2; k++) {
             int fd = k ? b : a;
             uint32_t ev = 0;
@@ -187,6 +270,10 @@ static void report(void)
 
 int main(int argc, char **argv)
 {
+    signal(SIGPIPE, SIG_IGN);   /* a peer that left is an EPIPE */
+    const char *tls = NULL;
+    if (argc >= 4 && (!strcmp(argv[1], "server") || !strcmp(argv[1], "relay")) && argc == (argv[1][0] == 's' ? 4 : 5))
+        tls = argv[--argc];
     if (argc == 3 && !strcmp(argv[1], "server")) {
         unsigned port;
         int l = tcp_listen(&port);
@@ -195,11 +282,12 @@ int main(int argc, char **argv)
         int fd = accept(l, NULL, NULL);
         if (fd < 0) die("accept");
         tune(fd, AF_INET);
-        pump(fd, strtoull(argv[2], NULL, 10), 1);
+        pump(fd, tls ? tls_on(tls_ctx(tls, 1), fd, 1) : NULL, strtoull(argv[2], NULL, 10), 1);
         return 0;
     }
     if (argc == 4 && !strcmp(argv[1], "relay")) {
         int up = tcp_connect((unsigned)atoi(argv[2]));
+        SSL *ussl = tls ? tls_on(tls_ctx(tls, 0), up, 0) : NULL;
         struct sockaddr_un a = unix_addr(argv[3]);
         unlink(argv[3]);
         int l = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -209,7 +297,7 @@ int main(int argc, char **argv)
         int down = accept(l, NULL, NULL);
         if (down < 0) die("accept");
         tune(down, AF_UNIX);
-        relay(up, down);
+        relay(up, ussl, down);
         unlink(argv[3]);
         report();
         return 0;
@@ -219,9 +307,9 @@ int main(int argc, char **argv)
         int fd = socket(AF_UNIX, SOCK_STREAM, 0);
         if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) die("unix connect");
         tune(fd, AF_UNIX);
-        pump(fd, strtoull(argv[3], NULL, 10), 0);
+        pump(fd, NULL, strtoull(argv[3], NULL, 10), 0);
         return 0;
     }
-    fprintf(stderr, "usage: floor server N | floor relay PORT PATH | floor client PATH N\n");
+    fprintf(stderr, "usage: floor server N [TLSDIR] | floor relay PORT PATH [TLSDIR] | floor client PATH N\n");
     return 2;
 }

@@ -23,10 +23,15 @@
 #      system CPU seconds (/proc/PID/stat) and read/write syscalls (/proc/PID/io syscr/syscw) per
 #      GiB relayed (each byte counted once: 2 x the model), beside a floor measured the same way in
 #      the same run: bench/floor.c, a plain epoll read/write relay with 1 MiB buffers moving the
-#      same bytes between the same kinds of sockets (tcp from the server, unix to the worker)
+#      same bytes between the same kinds of sockets (tcp from the server, unix to the worker); and
+#      a tlsfloor, the same relay with its upstream in mutual TLS through OpenSSL used the plain
+#      way (socket BIO, read-ahead, 1 MiB SSL_read/SSL_write): what TLS costs any OpenSSL relay
 #   7. raw transfer: a worker that only checks and drops the items (cjrelay-worker --direct --raw)
 #      downloads BENCH_TPUT_MODEL, built before the task went out (cjrelay-sim --prebuild), through
-#      the relay and direct; MiB/s, median of BENCH_TPUT_RUNS
+#      the relay, direct, and through the floor of 6 put between the same two ends on the same
+#      kinds of sockets (tcp to the simulator, unix to the worker); MiB/s, median of
+#      BENCH_TPUT_RUNS; and the CPU per GiB of the relay and of the floor in those runs: the
+#      same bytes at the same ends' pace, which section 6's floor (its own instant ends) is not
 #   8. the raw transfer of 7 on each of FLARE's schemes (tcp, stcp, http, https, grpc, grpcs):
 #      the relay's upstream and the direct worker both on the scheme, mutual TLS on the TLS ones
 #   9. a site daemon: one job alone, then BENCH_JOBS jobs at once (job start), each its own
@@ -43,6 +48,7 @@
 # BENCH_PROFILE [unset; a directory: perf record -e cpu-clock -g of every process measured in sections
 # 6 and 8 (the relay, the floor, the worker, the simulator), one file per run and process, for
 # `perf report -i FILE --no-children --sort dso,sym`],
+# BENCH_SYS_ROWS [floor tlsfloor clear tls http grpc https grpcs spool] (section 6's rows),
 # BENCH_SECTIONS [tput mem lat fanin cpu sys raw schemes jobs], BENCH_BIN [build/] (the cjrelay binaries to
 # measure, e.g. an older build's; the floor is always build/bench/floor).
 TPUT_MODEL=${BENCH_TPUT_MODEL:-1G}
@@ -56,6 +62,7 @@ CPU_MODEL=${BENCH_CPU_MODEL:-256M}
 CPU_ON=${BENCH_CPU:-1}
 JOB_TIMEOUT=${BENCH_JOB_TIMEOUT:-300}
 SECTIONS=${BENCH_SECTIONS:-tput mem lat fanin cpu sys raw schemes jobs}
+SYS_ROWS_WANTED=${BENCH_SYS_ROWS:-floor tlsfloor clear tls http grpc https grpcs spool}
 JOBS_N=${BENCH_JOBS:-20}
 JOBS_MODEL=${BENCH_JOBS_MODEL:-64M}
 SYS_MODEL=${BENCH_SYS_MODEL:-1G}
@@ -200,6 +207,8 @@ direct_field() { sed -n "s|^DIRECT .* $2=\\([0-9.]*\\).*|\\1|p" "$1" | head -1; 
 mkdir -p "$OUT"
 echo "bench: in $W ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)); binaries from $B"
 has() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
+# row NAME: whether section 6 measures that row (BENCH_SYS_ROWS)
+row() { case " $SYS_ROWS_WANTED " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # ---- 1. throughput: relay vs direct ---------------------------------------------------------
 tput_relay() { # one run through the relay; prints MiB/s or nothing
@@ -433,22 +442,25 @@ sys_row() {
 }
 # sys_median LABEL: the run with the median CPU per GiB of that row (its whole line)
 sys_median() { awk -v l="$1" '$1 == l' "$W/sys.vals" 2>/dev/null | sort -k5,5n | awk '{v[NR] = $0} END {if (NR) print v[int((NR + 1) / 2)]}'; }
+# floor_round [LABEL TLSDIR]: the floor's round; with TLSDIR, its TLS form (row tlsfloor)
 floor_round() {
     [ -x "$FLOOR" ] || { echo "bench: $FLOOR missing (make bench builds it)" >&2; return; }
-    fb=$(bytes_of "$SYS_MODEL")
-    "$FLOOR" server "$fb" > "$W/floor.server" 2>&1 & DIRECTS=$!
+    fb=$(bytes_of "$SYS_MODEL"); _fl=${1:-floor}; _ft=${2:-}
+    # shellcheck disable=SC2086
+    "$FLOOR" server "$fb" $_ft > "$W/floor.server" 2>&1 & DIRECTS=$!
     wait_for 10 grep -q '^FLOOR PORT' "$W/floor.server" || { stop_job; return; }
     fp=$(awk '/^FLOOR PORT/ {print $3}' "$W/floor.server")
-    "$FLOOR" relay "$fp" "$W/floor.sock" > "$W/floor.relay" 2>&1 & RELAY=$!
+    # shellcheck disable=SC2086
+    "$FLOOR" relay "$fp" "$W/floor.sock" $_ft > "$W/floor.relay" 2>&1 & RELAY=$!
     wait_for 10 grep -q '^FLOOR LISTENING' "$W/floor.relay"
-    profile_start sys-floor "$RELAY"
+    profile_start "sys-$_fl" "$RELAY"
     "$FLOOR" client "$W/floor.sock" "$fb" > "$W/floor.client" 2>&1
     wait_exit "$RELAY" 60 >/dev/null; RELAY=
     profile_stop
     wait_exit "$DIRECTS" 10 >/dev/null; DIRECTS=
     line=$(grep '^FLOOR cpu_user' "$W/floor.relay") || { echo "bench: the floor relay failed: $(cat "$W/floor.relay")" >&2; return; }
     get() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
-    sys_row floor "$((2 * fb))" "$(get cpu_user)" "$(get cpu_sys)" "$(get syscr)" "$(get syscw)"
+    sys_row "$_fl" "$((2 * fb))" "$(get cpu_user)" "$(get cpu_sys)" "$(get syscr)" "$(get syscw)"
 }
 if has sys; then
     TLS_OK=false
@@ -456,69 +468,100 @@ if has sys; then
     [ $TLS_OK = true ] || echo "bench: no TLS row (certificates could not be made)" >&2
     i=1
     while [ $i -le "$SYS_RUNS" ]; do
-        echo "bench: machine cost, $SYS_MODEL, run $i/$SYS_RUNS: floor, relay over tcp, stcp (mtls), http, grpc, https, grpcs, spool mode ..."
-        floor_round
-        sys_round clear pass_through
-        [ $TLS_OK = true ] && UP_SCHEME=stcp sys_round tls pass_through
-        UP_SCHEME=http sys_round http pass_through
-        UP_SCHEME=grpc sys_round grpc pass_through
-        [ $TLS_OK = true ] && UP_SCHEME=https sys_round https pass_through
-        [ $TLS_OK = true ] && UP_SCHEME=grpcs sys_round grpcs pass_through
-        sys_round spool spool
+        echo "bench: machine cost, $SYS_MODEL, run $i/$SYS_RUNS: $SYS_ROWS_WANTED ..."
+        row floor && floor_round
+        row tlsfloor && [ $TLS_OK = true ] && floor_round tlsfloor "$W/certs"
+        row clear && sys_round clear pass_through
+        row tls && [ $TLS_OK = true ] && UP_SCHEME=stcp sys_round tls pass_through
+        row http && UP_SCHEME=http sys_round http pass_through
+        row grpc && UP_SCHEME=grpc sys_round grpc pass_through
+        row https && [ $TLS_OK = true ] && UP_SCHEME=https sys_round https pass_through
+        row grpcs && [ $TLS_OK = true ] && UP_SCHEME=grpcs sys_round grpcs pass_through
+        row spool && sys_round spool spool
         i=$((i + 1))
     done
-    for l in floor clear tls http grpc https grpcs spool; do
+    for l in floor tlsfloor clear tls http grpc https grpcs spool; do
         set -- $(sys_median $l)
         [ $# -eq 8 ] || continue
         SYS_ROWS="$SYS_ROWS$(printf '  %-8s %7s %6s %6s %9s %9s %9s %9s' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8")
 "
         SYS_JSON="$SYS_JSON${SYS_JSON:+,}$(printf '\n    {"row": "%s", "gib": %s, "user_s": %s, "sys_s": %s, "cpu_s_per_gib": %s, "reads_per_gib": %s, "writes_per_gib": %s, "avg_read_kib": %s, "runs_cpu_s_per_gib": [%s]}' \
             "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$(awk -v l="$l" '$1 == l {printf "%s%s", n++ ? "," : "", $5}' "$W/sys.vals")")"
-        case $l in floor) FLOOR_CPU=$5 ;; clear) SYS_CLEAR_CPU=$5 ;; tls) SYS_TLS_CPU=$5 ;; http) SYS_HTTP_CPU=$5 ;;
+        case $l in floor) FLOOR_CPU=$5 ;; tlsfloor) TLSFLOOR_CPU=$5 ;; clear) SYS_CLEAR_CPU=$5 ;; tls) SYS_TLS_CPU=$5 ;; http) SYS_HTTP_CPU=$5 ;;
                    grpc) SYS_GRPC_CPU=$5 ;; https) SYS_HTTPS_CPU=$5 ;; grpcs) SYS_GRPCS_CPU=$5 ;; esac
     done
 fi
 SYS_RATIO=$(awk -v a="$SYS_CLEAR_CPU" -v b="$FLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
 SYS_TLS_RATIO=$(awk -v a="$SYS_TLS_CPU" -v b="$SYS_CLEAR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
+SYS_TLSF_RATIO=$(awk -v a="$SYS_TLS_CPU" -v b="$TLSFLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
+SYS_FLOORS_RATIO=$(awk -v a="$TLSFLOOR_CPU" -v b="$FLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}'; }
 SYS_HTTP_RATIO=$(ratio "$SYS_HTTP_CPU" "$SYS_CLEAR_CPU"); SYS_GRPC_RATIO=$(ratio "$SYS_GRPC_CPU" "$SYS_CLEAR_CPU")
 SYS_HTTPS_RATIO=$(ratio "$SYS_HTTPS_CPU" "$SYS_TLS_CPU"); SYS_GRPCS_RATIO=$(ratio "$SYS_GRPCS_CPU" "$SYS_TLS_CPU")
 
 # ---- 7. raw transfer: the worker only checks and drops the items ---------------------------------------
-raw_run() { # raw_run NAME relay|direct: prints MiB/s or nothing
+# raw_run NAME relay|direct|floor: prints "MiB/s" or nothing; relay and floor (clear tcp only)
+# also the CPU seconds per GiB of what stood between (cjrelayd from the worker's start to its
+# end; the floor's whole life): "MiB/s CPU"
+raw_run() {
     n=$1
     # --prebuild: the simulator builds the items before the task goes out, so neither end's
     # arithmetic (item building, the transform) is in the measure: only the transfer
     start_sim "$n" --rounds 1 --model-size "$TPUT_MODEL" --tensors 8 --format numpy --prebuild || { stop_job; return; }
-    if [ "$2" = relay ]; then
-        start_relay "$n" pass_through 0 || { end_relay "$n"; return; }
-        url="unix:$W/$n.w.sock"; cell=site-1.J1.r1
-    else
-        url="$(up_scheme)://127.0.0.1:$PORT"; cell=site-1.J1
-    fi
+    case $2 in
+    relay) start_relay "$n" pass_through 0 || { end_relay "$n"; return; }
+           url="unix:$W/$n.w.sock"; cell=site-1.J1.r1 ;;
+    # the floor (bench/floor.c) between the same simulator and the same direct worker, on the
+    # same kinds of sockets: the very bytes the relay moves, at the pace these two ends keep
+    floor) "$FLOOR" relay "$PORT" "$W/$n.f.sock" > "$W/$n.floor" 2>&1 & RELAY=$!
+           wait_for 10 grep -q '^FLOOR LISTENING' "$W/$n.floor" || { stop_job; return; }
+           url="unix:$W/$n.f.sock"; cell=site-1.J1 ;;
+    *) url="$(up_scheme)://127.0.0.1:$PORT"; cell=site-1.J1 ;;
+    esac
     td=; [ "$2" = direct ] && up_tls && td=$W/certs   # the direct worker presents the site's certificate
+    [ "$2" = relay ] && u0=$(usage "$RELAY")
     "$WK" --direct "$url" --job-id J1 --cell "$cell" --raw ${td:+--tls-dir} ${td:+"$td"} > "$W/$n.out" 2> "$W/$n.err" & DIRECTS=$!
     # shellcheck disable=SC2046
-    profile_start "$n" "$DIRECTS" "$SIM" $([ "$2" = relay ] && echo "$RELAY")
+    profile_start "$n" "$DIRECTS" "$SIM" $([ "$2" != direct ] && echo "$RELAY")
     wait_exit "$DIRECTS" "$JOB_TIMEOUT" >/dev/null
     profile_stop
     DIRECTS=
-    direct_field "$W/$n.out" 'MiB/s'
-    if [ "$2" = relay ]; then end_relay "$n"; else stop_job; fi
+    v=$(direct_field "$W/$n.out" 'MiB/s'); b=$(direct_field "$W/$n.out" 'bytes'); cpu=
+    [ -z "$b" ] && b=$(bytes_of "$TPUT_MODEL")
+    case $2 in
+    relay) u1=$(usage "$RELAY")
+           # shellcheck disable=SC2086
+           set -- $u0 $u1
+           [ $# -eq 8 ] && cpu=$(awk -v a="$1" -v b="$2" -v c="$5" -v d="$6" -v k="$TCK" -v n="$b" \
+               'BEGIN {printf "%.3f", (c - a + d - b) / k / (n / 1073741824)}')
+           end_relay "$n" ;;
+    floor) kill -TERM "$SIM" 2>/dev/null; wait_exit "$RELAY" 30 >/dev/null; RELAY=
+           cpu=$(awk -v n="$b" '/^FLOOR cpu_user/ {split($2, u, "="); split($3, s, "=");
+               printf "%.3f", (u[2] + s[2]) / (n / 1073741824)}' "$W/$n.floor")
+           stop_job ;;
+    *) stop_job ;;
+    esac
+    [ -n "$v" ] && echo "$v${cpu:+ $cpu}"
 }
-RAW_A=; RAW_B=
+RAW_A=; RAW_B=; RAW_F=; RAW_A_CPU=; RAW_F_CPU=
 if has raw; then
     i=1
     while [ $i -le "$TPUT_RUNS" ]; do
-        echo "bench: raw transfer $TPUT_MODEL, run $i/$TPUT_RUNS: through the relay, then direct ..."
-        v=$(raw_run raw-a-$i relay); [ -n "$v" ] && RAW_A="$RAW_A $v"
+        echo "bench: raw transfer $TPUT_MODEL, run $i/$TPUT_RUNS: through the relay, direct, through the floor ..."
+        set -- $(raw_run raw-a-$i relay); [ -n "${1:-}" ] && RAW_A="$RAW_A $1" && RAW_A_CPU="$RAW_A_CPU ${2:-}"
         v=$(raw_run raw-b-$i direct); [ -n "$v" ] && RAW_B="$RAW_B $v"
+        set -- $(raw_run raw-f-$i floor); [ -n "${1:-}" ] && RAW_F="$RAW_F $1" && RAW_F_CPU="$RAW_F_CPU ${2:-}"
         i=$((i + 1))
     done
 fi
 RAW_A_MED=$(echo $RAW_A | tr ' ' '\n' | median)
 RAW_B_MED=$(echo $RAW_B | tr ' ' '\n' | median)
+RAW_F_MED=$(echo $RAW_F | tr ' ' '\n' | median)
+RAW_A_CPU_MED=$(echo $RAW_A_CPU | tr ' ' '\n' | median)
+RAW_F_CPU_MED=$(echo $RAW_F_CPU | tr ' ' '\n' | median)
 RAW_RATIO=$(awk -v a="$RAW_A_MED" -v b="$RAW_B_MED" 'BEGIN {if (a != "" && b > 0) printf "%.3f", a / b}')
+RAW_FLOOR_RATIO=$(awk -v a="$RAW_A_MED" -v b="$RAW_F_MED" 'BEGIN {if (a != "" && b > 0) printf "%.3f", a / b}')
+RAW_CPU_RATIO=$(ratio "$RAW_A_CPU_MED" "$RAW_F_CPU_MED")
 
 # ---- 8. the same raw transfer on each scheme (the TLS ones: the relay and the direct worker with mtls) --
 SCH_ROWS=; SCH_JSON=
@@ -532,7 +575,7 @@ if has schemes; then
         a=; b=; i=1
         while [ $i -le "$TPUT_RUNS" ]; do
             echo "bench: raw transfer over $sc, run $i/$TPUT_RUNS: through the relay, then direct ..."
-            v=$(UP_SCHEME=$sc raw_run raw-$sc-a-$i relay); [ -n "$v" ] && a="$a $v"
+            v=$(UP_SCHEME=$sc raw_run raw-$sc-a-$i relay); [ -n "$v" ] && a="$a ${v%% *}"
             v=$(UP_SCHEME=$sc raw_run raw-$sc-b-$i direct); [ -n "$v" ] && b="$b $v"
             i=$((i + 1))
         done
@@ -628,16 +671,21 @@ echo "5. CPU per byte: relay instructions per relayed MiB (callgrind, $CPU_MODEL
 [ -n "$CPU_IR" ] && { echo "  top functions by own instructions (of $CPU_IR):"; cg_top; }
 echo
 echo "6. what the machine pays, one round of $SYS_MODEL (task down, result up; GiB counts each byte once;"
-echo "   the run with the median CPU of $SYS_RUNS; floor = bench/floor.c, 1 MiB buffers, same sockets)"
+echo "   the run with the median CPU of $SYS_RUNS; floor = bench/floor.c, 1 MiB buffers, same sockets;"
+echo "   tlsfloor = the same with mutual TLS upstream through OpenSSL's socket BIO, read-ahead on)"
 printf '  %-8s %7s %6s %6s %9s %9s %9s %9s\n' row GiB "user s" "sys s" "CPU s/GiB" "reads/GiB" "writes/GiB" "KiB/read"
 printf '%s' "$SYS_ROWS"
 echo "  relay (clear) / floor CPU: ${SYS_RATIO:-n/a}   TLS / clear CPU: ${SYS_TLS_RATIO:-n/a}   FLARE's Python CJ: ~2.3 s/GiB"
+echo "  TLS relay / tlsfloor CPU: ${SYS_TLSF_RATIO:-n/a}   tlsfloor / floor (what TLS costs an OpenSSL relay): ${SYS_FLOORS_RATIO:-n/a}"
 echo "  http / tcp CPU: ${SYS_HTTP_RATIO:-n/a}   grpc / tcp: ${SYS_GRPC_RATIO:-n/a}   https / stcp: ${SYS_HTTPS_RATIO:-n/a}   grpcs / stcp: ${SYS_GRPCS_RATIO:-n/a}"
 echo
 echo "7. raw transfer, $TPUT_MODEL, worker checks and drops the items (MiB/s, median of $TPUT_RUNS)"
 echo "  through the relay: ${RAW_A_MED:-?}   runs:${RAW_A:- none}"
+echo "  through the floor: ${RAW_F_MED:-?}   runs:${RAW_F:- none}"
 echo "  direct:            ${RAW_B_MED:-?}   runs:${RAW_B:- none}"
-echo "  relay / direct: ${RAW_RATIO:-n/a}"
+echo "  relay / direct: ${RAW_RATIO:-n/a}   relay / floor: ${RAW_FLOOR_RATIO:-n/a}"
+echo "  CPU s/GiB of what stands between, same ends, same bytes: relay ${RAW_A_CPU_MED:-?} (runs:${RAW_A_CPU:- none}),"
+echo "  floor ${RAW_F_CPU_MED:-?} (runs:${RAW_F_CPU:- none}); relay / floor CPU: ${RAW_CPU_RATIO:-n/a}"
 echo
 echo "8. raw transfer on each of FLARE's schemes, $TPUT_MODEL (MiB/s, median of $TPUT_RUNS; the relay's upstream and the"
 echo "   direct worker both use the scheme, mutual TLS on stcp/https/grpcs; the relay's workers stay on a Unix socket)"
@@ -667,11 +715,16 @@ echo "  slowest job / fair share of the one job alone: ${JOBS_FAIR:-n/a} (target
         "$CPU_MODEL" "$(json_num "$CPU_IR")" "$(json_num "$CPU_IR0")" "$(json_num "$CPU_PER_MIB")"
     printf '  "machine_cost": {\n    "model": "%s", "clk_tck": %s,\n    "rows": [%s\n    ],\n' "$SYS_MODEL" "$TCK" "$SYS_JSON"
     printf '    "relay_over_floor_cpu": %s, "tls_over_clear_cpu": %s,\n' "$(json_num "$SYS_RATIO")" "$(json_num "$SYS_TLS_RATIO")"
+    printf '    "tls_over_tlsfloor_cpu": %s, "tlsfloor_over_floor_cpu": %s,\n' "$(json_num "$SYS_TLSF_RATIO")" "$(json_num "$SYS_FLOORS_RATIO")"
     printf '    "http_over_tcp_cpu": %s, "grpc_over_tcp_cpu": %s, "https_over_stcp_cpu": %s, "grpcs_over_stcp_cpu": %s\n  },\n' \
         "$(json_num "$SYS_HTTP_RATIO")" "$(json_num "$SYS_GRPC_RATIO")" "$(json_num "$SYS_HTTPS_RATIO")" "$(json_num "$SYS_GRPCS_RATIO")"
     printf '  "raw_transfer": {\n    "model": "%s", "relay_runs_mib_s": [%s], "direct_runs_mib_s": [%s],\n' "$TPUT_MODEL" "$(echo $RAW_A | tr ' ' ',')" "$(echo $RAW_B | tr ' ' ',')"
-    printf '    "relay_mib_s_median": %s, "direct_mib_s_median": %s, "relay_over_direct": %s\n  },\n' \
+    printf '    "floor_runs_mib_s": [%s], "relay_cpu_s_per_gib_runs": [%s], "floor_cpu_s_per_gib_runs": [%s],\n' \
+        "$(echo $RAW_F | tr ' ' ',')" "$(echo $RAW_A_CPU | tr ' ' ',')" "$(echo $RAW_F_CPU | tr ' ' ',')"
+    printf '    "relay_mib_s_median": %s, "direct_mib_s_median": %s, "relay_over_direct": %s,\n' \
         "$(json_num "$RAW_A_MED")" "$(json_num "$RAW_B_MED")" "$(json_num "$RAW_RATIO")"
+    printf '    "floor_mib_s_median": %s, "relay_over_floor": %s, "relay_cpu_s_per_gib": %s, "floor_cpu_s_per_gib": %s, "relay_over_floor_cpu": %s\n  },\n' \
+        "$(json_num "$RAW_F_MED")" "$(json_num "$RAW_FLOOR_RATIO")" "$(json_num "$RAW_A_CPU_MED")" "$(json_num "$RAW_F_CPU_MED")" "$(json_num "$RAW_CPU_RATIO")"
     printf '  "raw_transfer_by_scheme": {%s\n  },\n' "$SCH_JSON"
     printf '  "site_jobs": {"jobs": %s, "model": "%s", "verified": %s, "one_job_mib_s": %s, "min_mib_s": %s, "mean_mib_s": %s, "slowest_over_fair_share": %s}\n}\n' \
         "$JOBS_N" "$JOBS_MODEL" "$JOBS_OKN" "$(json_num "$JOBS_ONE")" "$(json_num "$JOBS_MIN")" "$(json_num "$JOBS_MEAN")" "$(json_num "$JOBS_FAIR")"

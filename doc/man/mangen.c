@@ -99,7 +99,7 @@ static void put_shows(FILE *f)
     for (int i = 0; i < CJ_SHOW_COUNT; i++) {
         fprintf(f, ".TP\n.B %s\n", cj_shows[i].name);
         roff(f, cj_shows[i].help);
-        fputc('\n', f);
+        fputs(cj_shows[i].scope == CJ_SCOPE_DAEMON ? "; the whole daemon unless a job is named.\n" : ".\n", f);
     }
 }
 

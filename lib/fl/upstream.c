@@ -570,6 +570,25 @@ void cj_fl_up_resume(struct cj_fl_up *up)
     repoll(up);
 }
 
+/* The link to the server is back: what waits out a retry interval because
+ * the link was gone (a task check, the next get_task) goes now, not up to
+ * task_check_interval or a poll backoff later.  Through the timers, so that
+ * nothing here runs a request inside the router's callback. */
+void cj_fl_up_reconnected(struct cj_fl_up *up)
+{
+    unsigned early = 0;
+    for (struct up_sub *s = up->subs; s; s = s->next)
+        if (s->stage == SUB_CHECK_WAIT) {
+            arm(s->timer, 0);
+            early++;
+        }
+    if (can_poll(up) && !up->poll_inflight && up->next_poll_at > cj_now()) {
+        up->next_poll_at = cj_now();
+        repoll(up);
+    }
+    if (early) cj_log_info("upstream %s: link back: %u task check%s retried now", up->server, early, early == 1 ? "" : "s");
+}
+
 void cj_fl_up_drain(struct cj_fl_up *up)
 {
     if (up->draining) return;

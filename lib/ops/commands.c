@@ -24,15 +24,15 @@ const struct cj_cmd_def cj_cmds[CJ_CMD_COUNT] = {
 };
 
 const struct cj_show_def cj_shows[CJ_SHOW_COUNT] = {
-    [CJ_SHOW_INFO] = {"info", "version, pid, uptime, cell name, mode, state, upstream link, memory"},
-    [CJ_SHOW_STATS] = {"stats", "the counters, one name: value each"},
-    [CJ_SHOW_WORKERS] = {"workers", "one row per worker: name, pid, state, heartbeat age, task, bytes, last error; a worker that could not be launched is listed with why"},
-    [CJ_SHOW_TASKS] = {"tasks", "one row per task in the table: ids, name, worker, state, age"},
-    [CJ_SHOW_REFS] = {"refs", "one row per download ref of the tasks (spool mode: the spool's refs)"},
-    [CJ_SHOW_CONFIG] = {"config", "every configuration key: value, default, reloadable; with job ID, the keys that job runs with"},
-    [CJ_SHOW_METRICS] = {"metrics", "the latest training metrics each worker logged"},
-    [CJ_SHOW_JOBS] = {"jobs", "one row per job: id, state, outcome, reason, server, times, workers"},
-    [CJ_SHOW_PROMETHEUS] = {"prometheus", "the counters in Prometheus's text format, a job label each (json ignored)"},
+    [CJ_SHOW_INFO] = {"info", CJ_SCOPE_SOLE_JOB, "version, pid, uptime, cell name, mode, state, upstream link, memory"},
+    [CJ_SHOW_STATS] = {"stats", CJ_SCOPE_SOLE_JOB, "the counters, one name: value each"},
+    [CJ_SHOW_WORKERS] = {"workers", CJ_SCOPE_SOLE_JOB, "one row per worker: name, pid, state, heartbeat age, task, bytes, last error; a worker that could not be launched is listed with why"},
+    [CJ_SHOW_TASKS] = {"tasks", CJ_SCOPE_SOLE_JOB, "one row per task in the table: ids, name, worker, state, age"},
+    [CJ_SHOW_REFS] = {"refs", CJ_SCOPE_SOLE_JOB, "one row per download ref of the tasks (spool mode: the spool's refs)"},
+    [CJ_SHOW_CONFIG] = {"config", CJ_SCOPE_DAEMON, "every configuration key: value, default, reloadable (with job ID: the keys that job runs with)"},
+    [CJ_SHOW_METRICS] = {"metrics", CJ_SCOPE_SOLE_JOB, "the latest training metrics each worker logged"},
+    [CJ_SHOW_JOBS] = {"jobs", CJ_SCOPE_SOLE_JOB, "one row per job: id, state, outcome, reason, server, times, workers"},
+    [CJ_SHOW_PROMETHEUS] = {"prometheus", CJ_SCOPE_DAEMON, "the counters in Prometheus's text format, a job label each (json ignored)"},
 };
 
 int cj_cmd_find(const char *name)

@@ -53,8 +53,13 @@ enum cj_show {
     CJ_SHOW_COUNT
 };
 
+/* What a show target covers when no job is named: the sole job (a daemon
+ * with several answers "name one"), or the whole daemon. */
+enum cj_show_scope { CJ_SCOPE_SOLE_JOB, CJ_SCOPE_DAEMON };
+
 struct cj_show_def {
     const char *name;
+    enum cj_show_scope scope;
     const char *help;
 };
 

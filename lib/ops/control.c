@@ -212,10 +212,10 @@ static const show_fn show_handlers[CJ_SHOW_COUNT] = {
 static int on_show(void *ctx, enum cj_show what, const char *job, struct cj_out *o, char *msg, size_t msgsz)
 {
     struct cj_daemon *d = ctx;
-    /* an exposition with no job named holds every job, each labelled, as GET /metrics does */
-    struct cj_job *j = job ? cj_jobs_find(d->jobs, job) : what == CJ_SHOW_PROMETHEUS ? NULL : cj_daemon_sole_job(d);
+    struct cj_job *j = NULL;   /* no job named: the whole daemon, or the sole job (cj_shows[].scope) */
+    if (job) j = cj_jobs_find(d->jobs, job);
+    else if (cj_shows[what].scope == CJ_SCOPE_SOLE_JOB) j = cj_daemon_sole_job(d);
     if (job && !j) { snprintf(msg, msgsz, "no job '%.64s'", job); return 404; }
-    if (what == CJ_SHOW_CONFIG && !job) j = NULL;   /* the daemon's file unless a job is named */
     return show_handlers[what](d, j, o, msg, msgsz);
 }
 

@@ -650,6 +650,33 @@ static void test_check_retry_and_resend(void **state)
     world_free(w);
 }
 
+/* A task check waiting out its retry interval goes at once when the link to
+ * the server comes back (cj_fl_up_reconnected), not task_check_interval later. */
+static void test_check_retried_on_reconnect(void **state)
+{
+    struct world *w = world_new();
+    w->cfg.task_check_interval = 30;
+    w->s.chk_script[0] = "COMMUNICATION_ERROR";
+    w->s.chk_script[1] = "OK";
+    struct cj_task *t = get_one_task(w);
+    struct done d = { 0 };
+    struct evbuffer *res = ev_vector("09_trainer_result_ready_flmodel.bin");
+    assert_int_equal(w->ops.submit(w->ops.ctx, t, res, on_done, &d), 0);
+    evbuffer_free(res);
+    RUN_UNTIL(w->n, w->s.chk_n == 1, 2.0);
+    settle(w->n, 0.2);
+    assert_int_equal(w->s.chk_n, 1);   /* waiting out the 30 s */
+    assert_int_equal(d.n, 0);
+    cj_fl_up_reconnected(w->up);
+    assert_int_equal(w->s.chk_n, 1);   /* through the timer, not from inside the call */
+    RUN_UNTIL(w->n, d.n == 1, 2.0);
+    assert_int_equal(d.n, 1);
+    assert_true(d.ok);
+    assert_int_equal(w->s.chk_n, 2);
+    assert_int_equal(w->s.sub_n, 1);
+    world_free(w);
+}
+
 /* The submit_update wait is an idle timeout that progress() extends. */
 static void test_submit_idle_timeout(void **state)
 {
@@ -919,6 +946,7 @@ int main(void)
         cmocka_unit_test(test_full_loop),
         cmocka_unit_test(test_task_unknown_drops),
         cmocka_unit_test(test_check_retry_and_resend),
+        cmocka_unit_test(test_check_retried_on_reconnect),
         cmocka_unit_test(test_submit_idle_timeout),
         cmocka_unit_test(test_submit_exhausted_reports),
         cmocka_unit_test(test_min_get_task_timeout),
