@@ -10,7 +10,8 @@
 #     next start; the single-job shorthand sweeps stale bootstrap files beside its status socket
 # (c) shortened timeouts fail their phase with a clear line: download_idle_timeout (spool mode,
 #     the simulator stopped mid-download: retried, then recovered and verified), hello_timeout
-#     (a server that accepts and never answers HELLO)
+#     (a server that accepts and never answers HELLO), connect_timeout (a server whose accept
+#     queue is full: the connect never completes)
 # (d) --check-config refuses a download_idle_timeout shorter than one stream chunk at min_rate,
 #     and a job_heartbeat_timeout shorter than its interval, naming both keys
 . "$(dirname "$0")/lib.sh"
@@ -53,7 +54,7 @@ relay_ini "$W/site.ini" relay.job_id= relay.spool_dir="$W/spool" relay.spool_all
     workers.command="$BUILD/cjrelay-worker" workers.count=2 \
     workers.heartbeat_interval=1 workers.heartbeat_timeout=5 workers.shutdown_grace=1 \
     upstream.job_heartbeat_interval=0.5 upstream.job_heartbeat_timeout=2 upstream.task_check_timeout=0.5 \
-    upstream.download_idle_timeout=1.5 upstream.min_rate=1M upstream.hello_timeout=1 \
+    upstream.download_idle_timeout=1.5 upstream.min_rate=1M upstream.hello_timeout=1 upstream.connect_timeout=1 \
     status.socket="$W/status.sock" status.socket_mode=0660 log.level=info
 mkdir -p "$W/spool"
 start_daemon "$W/site.ini" "$W/relay.log"
@@ -134,6 +135,27 @@ wait_for 5 grep -q 'still waiting for the READY' "$W/relay2.log"
 check "(c) hello_timeout 1: $(line 'still waiting for the READY' "$W/relay2.log")" \
     grep -q "handshake not completed within 1 s (still waiting for the READY)" "$W/relay2.log"
 $CTL job stop J4 test over > /dev/null
+# connect_timeout 1 s: a server whose accept queue is full, so the relay's SYN goes unanswered
+# and its connect(2) never completes (the kernel would retry for about two minutes)
+python3 -c '
+import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(0)
+fill = []
+for _ in range(3):
+    c = socket.socket(); c.setblocking(False)
+    try: c.connect(s.getsockname())
+    except BlockingIOError: pass
+    fill.append(c)
+print(s.getsockname()[1], flush=True)
+time.sleep(120)
+' > "$W/full.port" & SILENT="$SILENT $!"
+wait_for 5 test -s "$W/full.port"
+r=$($CTL job start "{\"job_id\": \"J7\", \"server_url\": \"tcp://127.0.0.1:$(cat "$W/full.port")\"}")
+check "(c) job start J7 (a server whose connect never completes): $r" [ "$r" = "OK job J7 started" ]
+wait_for 6 grep -q 'still waiting for the connection' "$W/relay2.log"
+check "(c) connect_timeout 1: $(line 'still waiting for the connection' "$W/relay2.log")" \
+    grep -q "handshake not completed within 1 s (still waiting for the connection)" "$W/relay2.log"
+$CTL job stop J7 test over > /dev/null
 
 # single-job shorthand: a stale bootstrap file beside the status socket is swept at start
 kill -TERM "$RELAY"; wait "$RELAY" 2>/dev/null; RELAY=
