@@ -119,24 +119,28 @@ check "(c) download_idle_timeout 1.5: $(line 'DOWNLOAD_RETRY' "$W/relay2.log")" 
 check "(c) ... then $(line 'DOWNLOAD_RECOVERED' "$W/relay2.log")" grep -q "\[DOWNLOAD_RECOVERED\] source=server.J3" "$W/relay2.log"
 check "(c) ... and J3's round verified ($(tail -1 "$W/3.sim"); $out)" \
     sh -c "grep -q '^SIM OK rounds=1' $W/3.sim && printf '%s' '$out' | grep -q 'outcome: 0'"
-# hello_timeout 1 s: a server that accepts and never says READY
+# phase_timeout KEY JOB WHAT PORTFILE AWAITED: a job toward the server whose port is in PORTFILE;
+# its upstream attempt must end after KEY's 1 s, "still waiting for the AWAITED"
+phase_timeout() {
+    wait_for 5 test -s "$4"
+    r=$($CTL job start "{\"job_id\": \"$2\", \"server_url\": \"tcp://127.0.0.1:$(cat "$4")\"}")
+    check "(c) job start $2 ($3): $r" [ "$r" = "OK job $2 started" ]
+    wait_for 6 grep -q "still waiting for the $5" "$W/relay2.log"
+    check "(c) $1 1: $(line "still waiting for the $5" "$W/relay2.log")" \
+        grep -q "handshake not completed within 1 s (still waiting for the $5)" "$W/relay2.log"
+    $CTL job stop "$2" test over > /dev/null
+}
 python3 -c '
-import socket, sys, time
+import socket
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
 print(s.getsockname()[1], flush=True)
 conns = []
 while True:
     c, _ = s.accept(); conns.append(c)
 ' > "$W/silent.port" & SILENT=$!
-wait_for 5 test -s "$W/silent.port"
-r=$($CTL job start "{\"job_id\": \"J4\", \"server_url\": \"tcp://127.0.0.1:$(cat "$W/silent.port")\"}")
-check "(c) job start J4 (a server that never answers HELLO): $r" [ "$r" = "OK job J4 started" ]
-wait_for 5 grep -q 'still waiting for the READY' "$W/relay2.log"
-check "(c) hello_timeout 1: $(line 'still waiting for the READY' "$W/relay2.log")" \
-    grep -q "handshake not completed within 1 s (still waiting for the READY)" "$W/relay2.log"
-$CTL job stop J4 test over > /dev/null
-# connect_timeout 1 s: a server whose accept queue is full, so the relay's SYN goes unanswered
-# and its connect(2) never completes (the kernel would retry for about two minutes)
+phase_timeout hello_timeout J4 "a server that accepts and never answers HELLO" "$W/silent.port" READY
+# a server whose accept queue is full: the relay's SYN goes unanswered and its connect(2) never
+# completes (the kernel would retry for about two minutes)
 python3 -c '
 import socket, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(0)
@@ -149,13 +153,7 @@ for _ in range(3):
 print(s.getsockname()[1], flush=True)
 time.sleep(120)
 ' > "$W/full.port" & SILENT="$SILENT $!"
-wait_for 5 test -s "$W/full.port"
-r=$($CTL job start "{\"job_id\": \"J7\", \"server_url\": \"tcp://127.0.0.1:$(cat "$W/full.port")\"}")
-check "(c) job start J7 (a server whose connect never completes): $r" [ "$r" = "OK job J7 started" ]
-wait_for 6 grep -q 'still waiting for the connection' "$W/relay2.log"
-check "(c) connect_timeout 1: $(line 'still waiting for the connection' "$W/relay2.log")" \
-    grep -q "handshake not completed within 1 s (still waiting for the connection)" "$W/relay2.log"
-$CTL job stop J7 test over > /dev/null
+phase_timeout connect_timeout J7 "a server whose connect never completes" "$W/full.port" connection
 
 # single-job shorthand: a stale bootstrap file beside the status socket is swept at start
 kill -TERM "$RELAY"; wait "$RELAY" 2>/dev/null; RELAY=
