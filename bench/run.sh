@@ -103,11 +103,7 @@ kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null; }
 bytes_of() { awk -v m="$1" 'BEGIN {u = substr(m, length(m)); v = m + 0;
     printf "%.0f", (u == "G" ? v * 1073741824 : u == "M" ? v * 1048576 : u == "K" ? v * 1024 : v)}'; }
 now() { date +%s.%N; }
-wait_for() { # wait_for SECS cmd...
-    _t=$1; shift; _i=0
-    while [ $_i -lt $((_t * 10)) ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; _i=$((_i + 1)); done
-    return 1
-}
+. "$ROOT/tests/e2e/wait.sh"   # wait_for SECS CMD...
 # wait_exit PID SECS: its exit status, 124 on timeout
 wait_exit() {
     _i=0

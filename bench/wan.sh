@@ -34,7 +34,7 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 K=$W/certs
 case $SC in stcp) sh "$ROOT/tests/unit/tls_certs.sh" "$K" || { echo "wan: cannot make certificates"; exit 1; } ;; esac
-wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
+. "$ROOT/tests/e2e/wait.sh"   # wait_for SECS CMD...
 # the shaper's whole run must end: its own limit is the longest a round may take at this rate
 # (task and result, each retried a few times) plus the stalls
 LIMIT=$(( SIZE * 8 * 1048576 * 8 / $(echo "$RATE" | sed 's/[Gg]$/000000000/; s/[Mm]$/000000/; s/[Kk]$/000/') + 4 * STALL + 600 ))

@@ -23,11 +23,12 @@ enum ktype {
 
 struct kdef {
     const char *name;
+    uint32_t len;  /* strlen(name): every header's every key is looked up here */
     enum ktype type;
     size_t off; /* where the value goes in struct cj_hdr */
 };
 
-#define K(id, nm, ty, field) [id] = { nm, ty, offsetof(struct cj_hdr, field) }
+#define K(id, nm, ty, field) [id] = { nm, sizeof nm - 1, ty, offsetof(struct cj_hdr, field) }
 static const struct kdef KEYS[CJ_HK__COUNT] = {
     K(CJ_HK_MSG_TYPE, "cn__msg_type", KT_MSGTYPE, msg_type),
     K(CJ_HK_ORIGIN, "cn__origin", KT_NAME, origin),
@@ -79,7 +80,8 @@ enum cj_hkey cj_hkey_lookup(const uint8_t *name, uint32_t len)
     /* Every known key starts with "cn__" or "sm__": a cheap filter for app keys. */
     if (len < 5 || name[2] != '_' || name[3] != '_') return CJ_HK_UNKNOWN;
     for (int k = 0; k < CJ_HK__COUNT; k++)
-        if (mp_str_eq(name, len, KEYS[k].name)) return (enum cj_hkey)k;
+        if (KEYS[k].len == len && name[4] == (uint8_t)KEYS[k].name[4] && memcmp(name, KEYS[k].name, len) == 0)
+            return (enum cj_hkey)k;
     return CJ_HK_UNKNOWN;
 }
 
@@ -554,9 +556,13 @@ struct fwd_slot {
 
 static int fwd_key_index(const uint8_t *p, uint32_t n)
 {
-    for (int i = 0; i < F_N; i++)
-        if (mp_str_eq(p, n, FWD_KEYS[i])) return i;
-    return -1;
+    switch (cj_hkey_lookup(p, n)) {
+    case CJ_HK_FROM: return F_FROM;
+    case CJ_HK_TO: return F_TO;
+    case CJ_HK_ROUTE: return F_ROUTE;
+    case CJ_HK_SEND_TIME: return F_SEND;
+    default: return -1;
+    }
 }
 
 /* Pass 1: finds the values of the four rewritten keys, checks the shape. */

@@ -56,14 +56,7 @@ check() { # check "name" command...
 check_mem() { # check_mem "name" command...: a memory-figure check, skipped under CJ_SAN=1
     if [ "$CJ_SAN" = 1 ]; then skip "$1 (memory figures mean nothing under ASan)"; else check "$@"; fi
 }
-wait_for() { # wait_for SECS CMD...: polls CMD (output discarded) every 0.1 s; 1 when it never succeeded
-    _wn=$(($1 * 10)); shift
-    while [ "$_wn" -gt 0 ]; do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.1; _wn=$((_wn - 1))
-    done
-    return 1
-}
+. "$ROOT/tests/e2e/wait.sh"   # wait_for SECS CMD...
 note() { sed 's/^/# /' "$@"; }   # note [FILE]: a file (or stdin) as TAP comments
 kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null; }   # kb PID FIELD: /proc/PID/status in KiB
 finish() {
