@@ -488,6 +488,11 @@ if has sys; then
     done
 fi
 SYS_RATIO=$(awk -v a="$SYS_CLEAR_CPU" -v b="$FLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
+# the same ratio run by run: each run's clear row over the floor measured just before it, so
+# that what drifts between runs (the machine, the floor's own pace) cancels; "r1 r2 ..." and median
+SYS_PAIRED=$(awk '$1 == "floor" {f[++nf] = $5} $1 == "clear" {c[++nc] = $5}
+    END {for (i = 1; i <= nc && i <= nf; i++) if (f[i] > 0) printf "%s%.2f", (i > 1 ? " " : ""), c[i] / f[i]}' "$W/sys.vals" 2>/dev/null)
+SYS_PAIRED_MED=$(echo $SYS_PAIRED | tr ' ' '\n' | median)
 SYS_TLS_RATIO=$(awk -v a="$SYS_TLS_CPU" -v b="$SYS_CLEAR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
 SYS_TLSF_RATIO=$(awk -v a="$SYS_TLS_CPU" -v b="$TLSFLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
 SYS_FLOORS_RATIO=$(awk -v a="$TLSFLOOR_CPU" -v b="$FLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
@@ -672,6 +677,7 @@ echo "   tlsfloor = the same with mutual TLS upstream through OpenSSL's socket B
 printf '  %-8s %7s %6s %6s %9s %9s %9s %9s\n' row GiB "user s" "sys s" "CPU s/GiB" "reads/GiB" "writes/GiB" "KiB/read"
 printf '%s' "$SYS_ROWS"
 echo "  relay (clear) / floor CPU: ${SYS_RATIO:-n/a}   TLS / clear CPU: ${SYS_TLS_RATIO:-n/a}   FLARE's Python CJ: ~2.3 s/GiB"
+echo "  relay (clear) / floor CPU run by run: ${SYS_PAIRED:-n/a} (median ${SYS_PAIRED_MED:-n/a})"
 echo "  TLS relay / tlsfloor CPU: ${SYS_TLSF_RATIO:-n/a}   tlsfloor / floor (what TLS costs an OpenSSL relay): ${SYS_FLOORS_RATIO:-n/a}"
 echo "  http / tcp CPU: ${SYS_HTTP_RATIO:-n/a}   grpc / tcp: ${SYS_GRPC_RATIO:-n/a}   https / stcp: ${SYS_HTTPS_RATIO:-n/a}   grpcs / stcp: ${SYS_GRPCS_RATIO:-n/a}"
 echo
@@ -712,6 +718,8 @@ echo "  slowest job / fair share of the one job alone: ${JOBS_FAIR:-n/a} (target
     printf '  "machine_cost": {\n    "model": "%s", "clk_tck": %s,\n    "rows": [%s\n    ],\n' "$SYS_MODEL" "$TCK" "$SYS_JSON"
     printf '    "relay_over_floor_cpu": %s, "tls_over_clear_cpu": %s,\n' "$(json_num "$SYS_RATIO")" "$(json_num "$SYS_TLS_RATIO")"
     printf '    "tls_over_tlsfloor_cpu": %s, "tlsfloor_over_floor_cpu": %s,\n' "$(json_num "$SYS_TLSF_RATIO")" "$(json_num "$SYS_FLOORS_RATIO")"
+    printf '    "relay_over_floor_cpu_paired": [%s], "relay_over_floor_cpu_paired_median": %s,\n' \
+        "$(echo $SYS_PAIRED | tr ' ' ',')" "$(json_num "$SYS_PAIRED_MED")"
     printf '    "http_over_tcp_cpu": %s, "grpc_over_tcp_cpu": %s, "https_over_stcp_cpu": %s, "grpcs_over_stcp_cpu": %s\n  },\n' \
         "$(json_num "$SYS_HTTP_RATIO")" "$(json_num "$SYS_GRPC_RATIO")" "$(json_num "$SYS_HTTPS_RATIO")" "$(json_num "$SYS_GRPCS_RATIO")"
     printf '  "raw_transfer": {\n    "model": "%s", "relay_runs_mib_s": [%s], "direct_runs_mib_s": [%s],\n' "$TPUT_MODEL" "$(echo $RAW_A | tr ' ' ',')" "$(echo $RAW_B | tr ' ' ',')"
