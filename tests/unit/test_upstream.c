@@ -601,15 +601,21 @@ static struct cj_task *get_one_task(struct world *w)
     return w->f.last;
 }
 
+/* The worker's result for t (vector 09) handed to the upstream; d hears how it ended. */
+static void submit_result(struct world *w, struct cj_task *t, struct done *d)
+{
+    struct evbuffer *res = ev_vector("09_trainer_result_ready_flmodel.bin");
+    assert_int_equal(w->ops.submit(w->ops.ctx, t, res, on_done, d), 0);
+    evbuffer_free(res);
+}
+
 static void test_task_unknown_drops(void **state)
 {
     struct world *w = world_new();
     w->s.chk_script[0] = "TASK_UNKNOWN";
     struct cj_task *t = get_one_task(w);
     struct done d = { 0 };
-    struct evbuffer *res = ev_vector("09_trainer_result_ready_flmodel.bin");
-    assert_int_equal(w->ops.submit(w->ops.ctx, t, res, on_done, &d), 0);
-    evbuffer_free(res);
+    submit_result(w, t, &d);
     RUN_UNTIL(w->n, d.n == 1, 2.0);
     assert_int_equal(d.n, 1);
     assert_false(d.ok);
@@ -634,9 +640,7 @@ static void test_check_retry_and_resend(void **state)
     struct cj_task *t = get_one_task(w);
     uint64_t retries0 = cj_stream_relay_stats(w->n->ep[RELAY])->retries;
     struct done d = { 0 };
-    struct evbuffer *res = ev_vector("09_trainer_result_ready_flmodel.bin");
-    assert_int_equal(w->ops.submit(w->ops.ctx, t, res, on_done, &d), 0);
-    evbuffer_free(res);
+    submit_result(w, t, &d);
     RUN_UNTIL(w->n, d.n == 1, 3.0);
     assert_int_equal(d.n, 1);
     assert_true(d.ok);
@@ -660,9 +664,7 @@ static void test_check_retried_on_reconnect(void **state)
     w->s.chk_script[1] = "OK";
     struct cj_task *t = get_one_task(w);
     struct done d = { 0 };
-    struct evbuffer *res = ev_vector("09_trainer_result_ready_flmodel.bin");
-    assert_int_equal(w->ops.submit(w->ops.ctx, t, res, on_done, &d), 0);
-    evbuffer_free(res);
+    submit_result(w, t, &d);
     RUN_UNTIL(w->n, w->s.chk_n == 1, 2.0);
     settle(w->n, 0.2);
     assert_int_equal(w->s.chk_n, 1);   /* waiting out the 30 s */
@@ -686,9 +688,7 @@ static void test_submit_idle_timeout(void **state)
     w->s.sub_script[1] = "ok";
     struct cj_task *t = get_one_task(w);
     struct done d = { 0 };
-    struct evbuffer *res = ev_vector("09_trainer_result_ready_flmodel.bin");
-    assert_int_equal(w->ops.submit(w->ops.ctx, t, res, on_done, &d), 0);
-    evbuffer_free(res);
+    submit_result(w, t, &d);
     RUN_UNTIL(w->n, w->s.sub_n == 1, 1.0);
     assert_int_equal(t->state, CJ_TASK_SUBMITTING);
     /* the server downloads the result: progress every 0.1 s for 0.6 s (twice the timeout) */
@@ -717,9 +717,7 @@ static void test_submit_exhausted_reports(void **state)
     w->s.sub_script[3] = "ok";
     struct cj_task *t = get_one_task(w);
     struct done d = { 0 };
-    struct evbuffer *res = ev_vector("09_trainer_result_ready_flmodel.bin");
-    assert_int_equal(w->ops.submit(w->ops.ctx, t, res, on_done, &d), 0);
-    evbuffer_free(res);
+    submit_result(w, t, &d);
     RUN_UNTIL(w->n, w->s.sub_n == 4, 2.0);
     settle(w->n, 0.05);
     assert_int_equal(d.n, 1);
