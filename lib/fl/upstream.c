@@ -582,10 +582,7 @@ void cj_fl_up_reconnected(struct cj_fl_up *up)
             arm(s->timer, 0);
             early++;
         }
-    if (can_poll(up) && !up->poll_inflight && up->next_poll_at > cj_now()) {
-        up->next_poll_at = cj_now();
-        repoll(up);
-    }
+    if (can_poll(up) && !up->poll_inflight && up->next_poll_at > cj_now()) schedule_poll(up, 0);
     if (early) cj_log_info("upstream %s: link back: %u task check%s retried now", up->server, early, early == 1 ? "" : "s");
 }
 

@@ -115,9 +115,9 @@ int cj_fl_up_start(struct cj_fl_up *up);
 /* Stop / restart polling (a get_task already sent is still handled). */
 void cj_fl_up_pause(struct cj_fl_up *up);
 void cj_fl_up_resume(struct cj_fl_up *up);
-/* Stops polling for good; results in flight still go out. */
 /* The upstream link reconnected: waiting task checks and the poll go now. */
 void cj_fl_up_reconnected(struct cj_fl_up *up);
+/* Stops polling for good; results in flight still go out. */
 void cj_fl_up_drain(struct cj_fl_up *up);
 
 /* The submit ops (fl.h) of this loop:

@@ -190,8 +190,11 @@ static void ev_worker_down(struct cj_router *r, const char *fqcn, const char *wh
 static void ev_upstream_up(struct cj_router *r, const char *peer, void *ctx)
 {
     struct cj_flrun *f = ctx;
-    if (f->started && !f->ending) cj_fl_up_reconnected(f->up);
-    if (f->started || f->ending) return;
+    if (f->ending) return;
+    if (f->started) {   /* a reconnect */
+        cj_fl_up_reconnected(f->up);
+        return;
+    }
     f->started = true;
     if (f->cbs.started) f->cbs.started(f->cbs.ctx);
     cj_fl_up_start(f->up);
