@@ -545,7 +545,7 @@ static int check_name_arg(const char *s, const char *what, struct cj_err *err)
 /* ==== forwarding rewrite ========================================================== */
 
 enum { F_FROM, F_TO, F_ROUTE, F_SEND, F_N };
-static const char *const FWD_KEYS[F_N] = { "cn__from", "cn__to", "cn__route", "cn__send_time" };
+static const enum cj_hkey FWD_KEYS[F_N] = { CJ_HK_FROM, CJ_HK_TO, CJ_HK_ROUTE, CJ_HK_SEND_TIME };
 
 struct fwd_slot {
     bool present;
@@ -556,13 +556,10 @@ struct fwd_slot {
 
 static int fwd_key_index(const uint8_t *p, uint32_t n)
 {
-    switch (cj_hkey_lookup(p, n)) {
-    case CJ_HK_FROM: return F_FROM;
-    case CJ_HK_TO: return F_TO;
-    case CJ_HK_ROUTE: return F_ROUTE;
-    case CJ_HK_SEND_TIME: return F_SEND;
-    default: return -1;
-    }
+    enum cj_hkey k = cj_hkey_lookup(p, n);
+    for (int i = 0; i < F_N; i++)
+        if (FWD_KEYS[i] == k) return i;
+    return -1;
 }
 
 /* Pass 1: finds the values of the four rewritten keys, checks the shape. */
@@ -580,13 +577,14 @@ static int fwd_scan(const uint8_t *blk, size_t len, struct fwd_slot *s, uint32_t
         int f = fwd_key_index(key.ptr, key.len);
         size_t vstart = c.pos;
         if (f >= 0 && s[f].present)
-            return cj_fail(err, CJ_E_INVALID, at, "header '%s' appears twice (offset %zu)", FWD_KEYS[f], at);
+            return cj_fail(err, CJ_E_INVALID, at, "header '%s' appears twice (offset %zu)", cj_hkey_name(FWD_KEYS[f]),
+                           at);
         if (f == F_ROUTE) {
-            if ((rc = mp_read_array(&c, &s[f].route_n, err))) return in_key(err, rc, FWD_KEYS[f]);
+            if ((rc = mp_read_array(&c, &s[f].route_n, err))) return in_key(err, rc, cj_hkey_name(FWD_KEYS[f]));
             s[f].elems = c.pos;
             c.pos = vstart;
         }
-        if ((rc = mp_skip(&c, err))) return in_key(err, rc, f >= 0 ? FWD_KEYS[f] : "(value)");
+        if ((rc = mp_skip(&c, err))) return in_key(err, rc, f >= 0 ? cj_hkey_name(FWD_KEYS[f]) : "(value)");
         if (f >= 0) {
             s[f].present = true;
             s[f].vstart = vstart;
@@ -646,7 +644,7 @@ static int fwd_write(const uint8_t *blk, size_t len, const struct fwd_slot *s, u
     }
     if (!rc) rc = sb_write(out, blk + at, len - at);
     for (int f = 0; f < F_N && !rc; f++)
-        if (!s[f].present && !(rc = pk_cstr(&pk, FWD_KEYS[f]))) rc = fwd_value(&pk, f, blk, &s[f], a);
+        if (!s[f].present && !(rc = pk_cstr(&pk, cj_hkey_name(FWD_KEYS[f])))) rc = fwd_value(&pk, f, blk, &s[f], a);
     return rc;
 }
 
