@@ -487,16 +487,16 @@ if has sys; then
                    grpc) SYS_GRPC_CPU=$5 ;; https) SYS_HTTPS_CPU=$5 ;; grpcs) SYS_GRPCS_CPU=$5 ;; esac
     done
 fi
-SYS_RATIO=$(awk -v a="$SYS_CLEAR_CPU" -v b="$FLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}'; }
+SYS_RATIO=$(ratio "$SYS_CLEAR_CPU" "$FLOOR_CPU")
 # the same ratio run by run: each run's clear row over the floor measured just before it, so
 # that what drifts between runs (the machine, the floor's own pace) cancels; "r1 r2 ..." and median
 SYS_PAIRED=$(awk '$1 == "floor" {f[++nf] = $5} $1 == "clear" {c[++nc] = $5}
     END {for (i = 1; i <= nc && i <= nf; i++) if (f[i] > 0) printf "%s%.2f", (i > 1 ? " " : ""), c[i] / f[i]}' "$W/sys.vals" 2>/dev/null)
 SYS_PAIRED_MED=$(echo $SYS_PAIRED | tr ' ' '\n' | median)
-SYS_TLS_RATIO=$(awk -v a="$SYS_TLS_CPU" -v b="$SYS_CLEAR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
-SYS_TLSF_RATIO=$(awk -v a="$SYS_TLS_CPU" -v b="$TLSFLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
-SYS_FLOORS_RATIO=$(awk -v a="$TLSFLOOR_CPU" -v b="$FLOOR_CPU" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}')
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b}'; }
+SYS_TLS_RATIO=$(ratio "$SYS_TLS_CPU" "$SYS_CLEAR_CPU")
+SYS_TLSF_RATIO=$(ratio "$SYS_TLS_CPU" "$TLSFLOOR_CPU")
+SYS_FLOORS_RATIO=$(ratio "$TLSFLOOR_CPU" "$FLOOR_CPU")
 SYS_HTTP_RATIO=$(ratio "$SYS_HTTP_CPU" "$SYS_CLEAR_CPU"); SYS_GRPC_RATIO=$(ratio "$SYS_GRPC_CPU" "$SYS_CLEAR_CPU")
 SYS_HTTPS_RATIO=$(ratio "$SYS_HTTPS_CPU" "$SYS_TLS_CPU"); SYS_GRPCS_RATIO=$(ratio "$SYS_GRPCS_CPU" "$SYS_TLS_CPU")
 
