@@ -59,6 +59,7 @@ command -v openssl >/dev/null && sh "$ROOT/tests/unit/tls_certs.sh" "$K" || HAVE
 
 ctl() { $C -s "$R/status.sock" "$@"; }
 info_of() { ctl show info json | jq -r ".$1"; }
+upstream_up() { [ "$(info_of upstream)" = up ]; }
 is_tls() { [ "$1" = stcp ]; }
 # quote FILE REGEX: the first line of FILE matching REGEX, without its timestamp, cut to 150
 quote() { grep -m1 -E -- "$2" "$1" | sed 's/^[0-9TZ:.-]* *//; s/^linkshaper [0-9TZ:.-]* //' | cut -c1-150; }
@@ -126,7 +127,7 @@ bandwidth() {
     start_sim "$SC" --rounds 1 --model-size 16M
     start_shaper --rate 40M --delay 40
     start_relay "$SC"
-    wait_for 15 sh -c "[ \"\$($C -s $R/status.sock show info json | jq -r .upstream)\" = up ]"
+    wait_for 15 upstream_up
     sleep 0.5
     IDLE=$(kb "$RELAY" VmHWM)
     t0=$(date +%s.%N)
@@ -169,11 +170,11 @@ stall() {
     wait_for 20 grep -q 'stall start after .* down' "$R/shaper.log"
     sleep 1
     check "(2) $SC: mid-download stall, the job keeps its link ($(info_of upstream)) and its task ($(ctl show tasks json | jq -r '.tasks[0].state')): $(quote "$R/shaper.log" 'stall start.* down')" \
-        sh -c "[ \"\$($C -s $R/status.sock show info json | jq -r .upstream)\" = up ]"
+        upstream_up
     wait_for 30 grep -q 'stall start after .* up' "$R/shaper.log"
     sleep 1
     check "(2) $SC: mid-upload stall, the link kept ($(info_of upstream)): $(quote "$R/shaper.log" 'stall start.* up')" \
-        sh -c "[ \"\$($C -s $R/status.sock show info json | jq -r .upstream)\" = up ]"
+        upstream_up
     reap_sim 60
     check "(2) $SC: both transfers resumed, 2 rounds verified: $(verified)" sim_ok 2
     check "(2) $SC: both stalls ended: $(quote "$R/shaper.log" 'stall end up')" \
@@ -277,7 +278,7 @@ segments() {
     start_sim "$SC" --rounds 1 --model-size 8M
     start_shaper --rate 20M --segment 1448
     start_relay "$SC"
-    wait_for 15 sh -c "[ \"\$($C -s $R/status.sock show info json | jq -r .upstream)\" = up ]"
+    wait_for 15 upstream_up
     r0=$(awk '/^syscr/ {print $2}' "/proc/$RELAY/io")
     reap_sim 60
     r1=$(awk '/^syscr/ {print $2}' "/proc/$RELAY/io")
