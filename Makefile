@@ -18,6 +18,10 @@
 #   make install    PREFIX=/usr/local DESTDIR=: the daemon and cjrelayctl in bin/, the
 #                   test tools (cjrelay-sim, cjrelay-worker) in lib/cjrelay/, the man
 #                   pages, the units (UNITDIR), the sysusers.d and tmpfiles.d entries
+#                   (install-relay), and the FLARE launcher cjrelay_flare where the
+#                   system's Python finds it (install-flare: PYTHONDIR, below)
+#   make wheel      the launcher's wheel into build/python/, built offline with the
+#                   system's setuptools and wheel (pip installs it in a venv or conda env)
 #
 # Sources are found by wildcard: a new lib/<layer>/<file>.c, tests/unit/test_<name>.c
 # or tests/fuzz/fuzz_<name>.c is picked up without editing this file.
@@ -62,7 +66,7 @@ SCHEME   ?= tcp
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 
-.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench wan man deb install clean
+.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench wan man deb install install-relay install-flare wheel clean
 .DEFAULT_GOAL := all
 
 # Man pages: the hand-written doc/man/<page>.in with the tables filled in by
@@ -212,7 +216,8 @@ TOOLDIR     ?= $(PREFIX)/lib/cjrelay
 MANDIR      ?= $(PREFIX)/share/man
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
-install: all
+install: install-relay install-flare
+install-relay: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(TOOLDIR) $(DESTDIR)$(PREFIX)/share/cjrelay \
 	           $(DESTDIR)/etc/cjrelay $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
 	           $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR)
@@ -229,13 +234,53 @@ install: all
 	    sed 's|/usr/local/|$(PREFIX)/|g' "$$u" > $(DESTDIR)$(UNITDIR)/$$(basename "$$u"); \
 	    chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename "$$u"); done
 
-# The Debian packages cjrelay and cjrelay-tools (debian/): dpkg-buildpackage on a
-# copy of the tree in build/deb/src, so its outputs (.deb, .changes, .buildinfo)
-# land in build/deb/ and its clean step leaves this build/ alone; lintian checks them.
+# ---- the FLARE launcher (integrations/flare: the Python package cjrelay_flare) ----
+# PYTHON is the system's Python 3; PYTHONDIR is where it finds a package installed under
+# PREFIX: on Debian /usr/lib/python3/dist-packages for /usr (its packages' directory) and
+# /usr/local/lib/python3.X/dist-packages for /usr/local (where its pip installs); on another
+# system, or for another PREFIX, the interpreter's own site-packages under PREFIX.
+PYTHON    ?= $(firstword $(wildcard /usr/bin/python3) python3)
+PYTHONDIR ?= $(shell $(PYTHON) -c 'import sys, sysconfig as s; p = sys.argv[1]; n = s.get_scheme_names(); \
+    sch, base = ("deb_system", p) if p == "/usr" and "deb_system" in n else \
+                ("posix_local", "/usr") if p == "/usr/local" and "posix_local" in n else ("posix_prefix", p); \
+    print(s.get_path("purelib", sch, {"base": base, "platbase": base}))' $(PREFIX))
+FLARE_SRC     := $(sort $(wildcard integrations/flare/pyproject.toml integrations/flare/README.md integrations/flare/LICENSE \
+                   integrations/flare/cjrelay_flare/*.py integrations/flare/cjrelay_flare/comm_drivers/*.py))
+FLARE_VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' integrations/flare/pyproject.toml)
+FLARE_WHEEL   := $(B)/python/cjrelay_flare-$(FLARE_VERSION)-py3-none-any.whl
+
+# Built from a copy of the package's files (setuptools writes build/ and *.egg-info beside
+# its sources), with the setuptools and wheel already installed (no package index).
+$(FLARE_WHEEL): $(FLARE_SRC)
+	rm -rf $(B)/python && mkdir -p $(B)/python/src
+	tar -cf - $(FLARE_SRC) | tar -xf - -C $(B)/python/src
+	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation --no-index -w $(B)/python \
+	    $(B)/python/src/integrations/flare
+
+wheel: $(FLARE_WHEEL)
+
+# The wheel unpacked into PYTHONDIR (a pure-Python wheel is its files and its .dist-info),
+# the previous version's files first removed; byte-compiled when installing for real, as pip
+# and Debian's py3compile do, left as sources in a staging DESTDIR.
+install-flare: $(FLARE_WHEEL)
+	@[ -n "$(PYTHONDIR)" ] || { echo "install-flare: PYTHONDIR is empty: is $(PYTHON) a Python 3?" >&2; exit 1; }
+	install -d $(DESTDIR)$(PYTHONDIR)
+	rm -rf $(DESTDIR)$(PYTHONDIR)/cjrelay_flare $(DESTDIR)$(PYTHONDIR)/cjrelay_flare-*.dist-info
+	$(PYTHON) -m zipfile -e $(FLARE_WHEEL) $(DESTDIR)$(PYTHONDIR)/
+	chmod -R u=rwX,go=rX $(DESTDIR)$(PYTHONDIR)/cjrelay_flare $(DESTDIR)$(PYTHONDIR)/cjrelay_flare-$(FLARE_VERSION).dist-info
+	$(if $(DESTDIR),,$(PYTHON) -m compileall -q $(PYTHONDIR)/cjrelay_flare)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.argv[1] not in sys.path)' $(PYTHONDIR) || \
+	    echo "install-flare: $(PYTHONDIR) is not on $(PYTHON)'s path: set PYTHONPATH for the FLARE client" >&2
+
+# The Debian packages cjrelay, cjrelay-tools and python3-cjrelay-flare (debian/):
+# dpkg-buildpackage on a copy of the tree in build/deb/src, so its outputs (.deb, .changes,
+# .buildinfo) land in build/deb/ and its clean step leaves this build/ alone; lintian checks
+# them. The system's PATH, so that pybuild runs Debian's python3, not one a user's PATH
+# (pyenv, a venv) puts first.
 deb: deps
 	rm -rf $(B)/deb && mkdir -p $(B)/deb/src
 	tar -cf - --exclude=./$(B) --exclude=./.git . | tar -xf - -C $(B)/deb/src
-	cd $(B)/deb/src && dpkg-buildpackage -b -us -uc -j$(JOBS)
+	cd $(B)/deb/src && PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -b -us -uc -j$(JOBS)
 	lintian --fail-on error,warning $(B)/deb/*.changes
 
 clean:

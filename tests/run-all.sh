@@ -4,7 +4,7 @@
 # LeakSanitizer on: a sanitizer report in any process fails the suite; see
 # tests/e2e/lib.sh for CJ_BIN / CJ_SAN).  CJ_SAN_SUITES="fl tls ..." limits the
 # sanitized pass to those suites ("none" skips it); default "all": every suite
-# but test_systemd (runs no binary of ours), test_deb (the man pages and the
+# but test_systemd and test_licence (run no binary of ours), test_deb (the man pages and the
 # packages) and test_sim / test_worker (they test the simulator and the
 # reference worker, which run sanitized inside the fl, spool, faults and
 # hostile suites anyway).
@@ -34,7 +34,7 @@ san_left_out() { # san_left_out <suite name>: prints why a suite skips the sanit
     esac
     [ "${CJ_SAN_SUITES:-all}" = all ] || return
     case $1 in
-        test_systemd) echo "runs no binary of ours" ;;
+        test_systemd|test_licence) echo "runs no binary of ours" ;;
         test_deb) echo "checks the man pages and the packages; its daemon only answers show" ;;
         test_sim|test_worker) echo "tests a tool binary that runs sanitized in the other suites; CJ_SAN_SUITES=${1#test_} runs it" ;;
     esac

@@ -6,18 +6,28 @@
 # (b) make deb's packages (rebuilt when a source is newer than them): contents, maintainer
 #     scripts, the sysusers entry creating the service user, the units, lintian, and
 #     systemd-analyze verify on the unpacked units;
+#     python3-cjrelay-flare: the launcher for Debian's python3, its comm_drivers/ folder as
+#     plain files; make install (PREFIX /usr/local and /usr): the launcher where /usr/bin/python3
+#     finds it;
 # (c) the packages installed (dpkg -i) on this machine: the service user made, and the demo
 #     (the packaged simulator, daemon and worker) runs a round with the daemon as that user;
-#     purged again at the end.  Skipped when cjrelay is already installed here (not ours to
-#     replace) or the suite does not run as root.
+#     the launcher imports with /usr/bin/python3 and is byte-compiled; purged again at the
+#     end.  Skipped when cjrelay is already installed here (not ours to replace) or the suite
+#     does not run as root;
+# (d) the launcher's documented installs into a venv, offline (in a network namespace of its
+#     own when the machine allows, else with no index): the wheel (make wheel) into a plain
+#     venv, the source with --no-build-isolation --no-index into a --system-site-packages one.
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; G=$ROOT/build/mangen; M=$ROOT/build/man
 W=$(mktemp -d); PID=
+PY=/usr/bin/python3
+# the launcher imports FLARE: its stand-in (tests/flare) takes FLARE's place in the import checks
+STANDIN=$ROOT/tests/flare
 INSTALLED=
 cleanup() {
     [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null
     [ -n "${SIM:-}" ] && kill -9 "$SIM" 2>/dev/null
-    [ -n "$INSTALLED" ] && dpkg --purge cjrelay-tools cjrelay > /dev/null 2>&1
+    [ -n "$INSTALLED" ] && dpkg --purge python3-cjrelay-flare cjrelay-tools cjrelay > /dev/null 2>&1
     rm -rf "$W"
 }
 trap cleanup EXIT
@@ -118,7 +128,7 @@ DEB=$ROOT/build/deb
 changes=$(ls "$DEB"/cjrelay_*.changes 2>/dev/null | head -n 1)
 stale=yes
 if [ -n "$changes" ]; then
-    stale=$(cd "$ROOT" && find lib cmd doc/man debian systemd conf Makefile README.md doc/interface.md \
+    stale=$(cd "$ROOT" && find lib cmd doc/man debian systemd conf Makefile README.md doc/interface.md integrations/flare \
                 -newer "$changes" -type f 2>/dev/null | head -n 1)
 fi
 if [ -n "$stale" ]; then
@@ -129,6 +139,8 @@ else
 fi
 debf=$(ls "$DEB"/cjrelay_*.deb | head -n 1); tools=$(ls "$DEB"/cjrelay-tools_*.deb | head -n 1)
 changes=$(ls "$DEB"/cjrelay_*.changes | head -n 1)
+flare=$(ls "$DEB"/python3-cjrelay-flare_*_all.deb 2>/dev/null | head -n 1)
+[ -n "$flare" ] || { fail "make deb built no python3-cjrelay-flare_*_all.deb"; finish; }
 
 dpkg-deb -c "$debf" | awk '{print $6}' | sed 's|^\./||' > "$W/c-main"
 dpkg-deb -c "$tools" | awk '{print $6}' | sed 's|^\./||' > "$W/c-tools"
@@ -146,6 +158,36 @@ check "cjrelay holds no test tool" sh -c "! grep -q 'cjrelay-sim\|cjrelay-worker
 check "cjrelay-tools holds the simulator and the worker in /usr/lib/cjrelay" \
     sh -c "grep -qx usr/lib/cjrelay/cjrelay-sim '$W/c-tools' && grep -qx usr/lib/cjrelay/cjrelay-worker '$W/c-tools'"
 check "cjrelay-tools puts nothing on the PATH" sh -c "! grep -q '^usr/bin/.\|^usr/sbin/.' '$W/c-tools'"
+
+# python3-cjrelay-flare: every module of the source in Debian's dist-packages, comm_drivers/ a
+# plain folder (FLARE imports each file in it as a top-level module: no __init__.py)
+dpkg-deb -c "$flare" | awk '{print $6}' | sed 's|^\./||' > "$W/c-flare"
+FD=usr/lib/python3/dist-packages/cjrelay_flare
+(cd "$ROOT/integrations/flare" && find cjrelay_flare -name '*.py') > "$W/src-py"
+sed -n 's|^usr/lib/python3/dist-packages/\(cjrelay_flare/.*\.py\)$|\1|p' "$W/c-flare" > "$W/deb-py"
+same_set "python3-cjrelay-flare holds every module of the source in /usr/lib/python3/dist-packages" "$W/src-py" "$W/deb-py"
+check "python3-cjrelay-flare: comm_drivers/ holds uds_driver.py and no __init__.py" \
+    sh -c "grep -qx '$FD/comm_drivers/uds_driver.py' '$W/c-flare' && ! grep -q '$FD/comm_drivers/__init__' '$W/c-flare'"
+check "python3-cjrelay-flare: its .dist-info, README and copyright; no bytecode (py3compile makes it at install)" \
+    sh -c "grep -q '^usr/lib/python3/dist-packages/cjrelay_flare-.*\.dist-info/METADATA$' '$W/c-flare' && grep -qx usr/share/doc/python3-cjrelay-flare/README.md.gz '$W/c-flare' && grep -qx usr/share/doc/python3-cjrelay-flare/copyright '$W/c-flare' && ! grep -q '__pycache__\|\.pyc$' '$W/c-flare'"
+check "python3-cjrelay-flare: Architecture all, Section python, Depends on python3" \
+    sh -c "[ \"\$(dpkg-deb -f '$flare' Architecture)\" = all ] && [ \"\$(dpkg-deb -f '$flare' Section)\" = python ] && dpkg-deb -f '$flare' Depends | grep -q python3"
+pyver=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/integrations/flare/pyproject.toml")
+check "python3-cjrelay-flare's version $(dpkg-deb -f "$flare" Version) is pyproject.toml's ($pyver)" \
+    sh -c "[ \"\$(dpkg-deb -f '$flare' Version)\" = '$pyver' ] && grep -q '^usr/lib/python3/dist-packages/cjrelay_flare-$pyver\.dist-info/' '$W/c-flare'"
+check "the launcher is in python3-cjrelay-flare only" sh -c "! grep -q cjrelay_flare '$W/c-main' '$W/c-tools'"
+mkdir -p "$W/xf"; dpkg-deb -x "$flare" "$W/xf"
+check "the packages' copyright file is debian/copyright (Apache-2.0)" \
+    sh -c "cmp -s '$ROOT/debian/copyright' '$W/xf/usr/share/doc/python3-cjrelay-flare/copyright' && dpkg-deb --fsys-tarfile '$debf' | tar -xOf - ./usr/share/doc/cjrelay/copyright | cmp -s - '$ROOT/debian/copyright'"
+# imports_from DIR: $PY imports cjrelay_flare from DIR/cjrelay_flare (FLARE's stand-in on the path)
+imports_from() {
+    env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$STANDIN${2:+:$2}" $PY -c \
+        "import cjrelay_flare; assert cjrelay_flare.__file__ == '$1/cjrelay_flare/__init__.py', cjrelay_flare.__file__"
+}
+if [ -x "$PY" ]; then
+    check "the unpacked package's cjrelay_flare imports with $PY" \
+        imports_from "$W/xf/usr/lib/python3/dist-packages" "$W/xf/usr/lib/python3/dist-packages"
+fi
 
 mkdir -p "$W/x" "$W/ctl"
 dpkg-deb -x "$debf" "$W/x"; dpkg-deb -e "$debf" "$W/ctl"
@@ -201,6 +243,26 @@ if make -s -C "$ROOT" install DESTDIR="$W/inst" PREFIX=/usr/local > "$W/install.
 else
     fail "make install DESTDIR=…"; tail -20 "$W/install.log" | note
 fi
+# the launcher: make install puts it in a directory /usr/bin/python3 searches, for PREFIX /usr/local
+# (Debian: /usr/local/lib/python3.X/dist-packages) and /usr (/usr/lib/python3/dist-packages)
+# launcher_dir INST: where under INST make install put cjrelay_flare (without INST)
+launcher_dir() { (cd "$1" && find . -path '*/cjrelay_flare/__init__.py' | sed 's|^\.||; s|/cjrelay_flare/__init__.py$||'); }
+if [ -x "$PY" ]; then
+    make -s -C "$ROOT" install DESTDIR="$W/inst2" PREFIX=/usr > "$W/install2.log" 2>&1 || { fail "make install PREFIX=/usr"; note "$W/install2.log"; }
+    for inst in "$W/inst:/usr/local" "$W/inst2:/usr"; do
+        i=${inst%%:*}; pfx=${inst#*:}; d=$(launcher_dir "$i")
+        check "make install PREFIX=$pfx: cjrelay_flare in ${d:-nowhere}, on $PY's sys.path" \
+            $PY -c "import sys; sys.exit('$d' == '' or '$d' not in sys.path)"
+        check "make install PREFIX=$pfx: comm_drivers/uds_driver.py without __init__.py, the .dist-info, no bytecode in a DESTDIR" \
+            sh -c "[ -f '$i$d/cjrelay_flare/comm_drivers/uds_driver.py' ] && [ ! -e '$i$d/cjrelay_flare/comm_drivers/__init__.py' ] && ls -d '$i$d'/cjrelay_flare-*.dist-info && ! find '$i$d' -name '*.pyc' | grep -q ."
+        check "make install PREFIX=$pfx: the installed cjrelay_flare imports with $PY" imports_from "$i$d" "$i$d"
+    done
+    # installed with no DESTDIR: byte-compiled; a directory off the interpreter's path is named
+    make -s -C "$ROOT" install-flare PREFIX="$W/opt" > "$W/install3.log" 2>&1
+    d=$(launcher_dir "$W/opt")
+    check "make install-flare PREFIX=DIR: byte-compiled, and DIR's directory named as off $PY's path" \
+        sh -c "[ -n '$d' ] && find '$W/opt' -name 'uds_driver.*.pyc' | grep -q . && grep -q 'install-flare: $W/opt.* is not on $PY.s path' '$W/install3.log'"
+else skip "the launcher's make install ($PY missing)"; fi
 # --help says in short what the page says: every option, the signals, the exit statuses, the pages
 $D --help > "$W/dhelp" 2>&1
 check "cjrelayd --help: options, signals, exit statuses and the man pages" \
@@ -213,7 +275,7 @@ elif dpkg -s cjrelay > /dev/null 2>&1; then
     skip "(c) cjrelay is already installed on this machine: not replaced"
 else
     INSTALLED=1
-    if dpkg -i "$debf" "$tools" > "$W/dpkg.log" 2>&1; then pass "(c) dpkg -i installs cjrelay and cjrelay-tools"
+    if dpkg -i "$debf" "$tools" "$flare" > "$W/dpkg.log" 2>&1; then pass "(c) dpkg -i installs cjrelay, cjrelay-tools and python3-cjrelay-flare"
     else fail "(c) dpkg -i"; tail -20 "$W/dpkg.log" | note; fi
     check "(c) the service user cjrelay exists: $(id cjrelay 2>&1)" id cjrelay
     chmod 755 "$W"; mkdir -p "$W/demo"; chown cjrelay:cjrelay "$W/demo"
@@ -232,8 +294,60 @@ else
         grep -q '^SIM OK rounds=2' "$W/sim.out"
     check "(c) its worker ran as $(cat "$W/demo/worker.user" 2>/dev/null) too" sh -c "[ \"\$(cat $W/demo/worker.user)\" = cjrelay ]"
     kill -TERM "$PID" 2>/dev/null; wait_for 10 sh -c "! kill -0 $PID 2>/dev/null"; PID=
-    if dpkg --purge cjrelay-tools cjrelay > "$W/purge.log" 2>&1 && ! dpkg -s cjrelay > /dev/null 2>&1; then
-        INSTALLED=; pass "(c) dpkg --purge removes both"
+    check "(c) python3 -c 'import cjrelay_flare' with $PY: /$FD" imports_from "/usr/lib/python3/dist-packages"
+    check "(c) its comm_drivers/: the uds driver, no __init__.py; FLARE's driver search registers it for uds" \
+        env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$STANDIN" $PY -c "
+import os
+from nvflare.fuel.f3.drivers.driver_manager import DriverManager
+d = '/$FD/comm_drivers'
+assert os.path.isfile(d + '/uds_driver.py') and not os.path.exists(d + '/__init__.py')
+m = DriverManager(); m.search_folder(d, None)
+assert m.find_driver_class('uds').__name__ == 'CJRelayUdsDriver'"
+    check "(c) py3compile byte-compiled it at install" sh -c "ls /$FD/__pycache__/launcher.*.pyc"
+    if dpkg --purge python3-cjrelay-flare cjrelay-tools cjrelay > "$W/purge.log" 2>&1 && ! dpkg -s cjrelay > /dev/null 2>&1; then
+        INSTALLED=; pass "(c) dpkg --purge removes the three"
     else fail "(c) dpkg --purge"; tail -20 "$W/purge.log" | note; fi
+    check "(c) nothing of the launcher is left, its bytecode neither" \
+        sh -c "[ ! -e /$FD ] && ! ls -d /usr/lib/python3/dist-packages/cjrelay_flare-* 2>/dev/null"
+fi
+
+# ---- (d) the launcher into a venv, as integrations/flare/README.md "Install" says -------------
+# offline CMD...: CMD in a network namespace of its own (no route anywhere) when this machine
+# lets us make one, else as it is (the commands name no index anyway)
+if unshare -n true 2>/dev/null; then offline() { unshare -n "$@"; }; how="no network"
+else offline() { "$@"; }; how="no index"; fi
+# venv_imports VENV: VENV's python imports cjrelay_flare from VENV's own lib/, comm_drivers/ beside
+venv_imports() {
+    env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$STANDIN" "$1/bin/python" -c "
+import os, sys, cjrelay_flare
+d = os.path.dirname(cjrelay_flare.__file__)
+assert d.startswith(sys.prefix + '/lib/'), d
+assert os.path.isfile(d + '/comm_drivers/uds_driver.py') and not os.path.exists(d + '/comm_drivers/__init__.py')"
+}
+PIPENV="env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_DISABLE_PIP_VERSION_CHECK=1"
+if [ ! -x "$PY" ] || ! $PY -c 'import venv, ensurepip' 2>/dev/null; then
+    skip "(d) the venv installs: $PY or its venv module (python3-venv) missing"
+else
+    if offline make -s -C "$ROOT" wheel > "$W/wheel.log" 2>&1 && $PY -m venv "$W/venv" > "$W/venv.log" 2>&1 &&
+       whl=$(ls "$ROOT"/build/python/cjrelay_flare-*-py3-none-any.whl) &&
+       offline $PIPENV "$W/venv/bin/pip" install -q --no-index "$whl" > "$W/pip1.log" 2>&1; then
+        pass "(d) make wheel; a plain venv's pip install --no-index build/python/$(basename "$whl") ($how)"
+        check "(d) ... cjrelay_flare imports in that venv, comm_drivers/ with it" venv_imports "$W/venv"
+        $PIPENV "$W/venv/bin/pip" uninstall -q -y cjrelay-flare > "$W/pip1u.log" 2>&1
+        check "(d) ... and pip uninstall cjrelay-flare removes it" \
+            sh -c "! ls -d '$W'/venv/lib/python3*/site-packages/cjrelay_flare* 2>/dev/null"
+    else
+        fail "(d) make wheel, then a plain venv's pip install --no-index of the wheel ($how)"
+        cat "$W/wheel.log" "$W/venv.log" "$W/pip1.log" 2>/dev/null | tail -20 | note
+    fi
+    cp -r "$ROOT/integrations/flare" "$W/src"   # pip builds in the source folder: a copy keeps the tree clean
+    if $PY -m venv --system-site-packages "$W/svenv" > "$W/venv2.log" 2>&1 &&
+       offline $PIPENV "$W/svenv/bin/pip" install -q --no-build-isolation --no-index "$W/src" > "$W/pip2.log" 2>&1; then
+        pass "(d) a --system-site-packages venv's pip install --no-build-isolation --no-index ./integrations/flare ($how)"
+        check "(d) ... cjrelay_flare imports in that venv, comm_drivers/ with it" venv_imports "$W/svenv"
+    else
+        fail "(d) a --system-site-packages venv's pip install --no-build-isolation --no-index ./integrations/flare ($how)"
+        cat "$W/venv2.log" "$W/pip2.log" 2>/dev/null | tail -20 | note
+    fi
 fi
 finish
