@@ -38,6 +38,8 @@ struct cj_cmd_def {
     bool rest;               /* the last argument is the rest of the line, blanks and
                               * all (a JSON text, a reason in words) */
     const char *help;        /* one line: what it does */
+    int max_fds;             /* open files it takes with its line (SCM_RIGHTS), 0: none
+                              * (a line bringing any is refused) */
 };
 
 enum cj_show {

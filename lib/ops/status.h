@@ -7,7 +7,16 @@
  * until the client drains it, and an idle or never-reading client is closed after
  * a timeout.  Access levels: the kernel checks the socket mode; of those who get
  * in, root and the daemon's own uid may change things (pause, resume, reload,
- * shutdown), everyone else may only read (show, help). */
+ * shutdown), everyone else may only read (show, help).
+ *
+ * Open files (SCM_RIGHTS) may come with a command line's bytes, sent with
+ * them in one sendmsg: they belong to the line holding the last byte of the
+ * read that brought them (a read never goes past bytes that carried
+ * descriptors).  A command whose table entry takes them (max_fds: job start)
+ * gets them through its call; every one is closed once its command has run,
+ * used or refused, and a line with too many, a command that takes none, a
+ * line refused before its command, or a client gone closes them too.
+ * Received with MSG_CMSG_CLOEXEC. */
 #ifndef CJ_OPS_STATUS_H
 #define CJ_OPS_STATUS_H
 
@@ -24,6 +33,9 @@
 #define CJ_STATUS_MAX_OUTPUT  (256 * 1024)
 #define CJ_STATUS_MAX_CLIENTS 64
 #define CJ_STATUS_IDLE_SECS   60
+/* Open files a client may pass (SCM_RIGHTS) with one command line, and have
+ * waiting unclaimed at once: a job start's TLS files (ca, cert, key). */
+#define CJ_STATUS_MAX_FDS     3
 
 struct event_base;
 struct evbuffer;
@@ -51,6 +63,11 @@ struct cj_status_ops {
     /* A deferred answer's client went away: forget w (it is freed after this). */
     void (*cancel)(void *ctx, struct cj_status_wait *w);
 };
+
+/* From inside a command handler: the open files that came with the command's
+ * line (*fds, count returned; 0 when none or call is NULL).  Borrowed: the
+ * socket closes them when the handler returns. */
+int cj_status_call_fds(const struct cj_status_call *call, const int **fds);
 
 /* From inside a command handler: the answer comes later, through
  * cj_status_answer.  NULL when the call cannot wait (no client: a test, the
