@@ -16,7 +16,8 @@ const struct cj_cmd_def cj_cmds[CJ_CMD_COUNT] = {
     [CJ_CMD_SHUTDOWN] = {"shutdown", CJ_ACCESS_ADMIN, "[now]", 0, 1, false,
                          "drain (no new tasks, work in flight finishes) then exit; now: stop at once", 0},
     [CJ_CMD_JOB_START] = {"job start", CJ_ACCESS_ADMIN, "<json>", 1, 1, true,
-                          "start a job from a one-line JSON job description (doc/interface.md)", 3},
+                          "start a job from a one-line JSON job description (doc/interface.md); its TLS "
+                          "files may come with the line as open files (tls_fds)", 3},
     [CJ_CMD_JOB_STOP] = {"job stop", CJ_ACCESS_ADMIN, "<job_id> [reason]", 1, 2, true,
                          "end a job as aborted: workers stopped, the server told", 0},
     [CJ_CMD_JOB_WAIT] = {"job wait", CJ_ACCESS_READ, "<job_id>", 1, 1, false,
