@@ -26,7 +26,7 @@ enum cj_cmd {
 
 enum cj_access {
     CJ_ACCESS_READ,    /* any client the socket's mode lets in */
-    CJ_ACCESS_ADMIN,   /* root and the daemon's own user */
+    CJ_ACCESS_ADMIN,   /* root, the daemon's own user, [status] admin_group */
 };
 
 struct cj_cmd_def {

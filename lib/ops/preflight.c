@@ -66,6 +66,8 @@ static void check_status_group(struct pf *p)
     char why[300];
     if (p->cfg->status.socket_group[0] && cj_group_resolve(p->cfg->status.socket_group, &gid, why, sizeof why) != 0)
         add(p, "status.socket_group", strncmp(why, "group: ", 7) ? why : why + 7);
+    if (p->cfg->status.admin_group[0] && cj_group_resolve(p->cfg->status.admin_group, &gid, why, sizeof why) != 0)
+        add(p, "status.admin_group", strncmp(why, "group: ", 7) ? why : why + 7);
 }
 
 static void check_status_dir(struct pf *p)

@@ -67,6 +67,8 @@ struct cj_status {
     char path[108];
     struct client *clients;
     int nclients;
+    bool has_admin_gid;
+    gid_t admin_gid;
 };
 
 /* ---- socket file handling ------------------------------------------------ */
@@ -593,6 +595,20 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     client_free(c);
 }
 
+/* Root, the daemon's own user, and the admin group's members. */
+static bool is_admin(const struct cj_status *st, int fd, const struct ucred *cred)
+{
+    if (cred->uid == 0 || cred->uid == geteuid()) return true;
+    if (!st->has_admin_gid) return false;
+    if (cred->gid == st->admin_gid) return true;
+    gid_t groups[256];
+    socklen_t len = sizeof groups;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) return false;   /* more than 256: not admin */
+    for (size_t i = 0; i < len / sizeof *groups; i++)
+        if (groups[i] == st->admin_gid) return true;
+    return false;
+}
+
 static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa, int len, void *arg)
 {
     struct cj_status *st = arg;
@@ -625,7 +641,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     c->rd = rd;
     c->pid = cred.pid;
     c->uid = cred.uid;
-    c->admin = cred.uid == 0 || cred.uid == geteuid();
+    c->admin = is_admin(st, fd, &cred);
     c->next = st->clients;
     st->clients = c;
     st->nclients++;
@@ -672,4 +688,10 @@ int cj_status_call_fds(const struct cj_status_call *call, const int **fds)
 {
     *fds = call ? call->fds : NULL;
     return call ? call->nfds : 0;
+}
+
+void cj_status_set_admin_group(struct cj_status *st, gid_t gid)
+{
+    st->admin_gid = gid;
+    st->has_admin_gid = true;
 }

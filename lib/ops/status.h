@@ -6,8 +6,9 @@
  * CJ_STATUS_MAX_LINE is refused, output over CJ_STATUS_MAX_OUTPUT pauses reading
  * until the client drains it, and an idle or never-reading client is closed after
  * a timeout.  Access levels: the kernel checks the socket mode; of those who get
- * in, root and the daemon's own uid may change things (pause, resume, reload,
- * shutdown), everyone else may only read (show, help).
+ * in, root, the daemon's own uid and the members of an admin group
+ * ([status] admin_group) may change things (pause, resume, reload, shutdown,
+ * job start), everyone else may only read (show, help).
  *
  * Open files (SCM_RIGHTS) may come with a command line's bytes, sent with
  * them in one sendmsg: they belong to the line holding the last byte of the
@@ -82,6 +83,9 @@ void cj_status_answer(struct cj_status_wait *w, int code, const char *text);
 struct cj_status *cj_status_new(struct event_base *base, const char *path, mode_t mode,
                                 const struct cj_status_ops *ops, struct cj_err *err);
 void cj_status_free(struct cj_status *st);       /* closes clients, unlinks the socket */
+/* Members of gid (the peer's group, or one of its supplementary groups,
+ * SO_PEERGROUPS) are admin too, from the next connection on. */
+void cj_status_set_admin_group(struct cj_status *st, gid_t gid);
 int cj_status_clients(const struct cj_status *st);
 
 /* The line protocol without the socket (the server uses these; so does the fuzzer). */

@@ -1,9 +1,9 @@
 #!/bin/sh
 # A job's TLS files handed over as open files: the site daemon runs as a service account
 # (uid 4242, as the packaged unit runs it as cjrelay) that cannot read the startup kit's key
-# (0600, owned by root here, by the FLARE account on a site); root, as FLARE's client parent
-# would, opens the kit's files and passes them with `job start` (cjrelayctl --pass,
-# SCM_RIGHTS on the status socket):
+# (0600, owned by the FLARE account, uid 4244 here); the client parent, which can, opens the
+# kit's files and passes them with `job start` (cjrelayctl --pass, SCM_RIGHTS on the status
+# socket):
 # (a) the same job naming the key by its path is refused: the daemon cannot read it
 # (b) with tls_fds the job connects over mutual TLS (the simulator requires the client
 #     certificate) and its round verifies; show config job names the files fd:<path>; no
@@ -13,11 +13,14 @@
 #     device, a key that does not match, more than three on one line, from a read-only
 #     client, with a line never finished: each is answered (or the client dropped) and the
 #     daemon's descriptor count is the same afterwards
+# (d) the client parent as the FLARE account itself (not root): a member of [status]
+#     admin_group (4243) may start the job with the kit's files; without the group it is
+#     read-only (ERR 403)
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { skip "needs root to start the daemon as another uid"; finish; }
 command -v setpriv >/dev/null || { skip "setpriv missing"; finish; }
 command -v openssl >/dev/null || { skip "openssl missing"; finish; }
-SVC=4242
+SVC=4242; FLARE=4244; ADMINS=4243
 W=$(mktemp -d /tmp/cjrelay-fdpass.XXXXXX); chmod 755 "$W"; PID=; SIM=
 cleanup() {
     for p in $PID $SIM; do kill -9 "$p" 2>/dev/null; done
@@ -31,14 +34,14 @@ D=$W/cjrelayd; C=$W/cjrelayctl; S=$BUILD/cjrelay-sim
 # The kit as provisioning leaves it: certificates readable, the key owner-only (root's here).
 K=$W/kit
 sh "$ROOT/tests/unit/tls_certs.sh" "$K" || { fail "tls_certs.sh could not make the certificates"; finish; }
-chmod 755 "$K"; chmod 644 "$K"/*.pem "$K"/*.crt; chmod 600 "$K"/*.key; chown root:root "$K"/*.key
+chmod 755 "$K"; chmod 644 "$K"/*.pem "$K"/*.crt; chmod 600 "$K"/*.key; chown "$FLARE:$FLARE" "$K"/*.key
 mkdir -p "$W/run" && chown "$SVC:$SVC" "$W/run"
 ctl() { $C -s "$W/run/status.sock" "$@"; }
 nfd() { ls "/proc/$PID/fd" 2>/dev/null | wc -l; }
 
 relay_ini "$W/site.ini" relay.job_id= relay.max_jobs=4 workers.command="$W/cjrelay-worker" \
     workers.heartbeat_interval=1 workers.heartbeat_timeout=5 workers.shutdown_grace=1 \
-    status.socket="$W/run/status.sock" status.socket_mode=0666 log.level=info
+    status.socket="$W/run/status.sock" status.socket_mode=0666 status.admin_group=$ADMINS log.level=info
 setpriv --reuid=$SVC --regid=$SVC --clear-groups "$D" -c "$W/site.ini" > "$W/relay.log" 2>&1 & PID=$!
 wait_for 10 test -S "$W/run/status.sock"
 check "the daemon runs as uid $SVC" sh -c "grep -q '^Uid:[[:space:]]*$SVC[[:space:]]' /proc/$PID/status"
@@ -121,6 +124,19 @@ wait_for 60 sh -c "grep -q '^SIM OK\|^SIM FAIL' $W/sim.out"
 check "(b) JF's round verified through the relay over mutual TLS: $(tail -1 "$W/sim.out")" grep -q '^SIM OK rounds=1' "$W/sim.out"
 check "(b) the link was TLS with the server's certificate" grep -q "TLS established: .*peer CN=server" "$W/relay.log"
 check "(b) the log says the job's TLS files came as open files" grep -q "job start: job JF .*tls_fds ca_file,cert_file,key_file" "$W/relay.log"
+
+# (d) the FLARE account as the client parent
+$S --listen "stcp://127.0.0.1:0" --tls-dir "$K" --job-id JG --rounds 1 --model-size 4M --tensors 2 \
+    > "$W/simg.out" 2> "$W/simg.err" & SIM="$SIM $!"
+PORT=$(sim_port "$W/simg.out") || fail "the second simulator did not start"
+AS_FLARE="setpriv --reuid=$FLARE --regid=$FLARE --clear-groups"
+r=$($AS_FLARE $C -s "$W/run/status.sock" $PASS job start "$(job JG "$FDS")")
+check "(d) the FLARE account outside admin_group may not start a job: $r" sh -c "printf '%s' \"\$1\" | grep -q '^ERR 403 '" - "$r"
+r=$(setpriv --reuid=$FLARE --regid=$FLARE --groups=$ADMINS $C -s "$W/run/status.sock" $PASS job start "$(job JG "$FDS")")
+check "(d) the FLARE account in admin_group starts JG with the kit's files: $r" [ "$r" = "OK job JG started" ]
+wait_for 60 sh -c "grep -q '^SIM OK\|^SIM FAIL' $W/simg.out"
+check "(d) JG's round verified over mutual TLS: $(tail -1 "$W/simg.out")" grep -q '^SIM OK rounds=1' "$W/simg.out"
+check "(d) the log names the admin peer's uid" grep -q "status: pid [0-9]* uid $FLARE (admin): job start" "$W/relay.log"
 
 kill -TERM "$PID" 2>/dev/null; wait_for 10 sh -c "! kill -0 $PID 2>/dev/null"; PID=
 if [ "$_f" -gt 0 ]; then note "$W/relay.log" | tail -30; note "$W/sim.err" | tail -10; fi

@@ -2,8 +2,8 @@
 
 One AF_UNIX stream connection per call; one command per line. An answer is lines ending with
 one empty line; an error is the single line ``ERR <code> <text>``. The peer's credentials
-(``SO_PEERCRED``) decide what the daemon allows, so the CP must run as root or as the
-daemon's user to start and stop jobs.
+(``SO_PEERCRED``) decide what the daemon allows, so the CP must run as root, as the
+daemon's user or as a member of its ``[status] admin_group`` to start and stop jobs.
 
 The ``job start`` line carries the job's credentials: this module never logs a command line,
 and error texts it raises name the command's verb only. It may also carry open files (the
