@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jobfds.c — a job start's TLS files read from the descriptors passed with
  * its line (see jobfds.h). */
 #include "ops/jobfds.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jobfds.h — a job start's TLS files handed over as open files: the
  * descriptors that came with the `job start` line (ops/status.h), named by
  * the description's tls_fds (ops/jobdesc.h), read at once into memory.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # A job's TLS files handed over as open files: the site daemon runs as a service account
 # (uid 4242, as the packaged unit runs it as cjrelay) that cannot read the startup kit's key
 # (0600, owned by the FLARE account, uid 4244 here); the client parent, which can, opens the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The startup kit's TLS files handed to cjrelayd as open files.
 
 The client parent (CP) can read the kit (``startup/rootCA.pem``, ``client.crt``, ``client.key``;
