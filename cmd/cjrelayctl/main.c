@@ -1,11 +1,13 @@
 /* cjrelayctl — talk to cjrelayd's status socket.
  *
- *   cjrelayctl [-s SOCKET] [-c FILE] COMMAND [ARGS] [json]
+ *   cjrelayctl [-s SOCKET] [-c FILE] [--pass FILE]... COMMAND [ARGS] [json]
  *
  * Sends one command line, prints the answer up to its closing empty line.  A
  * last argument "-" is replaced by standard input (line breaks become spaces):
  * `cjrelayctl job start - < job.json` keeps a description's credentials off
- * every argv.
+ * every argv.  Each --pass FILE is opened (read-only, with the caller's
+ * rights) and passed with the line as an open file (SCM_RIGHTS), the first
+ * as index 0: a job description's tls_fds name them (doc/interface.md).
  * Exit statuses: ops/exitcodes.c (0 on OK/data, 1 on an ERR answer, 2 when the
  * socket cannot be reached). */
 #include <errno.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -25,12 +28,13 @@
 #define DEFAULT_SOCKET "/run/cjrelay/status.sock"
 #define ANSWER_TIMEOUT_MS 30000
 #define LINE_MAX_BYTES (64 * 1024)   /* the daemon's longest command line (a job description) */
+#define PASS_MAX 3                   /* open files with one line: the daemon's CJ_STATUS_MAX_FDS */
 
 /* The commands are the daemon's table (ops/commands.c): the list cannot drift. */
 static void usage(FILE *f)
 {
     char line[256];
-    fprintf(f, "usage: cjrelayctl [-s SOCKET] [-c FILE] COMMAND [ARGS] [json]\ncommands:\n");
+    fprintf(f, "usage: cjrelayctl [-s SOCKET] [-c FILE] [--pass FILE]... COMMAND [ARGS] [json]\ncommands:\n");
     for (int i = 0; i < CJ_CMD_COUNT; i++) {
         fprintf(f, "  %-20s %s%s\n", cj_cmd_usage((enum cj_cmd)i, false, line, sizeof line), cj_cmds[i].help,
                 cj_cmds[i].access == CJ_ACCESS_ADMIN ? " (admin)" : "");
@@ -38,6 +42,8 @@ static void usage(FILE *f)
             fprintf(f, "      %-16s %s\n", cj_shows[t].name, cj_shows[t].help);
     }
     fprintf(f, "a last argument '-' is read from standard input (job start - < job.json)\n");
+    fprintf(f, "--pass FILE: open FILE and pass it with the command as an open file (at most %d; the first is\n"
+               "  index 0 of a job description's tls_fds): the daemon reads it without the right to open it\n", PASS_MAX);
     fprintf(f, "socket: -s SOCKET, else [status] socket of -c FILE, else %s\n", DEFAULT_SOCKET);
     fprintf(f, "exit status:\n");
     for (size_t i = 0; i < cj_exit_ncodes; i++)
@@ -72,6 +78,31 @@ static int send_all(int fd, const char *buf, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+/* The line's first bytes go with the open files (the daemon gives them to
+ * the line that holds the last byte of the read that brings them), the rest
+ * after them. */
+static int send_line(int fd, const char *buf, size_t n, const int *files, int nfiles)
+{
+    if (!nfiles) return send_all(fd, buf, n);
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int) * PASS_MAX)];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {(void *)buf, n};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+                       .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfiles)};
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfiles);
+    memcpy(CMSG_DATA(h), files, sizeof(int) * (size_t)nfiles);
+    ssize_t w;
+    while ((w = sendmsg(fd, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {}
+    if (w < 0) return -1;
+    return send_all(fd, buf + w, n - (size_t)w);
 }
 
 /* Reads until the empty line that ends an answer (waiting at most
@@ -133,9 +164,19 @@ static int append_stdin(char *line, size_t *len)
 int main(int argc, char **argv)
 {
     const char *sock = NULL, *conf = NULL;
+    int files[PASS_MAX], nfiles = 0;
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (!strcmp(argv[i], "-s") && i + 1 < argc) sock = argv[++i];
+        else if (!strcmp(argv[i], "--pass") && i + 1 < argc) {
+            const char *file = argv[++i];
+            if (nfiles == PASS_MAX) { fprintf(stderr, "cjrelayctl: --pass: at most %d files\n", PASS_MAX); return CJ_CTL_EXIT_UNREACHABLE; }
+            if ((files[nfiles] = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY)) < 0) {
+                fprintf(stderr, "cjrelayctl: --pass: cannot open %s: %s\n", file, strerror(errno));
+                return CJ_CTL_EXIT_UNREACHABLE;
+            }
+            nfiles++;
+        }
         else if (!strcmp(argv[i], "-c") && i + 1 < argc) conf = argv[++i];
         else if (!strcmp(argv[i], "--version")) { printf("cjrelayctl %s\n", CJRELAY_VERSION); return CJ_CTL_EXIT_OK; }
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return CJ_CTL_EXIT_OK; }
@@ -160,7 +201,7 @@ int main(int argc, char **argv)
     line[len] = '\0';
     int fd = connect_socket(sock);
     if (fd < 0) return CJ_CTL_EXIT_UNREACHABLE;
-    if (send_all(fd, line, len) != 0) {
+    if (send_line(fd, line, len, files, nfiles) != 0) {
         fprintf(stderr, "cjrelayctl: cannot send to %s: %s\n", sock, strerror(errno));
         close(fd);
         return CJ_CTL_EXIT_UNREACHABLE;

@@ -1,6 +1,7 @@
 /* tls.c — OpenSSL client/server contexts and error text (see tls.h). */
 #include "net/tls.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -89,22 +90,90 @@ static SSL_CTX *new_ctx(const SSL_METHOD *method, struct cj_err *err)
     return ctx;
 }
 
-static int load_cert_key(SSL_CTX *ctx, const char *cert_file, const char *key_file, struct cj_err *err)
+int cj_tls_no_passphrase(char *buf, int size, int rwflag, void *u)
 {
-    if (!cert_file || !*cert_file || SSL_CTX_use_certificate_chain_file(ctx, cert_file) != 1) {
-        fail_ctx(NULL, err, "cannot load certificate", cert_file);
+    (void)buf; (void)size; (void)rwflag; (void)u;
+    return 0;
+}
+
+static BIO *pem_bio(const struct cj_tls_pem *p)
+{
+    return p->len <= (size_t)INT32_MAX ? BIO_new_mem_buf(p->text, (int)p->len) : NULL;
+}
+
+int cj_tls_store_add_pem(X509_STORE *store, const struct cj_tls_pem *pem)
+{
+    BIO *b = pem_bio(pem);
+    STACK_OF(X509_INFO) *infos = b ? PEM_X509_INFO_read_bio(b, NULL, cj_tls_no_passphrase, NULL) : NULL;
+    BIO_free(b);
+    int certs = 0, rc = 0;
+    for (int i = 0; infos && i < sk_X509_INFO_num(infos) && !rc; i++) {
+        X509_INFO *xi = sk_X509_INFO_value(infos, i);
+        if (xi->x509 && X509_STORE_add_cert(store, xi->x509) != 1) rc = -1;
+        if (xi->crl && X509_STORE_add_crl(store, xi->crl) != 1) rc = -1;
+        certs += xi->x509 != NULL;
+    }
+    sk_X509_INFO_pop_free(infos, X509_INFO_free);
+    return rc || !certs ? -1 : 0;
+}
+
+/* As SSL_CTX_use_certificate_chain_file does with a file: the first
+ * certificate is ours, the ones after it its chain. */
+static int use_chain_pem(SSL_CTX *ctx, const struct cj_tls_pem *p)
+{
+    BIO *b = pem_bio(p);
+    X509 *leaf = b ? PEM_read_bio_X509_AUX(b, NULL, cj_tls_no_passphrase, NULL) : NULL;
+    int ok = leaf && SSL_CTX_use_certificate(ctx, leaf) == 1 && SSL_CTX_clear_chain_certs(ctx) == 1;
+    X509_free(leaf);
+    for (X509 *x; ok && (x = PEM_read_bio_X509(b, NULL, cj_tls_no_passphrase, NULL));)
+        if (SSL_CTX_add0_chain_cert(ctx, x) != 1) {
+            X509_free(x);
+            ok = 0;
+        }
+    unsigned long e = ERR_peek_last_error();   /* the end of the text, not a fault */
+    if (ok && ERR_GET_LIB(e) == ERR_LIB_PEM && ERR_GET_REASON(e) == PEM_R_NO_START_LINE) ERR_clear_error();
+    else if (ok && e) ok = 0;
+    BIO_free(b);
+    return ok ? 1 : 0;
+}
+
+static int use_key_pem(SSL_CTX *ctx, const struct cj_tls_pem *p)
+{
+    BIO *b = pem_bio(p);
+    EVP_PKEY *k = b ? PEM_read_bio_PrivateKey(b, NULL, cj_tls_no_passphrase, NULL) : NULL;
+    int ok = k && SSL_CTX_use_PrivateKey(ctx, k) == 1;
+    EVP_PKEY_free(k);
+    BIO_free(b);
+    return ok ? 1 : 0;
+}
+
+static int load_cert_key(SSL_CTX *ctx, const struct cj_tls_client_opts *o, struct cj_err *err)
+{
+    const char *cert = o->cert_pem ? o->cert_pem->name : o->cert_file;
+    const char *key = o->key_pem ? o->key_pem->name : o->key_file;
+    int ok = o->cert_pem ? use_chain_pem(ctx, o->cert_pem)
+                         : cert && *cert && SSL_CTX_use_certificate_chain_file(ctx, cert) == 1;
+    if (!ok) {
+        fail_ctx(NULL, err, "cannot load certificate", cert);
         return -1;
     }
     /* SSL_FILETYPE_PEM reads both "RSA PRIVATE KEY" (PKCS#1) and "PRIVATE KEY" (PKCS#8). */
-    if (!key_file || !*key_file || SSL_CTX_use_PrivateKey_file(ctx, key_file, SSL_FILETYPE_PEM) != 1) {
-        fail_ctx(NULL, err, "cannot load private key", key_file);
+    ok = o->key_pem ? use_key_pem(ctx, o->key_pem) : key && *key && SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) == 1;
+    if (!ok) {
+        fail_ctx(NULL, err, "cannot load private key", key);
         return -1;
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
-        fail_ctx(NULL, err, "private key does not match the certificate in", cert_file);
+        fail_ctx(NULL, err, "private key does not match the certificate in", cert);
         return -1;
     }
     return 0;
+}
+
+static int load_ca(SSL_CTX *ctx, const struct cj_tls_client_opts *o)
+{
+    if (o->ca_pem) return cj_tls_store_add_pem(SSL_CTX_get_cert_store(ctx), o->ca_pem) == 0;
+    return o->ca_file && *o->ca_file && SSL_CTX_load_verify_locations(ctx, o->ca_file, NULL) == 1;
 }
 
 SSL_CTX *cj_tls_client_ctx(const struct cj_tls_client_opts *o, struct cj_err *err)
@@ -115,12 +184,12 @@ SSL_CTX *cj_tls_client_ctx(const struct cj_tls_client_opts *o, struct cj_err *er
     }
     SSL_CTX *ctx = new_ctx(TLS_client_method(), err);
     if (!ctx) return NULL;
+    SSL_CTX_set_default_passwd_cb(ctx, cj_tls_no_passphrase);
     /* The chain is verified against ca_file only: no system store, no
      * hostname check (NVFlare clients do the same, doc/protocol/cellnet.md §9). */
-    if (!o->ca_file || !*o->ca_file || SSL_CTX_load_verify_locations(ctx, o->ca_file, NULL) != 1)
-        return fail_ctx(ctx, err, "cannot load CA file", o->ca_file);
+    if (!load_ca(ctx, o)) return fail_ctx(ctx, err, "cannot load CA file", o->ca_pem ? o->ca_pem->name : o->ca_file);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-    if (o->mode == CJ_TLS_MUTUAL && load_cert_key(ctx, o->cert_file, o->key_file, err) < 0) {
+    if (o->mode == CJ_TLS_MUTUAL && load_cert_key(ctx, o, err) < 0) {
         SSL_CTX_free(ctx);
         return NULL;
     }
@@ -132,7 +201,8 @@ SSL_CTX *cj_tls_server_ctx(const char *cert_file, const char *key_file, const ch
 {
     SSL_CTX *ctx = new_ctx(TLS_server_method(), err);
     if (!ctx) return NULL;
-    if (load_cert_key(ctx, cert_file, key_file, err) < 0) {
+    struct cj_tls_client_opts files = {.cert_file = cert_file, .key_file = key_file};
+    if (load_cert_key(ctx, &files, err) < 0) {
         SSL_CTX_free(ctx);
         return NULL;
     }

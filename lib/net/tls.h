@@ -23,14 +23,25 @@
 
 enum cj_tls_mode { CJ_TLS_OFF = 0, CJ_TLS_VERIFY = 1, CJ_TLS_MUTUAL = 2 };   /* clear, tls, mtls */
 
+/* A TLS file's text already in memory (a file handed over as an open
+ * descriptor, ops/jobs.c): PEM, len bytes; name stands for it in messages
+ * ("fd:/srv/flare/site-1/startup/client.key"). */
+struct cj_tls_pem {
+    const char *text;
+    size_t len;
+    const char *name;
+};
+
 struct cj_tls_client_opts {
     int mode;                  /* CJ_TLS_VERIFY or CJ_TLS_MUTUAL */
     const char *ca_file;       /* required */
     const char *cert_file;     /* mtls only */
     const char *key_file;      /* mtls only */
+    /* Each, when set, is loaded in place of the file of the same role (no path is opened). */
+    const struct cj_tls_pem *ca_pem, *cert_pem, *key_pem;
 };
 
-/* A client context, or NULL with err naming the file and OpenSSL's reason. */
+/* A client context, or NULL with err naming the file (or the PEM's name) and OpenSSL's reason. */
 SSL_CTX *cj_tls_client_ctx(const struct cj_tls_client_opts *o, struct cj_err *err);
 
 /* A server context.  ca_file may be NULL when !require_client_cert. */
@@ -56,6 +67,14 @@ void cj_tls_error_text(unsigned long code, char *buf, size_t n);
  * there is nothing to add.  E.g. "unknown ca" -> "the peer does not trust our
  * certificate (signed by a CA it does not know)". */
 const char *cj_tls_alert_hint(const char *reason_text);
+
+/* Every certificate and CRL of a PEM text into store, as loading it as a CA
+ * file would.  0, or -1 when it holds no certificate. */
+int cj_tls_store_add_pem(X509_STORE *store, const struct cj_tls_pem *pem);
+
+/* A passphrase callback that gives none: an encrypted key fails to load
+ * instead of prompting on a terminal. */
+int cj_tls_no_passphrase(char *buf, int size, int rwflag, void *u);
 
 /* The subject CN of the first certificate in cert_file (PEM) into cn.  0, or
  * -CJ_E_INVALID with err naming the file (unreadable, not PEM, no CN). */

@@ -7,6 +7,8 @@
 
 #include <stdbool.h>
 
+struct cj_tls_pem;
+
 struct cj_tls_files {
     const char *ca_file;      /* required */
     const char *cert_file;    /* required when mutual */
@@ -17,6 +19,10 @@ struct cj_tls_files {
      * answer the server or the clock decides (the chain to the CA, the dates)
      * nor the key file's mode. */
     bool certain_only;
+    /* Each, when set, is the text checked in place of the file of that role
+     * (net/tls.h: a file handed over as a descriptor; messages name it by the
+     * PEM's name, and the key's mode is not checked: its sender opened it). */
+    const struct cj_tls_pem *ca_pem, *cert_pem, *key_pem;
 };
 
 /* which: "ca_file", "cert_file" or "key_file"; msg: the problem, naming the file. */

@@ -6,21 +6,22 @@
 
 const struct cj_cmd_def cj_cmds[CJ_CMD_COUNT] = {
     [CJ_CMD_HELP] = {"help", CJ_ACCESS_READ, "[command]", 0, 1, true,
-                     "the command list, or one command's usage and what it does"},
+                     "the command list, or one command's usage and what it does", 0},
     [CJ_CMD_SHOW] = {"show", CJ_ACCESS_READ, "[job ID] [json]", 1, 4, false,
-                     "the daemon's state: one target, as text or as one JSON object"},
-    [CJ_CMD_PAUSE] = {"pause", CJ_ACCESS_ADMIN, "", 0, 0, false, "stop pulling new tasks; work in flight goes on"},
-    [CJ_CMD_RESUME] = {"resume", CJ_ACCESS_ADMIN, "", 0, 0, false, "pull new tasks again"},
+                     "the daemon's state: one target, as text or as one JSON object", 0},
+    [CJ_CMD_PAUSE] = {"pause", CJ_ACCESS_ADMIN, "", 0, 0, false, "stop pulling new tasks; work in flight goes on", 0},
+    [CJ_CMD_RESUME] = {"resume", CJ_ACCESS_ADMIN, "", 0, 0, false, "pull new tasks again", 0},
     [CJ_CMD_RELOAD] = {"reload", CJ_ACCESS_ADMIN, "", 0, 0, false,
-                       "re-read the configuration file, as SIGHUP; a bad file keeps the running one"},
+                       "re-read the configuration file, as SIGHUP; a bad file keeps the running one", 0},
     [CJ_CMD_SHUTDOWN] = {"shutdown", CJ_ACCESS_ADMIN, "[now]", 0, 1, false,
-                         "drain (no new tasks, work in flight finishes) then exit; now: stop at once"},
+                         "drain (no new tasks, work in flight finishes) then exit; now: stop at once", 0},
     [CJ_CMD_JOB_START] = {"job start", CJ_ACCESS_ADMIN, "<json>", 1, 1, true,
-                          "start a job from a one-line JSON job description (doc/interface.md)"},
+                          "start a job from a one-line JSON job description (doc/interface.md); its TLS "
+                          "files may come with the line as open files (tls_fds)", 3},
     [CJ_CMD_JOB_STOP] = {"job stop", CJ_ACCESS_ADMIN, "<job_id> [reason]", 1, 2, true,
-                         "end a job as aborted: workers stopped, the server told"},
+                         "end a job as aborted: workers stopped, the server told", 0},
     [CJ_CMD_JOB_WAIT] = {"job wait", CJ_ACCESS_READ, "<job_id>", 1, 1, false,
-                         "answer once the job has ended: its outcome (a JobReturnCode) and reason"},
+                         "answer once the job has ended: its outcome (a JobReturnCode) and reason", 0},
 };
 
 const struct cj_show_def cj_shows[CJ_SHOW_COUNT] = {

@@ -26,7 +26,7 @@ enum cj_cmd {
 
 enum cj_access {
     CJ_ACCESS_READ,    /* any client the socket's mode lets in */
-    CJ_ACCESS_ADMIN,   /* root and the daemon's own user */
+    CJ_ACCESS_ADMIN,   /* root, the daemon's own user, [status] admin_group */
 };
 
 struct cj_cmd_def {
@@ -38,6 +38,8 @@ struct cj_cmd_def {
     bool rest;               /* the last argument is the rest of the line, blanks and
                               * all (a JSON text, a reason in words) */
     const char *help;        /* one line: what it does */
+    int max_fds;             /* open files it takes with its line (SCM_RIGHTS), 0: none
+                              * (a line bringing any is refused) */
 };
 
 enum cj_show {

@@ -156,6 +156,10 @@ static const struct cj_cfg_key keys[] = {
     {KEY("status", "socket_group"), CJ_T_STR, "", 0, 0, NULL, RESTART, 0,
      "group of the status socket (a name or a gid): with socket_mode 0660 its members may read, not change",
      FIELD(status.socket_group)},
+    {KEY("status", "admin_group"), CJ_T_STR, "", 0, 0, NULL, RESTART, 0,
+     "a group (a name or a gid) whose members may change things too, as root and the daemon's user may: "
+     "FLARE's client parent's account, to start jobs",
+     FIELD(status.admin_group)},
 
     {KEY("limits", "stream_chunk"), CJ_T_SIZE, "1M", 4 * KiB, 64 * MiB, NULL, RESTART, 0,
      "bytes per chunk of a streamed message; at most stream_window", FIELD(limits.stream_chunk)},

@@ -26,7 +26,7 @@
 
 #include "util/parse.h"
 
-#define CJ_CFG_NKEYS     50       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_NKEYS     51       /* rows in the key table (checked in config.c) */
 #define CJ_CFG_PATH_MAX  1024
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
@@ -102,6 +102,7 @@ struct cj_config {
         char socket[CJ_CFG_PATH_MAX];
         unsigned socket_mode;
         char socket_group[CJ_CFG_NAME_MAX];   /* "" = the daemon's group */
+        char admin_group[CJ_CFG_NAME_MAX];    /* "" = no group: only root and the daemon's user are admin */
     } status;
     struct {
         int64_t stream_chunk;

@@ -258,7 +258,9 @@ static int cmd_job_start(struct cj_daemon *d, char **args, int nargs, struct cj_
                          size_t msgsz)
 {
     if (d->state != RUN_RUNNING) { snprintf(msg, msgsz, "the daemon is %s", cj_daemon_state_name(d)); return 503; }
-    return cj_jobs_start_json(d->jobs, args[0], msg, msgsz);
+    const int *fds;
+    int nfds = cj_status_call_fds(call, &fds);
+    return cj_jobs_start_json(d->jobs, args[0], fds, nfds, msg, msgsz);
 }
 
 static int cmd_job_stop(struct cj_daemon *d, char **args, int nargs, struct cj_status_call *call, char *msg,

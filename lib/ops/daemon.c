@@ -284,6 +284,18 @@ static int give_status_socket(const struct cj_config *cfg, struct cj_err *err)
     return 0;
 }
 
+/* [status] admin_group: its members are admin of the status socket too. */
+static int set_admin_group(struct cj_status *st, const struct cj_config *cfg, struct cj_err *err)
+{
+    gid_t gid;
+    char why[300];
+    if (!cfg->status.admin_group[0]) return 0;
+    if (cj_group_resolve(cfg->status.admin_group, &gid, why, sizeof why) != 0)
+        return cj_fail(err, CJ_E_INVALID, 0, "[status] admin_%s", why);
+    cj_status_set_admin_group(st, gid);
+    return 0;
+}
+
 struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config *cfg, struct cj_err *err)
 {
     struct cj_daemon *d = calloc(1, sizeof *d);
@@ -300,7 +312,7 @@ struct cj_daemon *cj_daemon_new(const char *config_path, const struct cj_config 
     struct cj_status_ops ops;
     cj_control_ops(d, &ops);
     d->status = cj_status_new(d->base, d->cfg.status.socket, (mode_t)d->cfg.status.socket_mode, &ops, err);
-    if (d->status && (give_status_socket(&d->cfg, err) != 0 ||
+    if (d->status && (give_status_socket(&d->cfg, err) != 0 || set_admin_group(d->status, &d->cfg, err) != 0 ||
                       (d->cfg.metrics.listen.kind &&
                        !(d->metrics = cj_metrics_http_new(d->base, &d->cfg.metrics.listen, cj_control_metrics, d, err))))) {
         cj_daemon_free(d);

@@ -89,7 +89,8 @@ static int open_worker_listeners(struct cj_job *j, const struct cj_account *acc,
     return 0;
 }
 
-static int start_upstream(struct cj_job *j, struct cj_err *err)
+/* pem: NULL, or the TLS files' texts that replace the files (ca, cert, key). */
+static int start_upstream(struct cj_job *j, const struct cj_tls_pem *const *pem, struct cj_err *err)
 {
     const struct cj_config *c = &j->cfg;
     cj_endpoint_format(&c->upstream.url, j->upstream_url, sizeof j->upstream_url);
@@ -97,6 +98,7 @@ static int start_upstream(struct cj_job *j, struct cj_err *err)
         struct cj_tls_client_opts o = {
             .mode = c->upstream.connection_security == CJ_SEC_MTLS ? CJ_TLS_MUTUAL : CJ_TLS_VERIFY,
             .ca_file = c->upstream.ca_file, .cert_file = c->upstream.cert_file, .key_file = c->upstream.key_file,
+            .ca_pem = pem ? pem[0] : NULL, .cert_pem = pem ? pem[1] : NULL, .key_pem = pem ? pem[2] : NULL,
         };
         if (!(j->tls = cj_tls_client_ctx(&o, err))) return -1;
     }
@@ -269,7 +271,7 @@ static int start_cell(struct cj_job *j, const struct cj_job_opts *opts, struct c
         fo.boot_extrac = opts->boot_extrac;
     }
     if (!(j->fl = cj_flrun_new(j->base, j->stream, j->router, &j->cfg, &fo, &cbs, err))) return -1;
-    return start_upstream(j, err);
+    return start_upstream(j, opts ? opts->tls_pem : NULL, err);
 }
 
 /* ---- the client parent ------------------------------------------------------------ */

@@ -37,8 +37,13 @@ enum cj_job_outcome {
 enum cj_job_state { CJ_JOB_STARTING, CJ_JOB_RUNNING, CJ_JOB_STOPPING, CJ_JOB_ENDED };
 
 /* What a job started at run time brings beyond its configuration (all optional). */
+struct cj_tls_pem;
+
 struct cj_job_opts {
     const struct cj_creds *creds;   /* its credentials, else the site's (file, environment) */
+    const struct cj_tls_pem *const *tls_pem;   /* NULL, or 3 (ca, cert, key), each NULL or the text loaded in
+                                                  place of that [upstream] file (a file passed as a descriptor);
+                                                  read during cj_job_new only */
     const char *dir;                /* its own runtime directory (bootstrap files, worker socket):
                                        created 0711 at start, removed when the job is released */
     const char *workspace;          /* FLARE's workspace: <workspace>/<job_id>/_process_rc.txt at the end */

@@ -460,6 +460,42 @@ static int on_boot(struct jd *p, const char *key)
     return 0;
 }
 
+/* ---- TLS files passed as open files ------------------------------------------------------------------ */
+
+const char *const cj_jobdesc_tls_keys[CJ_JOBDESC_TLS_FDS] = {"ca_file", "cert_file", "key_file"};
+static const unsigned tls_path_bits[CJ_JOBDESC_TLS_FDS] = {CJ_JD_CA_FILE, CJ_JD_CERT_FILE, CJ_JD_KEY_FILE};
+
+/* One "ca_file": 0 of tls_fds: the index of the file's descriptor among those passed with the line. */
+static int on_tls_fd(struct jd *p, const char *key)
+{
+    struct cj_job_desc *d = p->d;
+    for (int i = 0; i < CJ_JOBDESC_TLS_FDS; i++) {
+        if (strcmp(key, cj_jobdesc_tls_keys[i])) continue;
+        if (d->tls_fdmask & (1u << i)) return fail(p, "duplicate key");
+        uint64_t v;
+        int c = cj_json_peek(&p->j);
+        if (c != '-' && (c < '0' || c > '9')) return want(p, '0', "an integer");
+        if (cj_json_uint(&p->j, &v)) return json_fail(p);
+        if (v >= CJ_JOBDESC_TLS_FDS) return fail(p, "not a descriptor index (0 .. %d)", CJ_JOBDESC_TLS_FDS - 1);
+        d->tls_fdmask |= 1u << i;
+        d->tls_fd[i] = (int)v;
+        return 0;
+    }
+    return fail(p, "unknown (ca_file, cert_file, key_file)");
+}
+
+/* A file comes as a path or as a descriptor, not both. */
+static int tls_fds_alone(struct jd *p)
+{
+    for (int i = 0; i < CJ_JOBDESC_TLS_FDS; i++) {
+        if (!(p->d->tls_fdmask & (1u << i)) || !(p->d->has & tls_path_bits[i])) continue;
+        push(p, "tls_fds", -1);
+        push(p, cj_jobdesc_tls_keys[i], -1);
+        return fail(p, "%s is given as a path too", cj_jobdesc_tls_keys[i]);
+    }
+    return 0;
+}
+
 /* ---- the top level ---------------------------------------------------------------------------------- */
 
 static int on_top(struct jd *p, const char *key)
@@ -476,6 +512,7 @@ static int on_top(struct jd *p, const char *key)
     if (!strcmp(key, "ca_file")) return once(p, CJ_JD_CA_FILE) || rd_path(p, "upstream.ca_file", d->ca_file) ? -1 : 0;
     if (!strcmp(key, "cert_file")) return once(p, CJ_JD_CERT_FILE) || rd_path(p, "upstream.cert_file", d->cert_file) ? -1 : 0;
     if (!strcmp(key, "key_file")) return once(p, CJ_JD_KEY_FILE) || rd_path(p, "upstream.key_file", d->key_file) ? -1 : 0;
+    if (!strcmp(key, "tls_fds")) return once(p, CJ_JD_TLS_FDS) || walk_object(p, on_tls_fd) ? -1 : 0;
     if (!strcmp(key, "project_name"))
         return once(p, CJ_JD_PROJECT) || read_text(p, CJ_JOBDESC_PROJECT_MAX + 1) ||
                ini_rule(p, "upstream.project_name", d->project_name, sizeof d->project_name, "") ? -1 : 0;
@@ -497,6 +534,7 @@ static int parse(struct jd *p, size_t len)
     if (c != '{') return fail(p, "not a JSON object");
     if (walk_object(p, on_top)) return -1;
     if (cj_json_peek(&p->j) >= 0) return fail(p, "trailing bytes at offset %zu", p->j.pos);
+    if (tls_fds_alone(p)) return -1;
     if (!(p->d->has & CJ_JD_JOB_ID)) {
         push(p, "job_id", -1);
         return fail(p, "missing");
@@ -575,6 +613,16 @@ static int apply(const struct cj_job_desc *d, const struct override *o, struct c
     return 0;
 }
 
+/* A TLS file passed as a descriptor: the key shows its label. */
+static void apply_tls_fd(const struct cj_job_desc *d, int i, struct cj_config *c)
+{
+    const struct cj_cfg_key *k = cj_config_find("upstream", cj_jobdesc_tls_keys[i]);
+    char *field = (char *)c + k->off;
+    if (d->tls_label[i][0]) snprintf(field, k->size, "%s", d->tls_label[i]);
+    else snprintf(field, k->size, "fd:%d", d->tls_fd[i]);
+    c->origin.key_line[k - cj_config_keys(NULL)] = 1;
+}
+
 struct first_problem {
     char *why;
     size_t whysz;
@@ -600,6 +648,8 @@ int cj_jobdesc_config(const struct cj_job_desc *d, const struct cj_config *site,
     int rc = 0;
     for (size_t i = 0; i < NOVERRIDES && !rc; i++)
         if (d->has & overrides[i].bit) rc = apply(d, &overrides[i], c, why, whysz);
+    for (int i = 0; i < CJ_JOBDESC_TLS_FDS && !rc; i++)
+        if (d->tls_fdmask & (1u << i)) apply_tls_fd(d, i, c);
     struct first_problem f = {why, whysz, 0};
     if (!rc && cj_config_check(c, on_problem, &f)) rc = -1;
     if (!rc) *job = *c;
@@ -655,6 +705,8 @@ size_t cj_jobdesc_describe(const struct cj_job_desc *d, char *buf, size_t len)
     if (h & CJ_JD_SERVER_URL) put(&l, " server %s", d->server_url);
     if (h & CJ_JD_SECURITY) put(&l, " security %s", allowed_name("upstream", "connection_security", d->connection_security));
     if (h & CJ_JD_PROJECT) put(&l, " project %s", d->project_name);
+    for (int i = 0, n = 0; i < CJ_JOBDESC_TLS_FDS; i++)
+        if (d->tls_fdmask & (1u << i)) put(&l, "%s%s", n++ ? "," : " tls_fds ", cj_jobdesc_tls_keys[i]);
     if (h & CJ_JD_PARENT_URL) put(&l, " parent %s", d->parent_url);
     if (h & CJ_JD_MODE) put(&l, " mode %s", allowed_name("relay", "mode", d->mode));
     if (h & CJ_JD_WORKSPACE) put(&l, " workspace %s", d->workspace);

@@ -24,6 +24,9 @@
  *   bootstrap                    CJ_JOBDESC_BOOT_MAX entries, CJ_JOBDESC_BOOT_TEXT bytes in all,
  *                                values nested at most CJ_JOBDESC_BOOT_DEPTH deep
  *   keys (env names, bootstrap)  CJ_JOBDESC_NAME_MAX - 1
+ *   tls_fds                      an index 0 .. CJ_JOBDESC_TLS_FDS - 1 for each of
+ *                                ca_file, cert_file, key_file (not both a path and a
+ *                                descriptor for one file)
  *
  * Credentials are wiped by cj_jobdesc_clear (and by a failed parse); nothing
  * here logs or prints them, and cj_jobdesc_describe leaves them out. */
@@ -48,6 +51,10 @@
 #define CJ_JOBDESC_BOOT_MAX     32
 #define CJ_JOBDESC_BOOT_TEXT    (16 * 1024)
 #define CJ_JOBDESC_BOOT_DEPTH   8
+#define CJ_JOBDESC_TLS_FDS      3                       /* ca_file, cert_file, key_file */
+
+/* The TLS files' keys, in the order of tls_fd[] and tls_label[]. */
+extern const char *const cj_jobdesc_tls_keys[CJ_JOBDESC_TLS_FDS];
 
 /* Which keys the description gave (struct cj_job_desc.has). */
 enum {
@@ -55,7 +62,7 @@ enum {
     CJ_JD_SECURITY = 1u << 3, CJ_JD_CA_FILE = 1u << 4, CJ_JD_CERT_FILE = 1u << 5,
     CJ_JD_KEY_FILE = 1u << 6, CJ_JD_PROJECT = 1u << 7, CJ_JD_PARENT_URL = 1u << 8,
     CJ_JD_CREDENTIALS = 1u << 9, CJ_JD_MODE = 1u << 10, CJ_JD_WORKSPACE = 1u << 11,
-    CJ_JD_WORKER = 1u << 12, CJ_JD_BOOTSTRAP = 1u << 13,
+    CJ_JD_WORKER = 1u << 12, CJ_JD_BOOTSTRAP = 1u << 13, CJ_JD_TLS_FDS = 1u << 14,
     /* inside "worker" */
     CJ_JD_ARGV = 1u << 16, CJ_JD_CWD = 1u << 17, CJ_JD_ENV = 1u << 18, CJ_JD_USER = 1u << 19,
     CJ_JD_GROUP = 1u << 20, CJ_JD_COUNT = 1u << 21, CJ_JD_LISTEN = 1u << 22,
@@ -70,6 +77,14 @@ struct cj_job_desc {
     char ca_file[CJ_CFG_PATH_MAX];
     char cert_file[CJ_CFG_PATH_MAX];
     char key_file[CJ_CFG_PATH_MAX];
+    /* tls_fds: the TLS files that come as open files with the job start line
+     * (bit i of tls_fdmask: tls_fd[i] is given, the index of its descriptor
+     * among those passed, in the order of cj_jobdesc_tls_keys).  tls_label[i]
+     * is set by the caller, from the descriptor, before cj_jobdesc_config: the
+     * value the job's configuration shows for the key ("fd:/srv/.../client.key"). */
+    unsigned tls_fdmask;
+    int tls_fd[CJ_JOBDESC_TLS_FDS];
+    char tls_label[CJ_JOBDESC_TLS_FDS][CJ_CFG_PATH_MAX];
     char project_name[CJ_JOBDESC_PROJECT_MAX];
     char parent_url[CJ_JOBDESC_URL_MAX];       /* tcp://HOST:PORT on loopback */
     struct {                                   /* all three, when CJ_JD_CREDENTIALS */
@@ -103,6 +118,7 @@ int cj_jobdesc_parse(const char *json, size_t len, struct cj_job_desc *out, char
 /* The job's configuration: *site with the description's keys over it
  *   job_id -> [relay] job_id           server_url -> [upstream] url
  *   connection_security, ca_file, cert_file, key_file, project_name -> [upstream] the same
+ *   tls_fds.<file> -> [upstream] <file> = tls_label[i] ("fd:<index>" when empty)
  *   mode -> [relay] mode               worker.argv -> [workers] command (quoted)
  *   worker.count, worker.listen -> [workers] count, listen
  * (parent_url, credentials, workspace, worker.cwd/env/user/group and bootstrap

@@ -15,11 +15,13 @@
 #include "fl/creds.h"
 #include "net/tlscheck.h"
 #include "ops/jobdesc.h"
+#include "ops/jobfds.h"
 #include "util/account.h"
 #include "util/clock.h"
 #include "util/log.h"
 
 _Static_assert(CJ_JOBDESC_LINE_MAX <= CJ_STATUS_MAX_LINE, "a job start line must fit the status socket's line");
+_Static_assert(CJ_JOBDESC_TLS_FDS == CJ_STATUS_MAX_FDS, "a job start line brings at most its TLS files");
 
 /* Ended jobs kept at once beyond the live ones, whatever job_linger says. */
 #define ENDED_KEEP_MAX 256
@@ -357,16 +359,20 @@ static void tls_first_report(void *arg, const char *which, const char *why)
     t->found = true;
 }
 
-static int check_tls_files(const struct cj_config *cfg, char *msg, size_t msgsz)
+/* The same checks for a file passed as a descriptor (fds->given[i]) as for one named by its path. */
+static int check_tls_files(const struct cj_config *cfg, const struct cj_jobfds *fds, char *msg, size_t msgsz)
 {
     if (cfg->upstream.connection_security == CJ_SEC_CLEAR) return 0;
-    struct cj_tls_files f = {cfg->upstream.ca_file, cfg->upstream.cert_file, cfg->upstream.key_file,
-                             cfg->upstream.connection_security == CJ_SEC_MTLS, true};
+    struct cj_tls_files f = {.ca_file = cfg->upstream.ca_file, .cert_file = cfg->upstream.cert_file,
+                             .key_file = cfg->upstream.key_file,
+                             .mutual = cfg->upstream.connection_security == CJ_SEC_MTLS, .certain_only = true,
+                             .ca_pem = fds->given[0], .cert_pem = fds->given[1], .key_pem = fds->given[2]};
     struct tls_first t = {msg, msgsz, false};
     return cj_tls_check_files(&f, tls_first_report, &t) ? -1 : 0;
 }
 
-static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg, size_t msgsz)
+static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, const struct cj_jobfds *fds, char *msg,
+                      size_t msgsz)
 {
     /* Names are looked up here, once per job start (numeric ids need no lookup). */
     struct cj_account acc;
@@ -388,13 +394,13 @@ static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg
     char dir[CJ_CFG_PATH_MAX];
     int rc = cj_jobdesc_config(d, &js->site, cfg, msg, msgsz) != 0 ? 400 : place_job(js, d, cfg, dir, sizeof dir, msg,
                                                                                          msgsz);
-    if (!rc && check_tls_files(cfg, msg, msgsz) != 0) rc = 400;
+    if (!rc && check_tls_files(cfg, fds, msg, msgsz) != 0) rc = 400;
     if (rc) { free(cfg); return rc; }
     if (old >= 0) drop_slot(js, (size_t)old);   /* the same id again: the old record goes */
     struct cj_creds creds;
     if (d->has & CJ_JD_CREDENTIALS) desc_creds(d, &creds);
     /* A job's workers start in a clean environment: PATH and what its description gives. */
-    struct cj_job_opts opts = {.creds = (d->has & CJ_JD_CREDENTIALS) ? &creds : NULL, .dir = dir,
+    struct cj_job_opts opts = {.creds = (d->has & CJ_JD_CREDENTIALS) ? &creds : NULL, .tls_pem = fds->given, .dir = dir,
                                .workspace = (d->has & CJ_JD_WORKSPACE) ? d->workspace : NULL,
                                .connect_timeout = cfg->upstream.first_connect_timeout, .clean_env = true,
                                .worker_env = d->worker.env, .worker_envc = d->worker.envc,
@@ -416,11 +422,16 @@ static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, char *msg
     return 0;
 }
 
-int cj_jobs_start_json(struct cj_jobs *js, const char *json, char *msg, size_t msgsz)
+int cj_jobs_start_json(struct cj_jobs *js, const char *json, const int *fds, int nfds, char *msg, size_t msgsz)
 {
     struct cj_job_desc *d = malloc(sizeof *d);
     if (!d) { snprintf(msg, msgsz, "out of memory"); return 500; }
-    int rc = cj_jobdesc_parse(json, strlen(json), d, msg, msgsz) != 0 ? 400 : start_desc(js, d, msg, msgsz);
+    struct cj_jobfds files;
+    int rc = cj_jobdesc_parse(json, strlen(json), d, msg, msgsz) != 0 ? 400 : cj_jobfds_read(d, fds, nfds, &files, msg, msgsz);
+    if (!rc) {
+        rc = start_desc(js, d, &files, msg, msgsz);
+        cj_jobfds_free(&files);
+    }
     if (rc) cj_log_warning("job start refused (%d): %s", rc, msg);
     cj_jobdesc_clear(d);
     free(d);

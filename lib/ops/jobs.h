@@ -40,10 +40,11 @@ void cj_jobs_set_site(struct cj_jobs *js, const struct cj_config *site);
 
 /* The INI's job, from the site configuration itself; NULL with err. */
 struct cj_job *cj_jobs_start_config(struct cj_jobs *js, struct cj_err *err);
-/* job start <json>: 0 with msg "job <id> started", or an ERR code (400 a
- * field named, 409 a live job with that id, 503 the job limit, 500 the job
- * could not start) with msg. */
-int cj_jobs_start_json(struct cj_jobs *js, const char *json, char *msg, size_t msgsz);
+/* job start <json>, with the nfds open files that came with its line (its
+ * tls_fds name them; borrowed, never kept: ops/jobfds.h): 0 with msg "job
+ * <id> started", or an ERR code (400 a field named, 409 a live job with that
+ * id, 503 the job limit, 500 the job could not start) with msg. */
+int cj_jobs_start_json(struct cj_jobs *js, const char *json, const int *fds, int nfds, char *msg, size_t msgsz);
 /* job stop <id> [reason]: 0 once stopping, 404 no such job, 409 already ended. */
 int cj_jobs_stop(struct cj_jobs *js, const char *id, const char *reason, char *msg, size_t msgsz);
 /* job wait <id>: w is answered with the outcome lines ("job_id: ", "outcome: ",

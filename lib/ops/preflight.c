@@ -53,8 +53,9 @@ static void check_tls(struct pf *p)
 {
     const struct cj_config *c = p->cfg;
     if (c->upstream.connection_security == CJ_SEC_CLEAR) return;
-    struct cj_tls_files f = {c->upstream.ca_file, c->upstream.cert_file, c->upstream.key_file,
-                             c->upstream.connection_security == CJ_SEC_MTLS, !p->full};
+    struct cj_tls_files f = {.ca_file = c->upstream.ca_file, .cert_file = c->upstream.cert_file,
+                             .key_file = c->upstream.key_file,
+                             .mutual = c->upstream.connection_security == CJ_SEC_MTLS, .certain_only = !p->full};
     cj_tls_check_files(&f, tls_report, p);   /* each problem counted as add() reports it */
     if (f.mutual) check_cn(p);
 }
@@ -65,6 +66,8 @@ static void check_status_group(struct pf *p)
     char why[300];
     if (p->cfg->status.socket_group[0] && cj_group_resolve(p->cfg->status.socket_group, &gid, why, sizeof why) != 0)
         add(p, "status.socket_group", strncmp(why, "group: ", 7) ? why : why + 7);
+    if (p->cfg->status.admin_group[0] && cj_group_resolve(p->cfg->status.admin_group, &gid, why, sizeof why) != 0)
+        add(p, "status.admin_group", strncmp(why, "group: ", 7) ? why : why + 7);
 }
 
 static void check_status_dir(struct pf *p)

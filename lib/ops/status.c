@@ -1,4 +1,6 @@
-/* status.c — status socket server (see status.h). */
+/* status.c — status socket server (see status.h): the line protocol, and
+ * the socket read with recvmsg so that open files passed with a line
+ * (SCM_RIGHTS) reach the command they came with. */
 #include "ops/status.h"
 
 #include <errno.h>
@@ -15,22 +17,44 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <event2/util.h>
+
 #include "util/log.h"
 
+/* Input held at most: a whole line and the next one's start. */
+#define INPUT_MAX (2 * CJ_STATUS_MAX_LINE)
+#define READ_CHUNK 16384
+
+/* The socket is read here (recvmsg, into in), not by the bufferevent, which
+ * would drop the descriptors; the bufferevent writes the answers. */
 struct client {
     struct cj_status *st;
     struct bufferevent *bev;
+    struct event *rd;
+    struct evbuffer *in;
     struct client *next;
     pid_t pid;
     uid_t uid;
     bool admin;
     bool closing;    /* answer queued, close once flushed */
+    bool reading;    /* rd is armed */
     struct cj_status_wait *waiting;   /* a deferred answer: the next commands wait for it */
+    uint64_t rx;     /* bytes received so far */
+    /* Descriptors received and not yet given to a line, each with the stream
+     * offset of the last byte of the read that brought it: the kernel hands
+     * them over with the bytes they were sent with, and a read ends with them. */
+    int fds[CJ_STATUS_MAX_FDS];
+    uint64_t fd_at[CJ_STATUS_MAX_FDS];
+    int nfds;
 };
 
 struct cj_status_call {
     struct client *c;
+    const int *fds;   /* the descriptors that came with the line; the socket closes them after it */
+    int nfds;
 };
+
+_Static_assert(CJ_STATUS_MAX_FDS >= 1 && CJ_STATUS_MAX_FDS <= 16, "descriptors per line");
 
 struct cj_status_wait {
     struct client *c;
@@ -43,6 +67,8 @@ struct cj_status {
     char path[108];
     struct client *clients;
     int nclients;
+    bool has_admin_gid;
+    gid_t admin_gid;
 };
 
 /* ---- socket file handling ------------------------------------------------ */
@@ -106,9 +132,17 @@ int cj_unix_listen(const char *path, mode_t mode, struct cj_err *err)
 
 /* ---- clients ------------------------------------------------------------- */
 
+static void close_fds(const int *fds, int n)
+{
+    for (int i = 0; i < n; i++) close(fds[i]);
+}
+
 static void client_free(struct client *c)
 {
     struct cj_status *st = c->st;
+    close_fds(c->fds, c->nfds);
+    if (c->rd) event_free(c->rd);
+    if (c->in) evbuffer_free(c->in);
     if (c->waiting) {
         if (st->ops.cancel) st->ops.cancel(st->ops.ctx, c->waiting);
         free(c->waiting);
@@ -125,10 +159,23 @@ static void reply_err(struct evbuffer *out, int code, const char *text)
     evbuffer_add_printf(out, "ERR %d %s\n\n", code, text);
 }
 
+/* Reading goes on while the client is open, its input has room, and it reads
+ * its answers; idle for CJ_STATUS_IDLE_SECS it is closed, unless it waits for
+ * a deferred answer. */
+static void update_reading(struct client *c)
+{
+    bool want = !c->closing && evbuffer_get_length(c->in) < INPUT_MAX &&
+                evbuffer_get_length(bufferevent_get_output(c->bev)) < CJ_STATUS_MAX_OUTPUT;
+    struct timeval idle = {CJ_STATUS_IDLE_SECS, 0};
+    if (c->reading) event_del(c->rd);   /* re-added: the idle time starts anew, or stops while waiting */
+    if (want) event_add(c->rd, c->waiting ? NULL : &idle);
+    c->reading = want;
+}
+
 static void close_after_flush(struct client *c)
 {
     c->closing = true;
-    bufferevent_disable(c->bev, EV_READ);
+    update_reading(c);
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) client_free(c);
 }
 
@@ -280,6 +327,12 @@ static void run_command(const struct cj_status_ops *ops, bool admin, struct cj_s
     }
     const struct cj_cmd_def *d = &cj_cmds[c];
     if (d->access == CJ_ACCESS_ADMIN && !admin) { reply_err(out, 403, "permission denied: read-only client"); return; }
+    int nfds = call ? call->nfds : 0;
+    if (nfds > d->max_fds) {
+        if (d->max_fds) evbuffer_add_printf(out, "ERR 400 %d open files came with '%s', which takes %d at most\n\n", nfds, d->name, d->max_fds);
+        else evbuffer_add_printf(out, "ERR 400 open files came with '%s', which takes none\n\n", d->name);
+        return;
+    }
     char *args[CJ_STATUS_MAX_WORDS];
     int nargs = 0;
     if (d->rest && nw - used >= d->max_args) {
@@ -392,6 +445,7 @@ struct cj_status_wait *cj_status_defer(struct cj_status_call *call)
     w->c = call->c;
     call->c->waiting = w;
     bufferevent_set_timeouts(w->c->bev, NULL, NULL);   /* waiting is not idling */
+    update_reading(w->c);
     return w;
 }
 
@@ -404,18 +458,30 @@ void cj_status_answer(struct cj_status_wait *w, int code, const char *text)
     c->waiting = NULL;
     free(w);
     struct timeval idle = {CJ_STATUS_IDLE_SECS, 0};
-    bufferevent_set_timeouts(c->bev, &idle, &idle);
+    bufferevent_set_timeouts(c->bev, NULL, &idle);
+    update_reading(c);
     /* the client's next commands run from the loop, not from inside the caller */
-    bufferevent_enable(c->bev, EV_READ);
     bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
 /* ---- socket callbacks --------------------------------------------------------- */
 
+/* The descriptors received before stream offset end: those of the line that ends there. */
+static int take_line_fds(struct client *c, uint64_t end, int *fds)
+{
+    int n = 0;
+    while (n < c->nfds && c->fd_at[n] < end) n++;
+    memcpy(fds, c->fds, (size_t)n * sizeof *fds);
+    memmove(c->fds, c->fds + n, (size_t)(c->nfds - n) * sizeof *c->fds);
+    memmove(c->fd_at, c->fd_at + n, (size_t)(c->nfds - n) * sizeof *c->fd_at);
+    c->nfds -= n;
+    return n;
+}
+
 static void on_read(struct bufferevent *bev, void *arg)
 {
     struct client *c = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer *in = c->in;
     struct evbuffer *out = bufferevent_get_output(bev);
     while (!c->closing && !c->waiting && evbuffer_get_length(out) < CJ_STATUS_MAX_OUTPUT) {
         size_t n;
@@ -429,15 +495,17 @@ static void on_read(struct bufferevent *bev, void *arg)
             close_after_flush(c);
             return;
         }
-        struct cj_status_call call = {c};
+        int fds[CJ_STATUS_MAX_FDS];
+        struct cj_status_call call = {c, fds, take_line_fds(c, c->rx - evbuffer_get_length(in), fds)};
         size_t before = evbuffer_get_length(out);
         int cmd = command_of(line, n);   /* before dispatch cuts the line into words */
         cj_status_dispatch(&c->st->ops, c->admin, &call, line, n, out);
+        close_fds(fds, call.nfds);   /* used or not, none outlives its command */
         log_command(c, cmd, out, before);
         free(line);
     }
-    if (c->closing || c->waiting) return;
-    if (evbuffer_get_length(in) >= CJ_STATUS_MAX_LINE) {   /* no newline in sight */
+    if (c->closing) return;
+    if (!c->waiting && evbuffer_get_length(in) >= CJ_STATUS_MAX_LINE) {   /* no newline in sight */
         reply_err(out, 413, "line too long");
         cj_log(CJ_LOG_WARNING, "status: client pid %d uid %u sent over %d bytes without a newline; closing",
                (int)c->pid, (unsigned)c->uid, CJ_STATUS_MAX_LINE);
@@ -445,15 +513,76 @@ static void on_read(struct bufferevent *bev, void *arg)
         return;
     }
     /* A client that does not read its answers stops being read from. */
-    if (evbuffer_get_length(out) >= CJ_STATUS_MAX_OUTPUT) bufferevent_disable(bev, EV_READ);
+    update_reading(c);
+}
+
+/* Keeps the descriptors a read brought, for the line holding byte `at` (the
+ * read's last); false when more came than one line may bring, or the
+ * kernel had to cut them short: then they are all closed. */
+static bool take_fds(struct client *c, struct msghdr *m, uint64_t at)
+{
+    bool ok = !(m->msg_flags & MSG_CTRUNC);
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(m); h; h = CMSG_NXTHDR(m, h)) {
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+        size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
+            if (!ok || c->nfds == CJ_STATUS_MAX_FDS) {
+                close(fd);
+                ok = false;
+                continue;
+            }
+            c->fds[c->nfds] = fd;
+            c->fd_at[c->nfds++] = at;
+        }
+    }
+    return ok;
+}
+
+/* The socket has bytes (and maybe descriptors), or the client idled too long. */
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct client *c = arg;
+    if (what & EV_TIMEOUT) {
+        cj_log(CJ_LOG_INFO, "status: client pid %d idle or not reading; closing", (int)c->pid);
+        client_free(c);
+        return;
+    }
+    struct evbuffer *in = c->in;
+    size_t room = INPUT_MAX - evbuffer_get_length(in);
+    char buf[READ_CHUNK];
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int) * CJ_STATUS_MAX_FDS)];
+    } ctl;
+    struct iovec iov = {buf, room < sizeof buf ? room : sizeof buf};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
+    if (!iov.iov_len) { update_reading(c); return; }
+    /* CLOEXEC: a worker launched meanwhile never inherits one */
+    ssize_t n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    bool fds_ok = n < 0 || take_fds(c, &m, c->rx + (uint64_t)(n > 0 ? n - 1 : 0));
+    if (n <= 0) { client_free(c); return; }   /* the client closed (or the socket failed) */
+    c->rx += (uint64_t)n;
+    if (evbuffer_add(in, buf, (size_t)n) != 0) { client_free(c); return; }
+    if (!fds_ok) {
+        evbuffer_add_printf(bufferevent_get_output(c->bev), "ERR 400 more than %d open files with one command\n\n",
+                            CJ_STATUS_MAX_FDS);
+        cj_log(CJ_LOG_WARNING, "status: client pid %d uid %u passed more than %d open files with one command; closing",
+               (int)c->pid, (unsigned)c->uid, CJ_STATUS_MAX_FDS);
+        close_after_flush(c);
+        return;
+    }
+    on_read(c->bev, c);
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
 {
     struct client *c = arg;
     if (c->closing) { client_free(c); return; }
-    if (!(bufferevent_get_enabled(bev) & EV_READ)) {
-        bufferevent_enable(bev, EV_READ);
+    if (!c->reading) {
+        update_reading(c);
         on_read(bev, c);   /* commands may be waiting in the input buffer */
     }
 }
@@ -464,6 +593,20 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_TIMEOUT)
         cj_log(CJ_LOG_INFO, "status: client pid %d idle or not reading; closing", (int)c->pid);
     client_free(c);
+}
+
+/* Root, the daemon's own user, and the admin group's members. */
+static bool is_admin(const struct cj_status *st, int fd, const struct ucred *cred)
+{
+    if (cred->uid == 0 || cred->uid == geteuid()) return true;
+    if (!st->has_admin_gid) return false;
+    if (cred->gid == st->admin_gid) return true;
+    gid_t groups[256];
+    socklen_t len = sizeof groups;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) return false;   /* more than 256: not admin */
+    for (size_t i = 0; i < len / sizeof *groups; i++)
+        if (groups[i] == st->admin_gid) return true;
+    return false;
 }
 
 static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa, int len, void *arg)
@@ -483,12 +626,22 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     }
     struct client *c = calloc(1, sizeof *c);
     struct bufferevent *bev = c ? bufferevent_socket_new(st->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
-    if (!bev) { free(c); close(fd); return; }
+    struct event *rd = bev ? event_new(st->base, fd, EV_READ | EV_PERSIST, on_readable, c) : NULL;
+    struct evbuffer *in = rd ? evbuffer_new() : NULL;
+    if (!in) {
+        if (rd) event_free(rd);
+        if (bev) bufferevent_free(bev);
+        else close(fd);
+        free(c);
+        return;
+    }
+    c->in = in;
     c->st = st;
     c->bev = bev;
+    c->rd = rd;
     c->pid = cred.pid;
     c->uid = cred.uid;
-    c->admin = cred.uid == 0 || cred.uid == geteuid();
+    c->admin = is_admin(st, fd, &cred);
     c->next = st->clients;
     st->clients = c;
     st->nclients++;
@@ -496,10 +649,10 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     cj_log(CJ_LOG_DEBUG, "status: client connected pid %d uid %u (%s)", (int)cred.pid, (unsigned)cred.uid,
            c->admin ? "admin" : "read-only");
     struct timeval idle = {CJ_STATUS_IDLE_SECS, 0};
-    bufferevent_set_timeouts(bev, &idle, &idle);
-    bufferevent_setwatermark(bev, EV_READ, 0, CJ_STATUS_MAX_LINE * 2);
+    bufferevent_set_timeouts(bev, NULL, &idle);   /* reading's idle time is rd's */
     bufferevent_setcb(bev, on_read, on_write, on_event, c);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    bufferevent_enable(bev, EV_WRITE);
+    update_reading(c);
 }
 
 struct cj_status *cj_status_new(struct event_base *base, const char *path, mode_t mode,
@@ -530,3 +683,15 @@ void cj_status_free(struct cj_status *st)
 }
 
 int cj_status_clients(const struct cj_status *st) { return st->nclients; }
+
+int cj_status_call_fds(const struct cj_status_call *call, const int **fds)
+{
+    *fds = call ? call->fds : NULL;
+    return call ? call->nfds : 0;
+}
+
+void cj_status_set_admin_group(struct cj_status *st, gid_t gid)
+{
+    st->admin_gid = gid;
+    st->has_admin_gid = true;
+}

@@ -6,8 +6,18 @@
  * CJ_STATUS_MAX_LINE is refused, output over CJ_STATUS_MAX_OUTPUT pauses reading
  * until the client drains it, and an idle or never-reading client is closed after
  * a timeout.  Access levels: the kernel checks the socket mode; of those who get
- * in, root and the daemon's own uid may change things (pause, resume, reload,
- * shutdown), everyone else may only read (show, help). */
+ * in, root, the daemon's own uid and the members of an admin group
+ * ([status] admin_group) may change things (pause, resume, reload, shutdown,
+ * job start), everyone else may only read (show, help).
+ *
+ * Open files (SCM_RIGHTS) may come with a command line's bytes, sent with
+ * them in one sendmsg: they belong to the line holding the last byte of the
+ * read that brought them (a read never goes past bytes that carried
+ * descriptors).  A command whose table entry takes them (max_fds: job start)
+ * gets them through its call; every one is closed once its command has run,
+ * used or refused, and a line with too many, a command that takes none, a
+ * line refused before its command, or a client gone closes them too.
+ * Received with MSG_CMSG_CLOEXEC. */
 #ifndef CJ_OPS_STATUS_H
 #define CJ_OPS_STATUS_H
 
@@ -24,6 +34,9 @@
 #define CJ_STATUS_MAX_OUTPUT  (256 * 1024)
 #define CJ_STATUS_MAX_CLIENTS 64
 #define CJ_STATUS_IDLE_SECS   60
+/* Open files a client may pass (SCM_RIGHTS) with one command line, and have
+ * waiting unclaimed at once: a job start's TLS files (ca, cert, key). */
+#define CJ_STATUS_MAX_FDS     3
 
 struct event_base;
 struct evbuffer;
@@ -52,6 +65,11 @@ struct cj_status_ops {
     void (*cancel)(void *ctx, struct cj_status_wait *w);
 };
 
+/* From inside a command handler: the open files that came with the command's
+ * line (*fds, count returned; 0 when none or call is NULL).  Borrowed: the
+ * socket closes them when the handler returns. */
+int cj_status_call_fds(const struct cj_status_call *call, const int **fds);
+
 /* From inside a command handler: the answer comes later, through
  * cj_status_answer.  NULL when the call cannot wait (no client: a test, the
  * fuzzer); the handler then answers at once. */
@@ -65,6 +83,9 @@ void cj_status_answer(struct cj_status_wait *w, int code, const char *text);
 struct cj_status *cj_status_new(struct event_base *base, const char *path, mode_t mode,
                                 const struct cj_status_ops *ops, struct cj_err *err);
 void cj_status_free(struct cj_status *st);       /* closes clients, unlinks the socket */
+/* Members of gid (the peer's group, or one of its supplementary groups,
+ * SO_PEERGROUPS) are admin too, from the next connection on. */
+void cj_status_set_admin_group(struct cj_status *st, gid_t gid);
 int cj_status_clients(const struct cj_status *st);
 
 /* The line protocol without the socket (the server uses these; so does the fuzzer). */

@@ -2,7 +2,7 @@
 # Access to the status and worker sockets: each is created with its socket_mode and
 # the kernel enforces it; of status clients let in, only root and the daemon's uid
 # may change things; SO_PEERCRED (pid, uid) is logged for both; [status] socket_group
-# lets a group's members read.
+# lets a group's members read; an unknown [status] admin_group is refused.
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { skip "needs root to act as another uid"; finish; }
 command -v setpriv >/dev/null || { skip "setpriv missing"; finish; }
@@ -59,6 +59,7 @@ check "root may pause" $C -s "$W/status.sock" pause
 stop
 
 # socket_group: the group's members read through socket_mode's group bits, and change nothing
+# (admin_group, whose members change things too: test_fdpass.sh)
 start 0660 0660 65534
 check "socket_group 65534: the status socket's group" [ "$(stat -c %g "$W/status.sock")" = 65534 ]
 check "socket_group: a member of the group reads show info" sh -c "$AS_NOBODY $W/cjrelayctl -s $W/status.sock show info | grep -q '^fqcn: site-1.J1'"
@@ -70,4 +71,9 @@ stop
 relay_ini "$W/bad.ini" status.socket="$W/status.sock" status.socket_group=cjtest-no-such-group
 $D -c "$W/bad.ini" --check-config > "$W/out" 2>&1; rc=$?
 check "socket_group: an unknown group is a config error with its line ($(head -1 "$W/out"))" sh -c "[ $rc -eq 1 ] && grep -q \"bad.ini:[0-9]*: status.socket_group: no group 'cjtest-no-such-group'\" $W/out"
+relay_ini "$W/bad.ini" status.socket="$W/status.sock" status.admin_group=cjtest-no-such-group
+$D -c "$W/bad.ini" --check-config > "$W/out" 2>&1; rc=$?
+check "admin_group: an unknown group is a config error with its line ($(head -1 "$W/out"))" sh -c "[ $rc -eq 1 ] && grep -q \"bad.ini:[0-9]*: status.admin_group: no group 'cjtest-no-such-group'\" $W/out"
+$D -c "$W/bad.ini" > "$W/out" 2>&1; rc=$?
+check "admin_group: ... and the daemon does not start with it (exit 1)" sh -c "[ $rc -eq 1 ] && grep -q 'no group' $W/out"
 finish

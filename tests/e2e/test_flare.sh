@@ -13,6 +13,9 @@
 #     and a job cjrelayd refuses falls back too; one whose start answer was lost does not
 # (d) cjrelayd down: fallback to the stock launcher, or (on_daemon_error fail) 104
 # (e) the credentials and the resolved secret appear in no log, argv or show output
+# (f) least privilege: cjrelayd runs as another account (uid 4242, as the packaged unit runs it
+#     as cjrelay) that cannot read the startup kit's key (0600, root's here, the FLARE account's
+#     on a site); the launcher passes the kit's files as open files and the job runs over mTLS
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim
 PY=/usr/bin/python3
@@ -77,6 +80,37 @@ if command -v openssl >/dev/null && sh "$ROOT/tests/unit/tls_certs.sh" "$W/t/sta
     check "(a) the stcp simulator verified the TLS job" grep -q '^SIM OK rounds=2' "$W/t.sim"
 else
     skip "(a) mutual TLS: openssl missing or the certificates could not be made"
+fi
+
+# ---- (f) least privilege: the daemon cannot read the kit's key ----------------------------------
+L=$W/lp
+if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
+    skip "(f) least privilege: needs root and setpriv to run the daemon as another uid"
+elif ! sh "$ROOT/tests/unit/tls_certs.sh" "$L/ws/startup"; then
+    skip "(f) least privilege: the certificates could not be made"
+else
+    # the kit as provisioned (the key owner-only, root's); the rest of the workspace the daemon's
+    mkdir -p "$L/bin" "$L/run"; chmod 711 "$W"; chmod 755 "$L" "$L/bin" "$L/ws/startup"
+    chmod 644 "$L/ws/startup"/*.pem "$L/ws/startup"/*.crt; chmod 600 "$L/ws/startup"/*.key
+    chown 4242:4242 "$L/run" "$L/ws"
+    cp "$D" "$BUILD/cjrelay-worker" "$L/bin/"; chmod 755 "$L/bin"/*
+    [ -n "${CJ_SAN_LOG:-}" ] && chmod 1777 "$CJ_SAN_LOG"
+    relay_ini "$L/site.ini" relay.job_id= relay.job_linger=60 workers.count=1 workers.heartbeat_interval=1 \
+        workers.heartbeat_timeout=5 workers.shutdown_grace=2 status.socket="$L/run/status.sock" log.level=info
+    setpriv --reuid=4242 --regid=4242 --clear-groups "$L/bin/cjrelayd" -c "$L/site.ini" > "$L/relay.log" 2>&1 &
+    SIMS="$SIMS $!"; LPD=$!
+    wait_for 10 test -S "$L/run/status.sock"
+    check "(f) the daemon runs as uid 4242, which cannot read the kit's key" sh -c \
+        "grep -q '^Uid:[[:space:]]*4242[[:space:]]' /proc/$LPD/status && ! setpriv --reuid=4242 --regid=4242 --clear-groups cat $L/ws/startup/client.key 2>/dev/null"
+    $S --listen stcp://127.0.0.1:0 --tls-dir "$L/ws/startup" --job-id FJ8 --rounds 2 --model-size 4M --tensors 2 \
+        > "$L/sim" 2> "$L/simlog" & SIMS="$SIMS $!"; PT=$!
+    P=$(sim_port "$L/sim")
+    $PY "$ROOT/tests/flare/drive.py" --scenario tls --socket "$L/run/status.sock" --worker "$L/bin/cjrelay-worker" \
+        --ws "$L/ws" --target "127.0.0.1:$P" --conn-sec mtls > "$L/tap" 2> "$L/log"
+    tap_results "least privilege" $? "$L/tap" "$L/log" drive.py
+    wait_for 15 sh -c "! kill -0 $PT"
+    check "(f) the stcp simulator verified the job of the daemon that cannot read the key" grep -q '^SIM OK rounds=2' "$L/sim"
+    kill -TERM "$LPD"; wait_for 20 sh -c "! kill -0 $LPD"
 fi
 
 # ---- (b) terminate() mid-run ---------------------------------------------------------------

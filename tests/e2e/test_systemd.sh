@@ -1,6 +1,7 @@
 #!/bin/sh
 # systemd-analyze verify on both units, with ExecStart pointed at the built binary; their
-# sandbox's exposure score; the shipped GPU and worker-accounts drop-ins applied to the unit.
+# sandbox's exposure score; the shipped GPU, worker-accounts and FLARE-workspace drop-ins applied
+# to the unit; the FLARE-workspace one makes the workspace writable and nothing else.
 . "$(dirname "$0")/lib.sh"
 command -v systemd-analyze >/dev/null || { skip "systemd-analyze not installed"; finish; }
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -35,8 +36,17 @@ else fail "verify cjrelay.service with the GPU drop-in: $msg"; fi
 cp "$ROOT/systemd/worker-accounts.conf.example" "$d/cjrelay.service.d/worker-accounts.conf"
 if msg=$(systemd-analyze verify "$d/cjrelay.service" 2>&1) && [ -z "$msg" ]; then pass "verify cjrelay.service with the worker-accounts drop-in"
 else fail "verify cjrelay.service with the worker-accounts drop-in: $msg"; fi
+# the shipped FLARE-workspace drop-in: still verifies; it adds one writable path, the workspace,
+# and changes nothing else of the sandbox
+cp "$ROOT/systemd/flare-workspace.conf.example" "$d/cjrelay.service.d/flare-workspace.conf"
+if msg=$(systemd-analyze verify "$d/cjrelay.service" 2>&1) && [ -z "$msg" ]; then pass "verify cjrelay.service with the FLARE-workspace drop-in"
+else fail "verify cjrelay.service with the FLARE-workspace drop-in: $msg"; fi
+settings=$(grep -v '^#' "$ROOT/systemd/flare-workspace.conf.example" | grep .)
+check "the FLARE-workspace drop-in sets ReadWritePaths= to the workspace and nothing else: $(echo $settings)" \
+    [ "$settings" = "$(printf '[Service]\nReadWritePaths=/srv/flare/workspace')" ]
+check "... and is shipped with the package's examples" grep -qx 'systemd/flare-workspace.conf.example' "$ROOT/debian/cjrelay.examples"
 if score=$(cd "$d" && systemd-analyze security --offline=true cjrelay.service 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p') && [ -n "$score" ]; then
-    check "cjrelay.service with both drop-ins: exposure $score (<= 3.0)" awk -v s="$score" 'BEGIN {exit !(s <= 3.0)}'
+    check "cjrelay.service with the three drop-ins: exposure $score (<= 3.0)" awk -v s="$score" 'BEGIN {exit !(s <= 3.0)}'
 else
     skip "systemd-analyze security --offline not supported here"
 fi

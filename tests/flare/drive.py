@@ -5,7 +5,8 @@ integrations/flare (the package). One scenario per run:
 
   success   (job_property set, and the job's custom_props set it) launch into cjrelayd, poll while running, wait, return code 0, what the trainer got
   tls       as the startup kit provisions mutual TLS (scheme tcp, connection_security mtls, the
-            kit's rootCA.pem, client.crt, client.key): the job reaches an stcp server, return code 0
+            kit's rootCA.pem, client.crt, client.key): the kit's files go to cjrelayd as open files
+            (tls_fds), the job reaches an stcp server, return code 0
   uds       uds_driver true, no worker_listen: the job's own Unix socket is sent as uds://, the
             trainer gets the uds driver on NVFLARE_COMM_DRIVER_PATH and its bootstrap's connect_url is
             that uds:// URL; the job runs to its end (return code 0)
@@ -80,8 +81,8 @@ def _lose_answer(launcher):
     """The job start goes through, but its answer is lost (as on a timeout)."""
     real = launcher.client.command
 
-    def command(line, timeout=None):
-        answer = real(line, timeout)
+    def command(line, timeout=None, **kw):
+        answer = real(line, timeout, **kw)
         if line.startswith("job start "):
             raise DaemonUnavailable("the answer was lost (test)")
         return answer
@@ -112,10 +113,11 @@ def _spy(launcher):
         return
     real = client.command
 
-    def command(line, timeout=None):
+    def command(line, timeout=None, fds=()):
         if line.startswith("job start "):
             SENT.update(json.loads(line[len("job start "):]))
-        return real(line, timeout)
+            SENT["_fds"] = [os.readlink(f"/proc/self/fd/{fd}") for fd in fds]
+        return real(line, timeout, fds=fds)
 
     client.command = command
 
@@ -181,6 +183,14 @@ def tls(a):
     check(f"{job}: launched into cjrelayd", isinstance(h, cjrelay_flare.CJRelayJobHandle))
     row = jobs_row(a, job)
     check(f"{job}: the server url is the TLS scheme", row is not None and row.get("server") == "stcp://" + a.target, row)
+    kit = os.path.join(a.ws, "startup")
+    files = [os.path.join(kit, f) for f in ("rootCA.pem", "client.crt", "client.key")]
+    check(f"{job}: described: the kit's TLS files as open files (tls_fds), no paths",
+          SENT.get("tls_fds") == {"ca_file": 0, "cert_file": 1, "key_file": 2} and SENT.get("_fds") == files
+          and not any(k in SENT for k in ("ca_file", "cert_file", "key_file")), (SENT.get("tls_fds"), SENT.get("_fds")))
+    config = StatusClient(a.socket).command(f"show config job {job}")
+    shown = [ln.split()[1] for ln in config if ln.split()[:1] == ["upstream.key_file"]]
+    check(f"{job}: show config job names the key fd:<its path>", shown == ["fd:" + files[2]], shown)
 
     h.wait()
     code = cp.return_code(h, a.ws, job)

@@ -2,7 +2,7 @@
  * read field by field and turned into the job's configuration, the minimal one
  * taking the site's defaults, every kind of mistake refused with its field
  * named, every cut of a valid description refused cleanly, and the token in
- * no output of any function. */
+ * no output of any function; TLS files named as open files (tls_fds). */
 #include "testutil.h"
 
 #include "fl/launcher.h"
@@ -371,6 +371,51 @@ static void test_cross_key(void **state)
     for (size_t i = 0; i < sizeof *job; i++) assert_int_equal(((unsigned char *)job)[i], 0x5a);
 }
 
+/* tls_fds: the TLS files as open files passed with the line; the job's
+ * configuration shows each by the label its caller set, or fd:<index>. */
+static void test_tls_fds(void **state)
+{
+    (void)state;
+    const char *mtls = "{\"job_id\": \"J1\", \"server_url\": \"stcp://h:1\", \"connection_security\": \"mtls\","
+                       " \"tls_fds\": {\"ca_file\": 0, \"cert_file\": 1, \"key_file\": 1}}";
+    assert_int_equal(parse(mtls), 0);
+    assert_int_equal(desc->tls_fdmask, 7u);
+    assert_int_equal(desc->tls_fd[0], 0);
+    assert_int_equal(desc->tls_fd[1], 1);
+    assert_int_equal(desc->tls_fd[2], 1);   /* one file may serve two keys (a PEM with both) */
+    assert_int_equal(desc->has & (CJ_JD_CA_FILE | CJ_JD_CERT_FILE | CJ_JD_KEY_FILE), 0);
+    strcpy(desc->tls_label[2], "fd:/kit/client.key");
+    assert_int_equal(cj_jobdesc_config(desc, &site, job, why, sizeof why), 0);
+    assert_string_equal(job->upstream.ca_file, "fd:0");   /* no label: the index */
+    assert_string_equal(job->upstream.cert_file, "fd:1");
+    assert_string_equal(job->upstream.key_file, "fd:/kit/client.key");
+    const struct cj_cfg_key *keys = cj_config_keys(NULL);
+    assert_int_equal(job->origin.key_line[cj_config_find("upstream", "key_file") - keys], 1);
+    char line[512];
+    cj_jobdesc_describe(desc, line, sizeof line);
+    assert_non_null(strstr(line, " tls_fds ca_file,cert_file,key_file"));
+    /* only the CA by descriptor; the rest is the site's */
+    strcpy(site.upstream.cert_file, "/site/client.crt");
+    strcpy(site.upstream.key_file, "/site/client.key");
+    assert_int_equal(parse_config("{\"job_id\": \"J1\", \"server_url\": \"stcp://h:1\", \"connection_security\": \"mtls\","
+                                  " \"tls_fds\": {\"ca_file\": 0}}"), 0);
+    assert_string_equal(job->upstream.ca_file, "fd:0");
+    assert_string_equal(job->upstream.key_file, "/site/client.key");
+    site.upstream.cert_file[0] = site.upstream.key_file[0] = '\0';
+    /* mistakes */
+    refused("{\"job_id\": \"J1\", \"tls_fds\": {\"key_file\": 3}}", "tls_fds.key_file", "not a descriptor index (0 .. 2)");
+    refused("{\"job_id\": \"J1\", \"tls_fds\": {\"key_file\": -1}}", "tls_fds.key_file", "");
+    refused("{\"job_id\": \"J1\", \"tls_fds\": {\"key_file\": \"0\"}}", "tls_fds.key_file", "not an integer");
+    refused("{\"job_id\": \"J1\", \"tls_fds\": {\"key_file\": 0, \"key_file\": 1}}", "tls_fds.key_file", "duplicate key");
+    refused("{\"job_id\": \"J1\", \"tls_fds\": {\"crl_file\": 0}}", "tls_fds.crl_file", "unknown (ca_file, cert_file, key_file)");
+    refused("{\"job_id\": \"J1\", \"tls_fds\": [0, 1]}", "tls_fds", "not an object");
+    refused("{\"job_id\": \"J1\", \"tls_fds\": {\"key_file\": 2}, \"key_file\": \"/kit/client.key\"}", "tls_fds.key_file",
+            "key_file is given as a path too");
+    refused("{\"job_id\": \"J1\", \"key_file\": \"/kit/client.key\", \"tls_fds\": {\"key_file\": 2}}", "tls_fds.key_file",
+            "key_file is given as a path too");
+    refused("{\"job_id\": \"J1\", \"tls_fds\": {}, \"tls_fds\": {}}", "tls_fds", "duplicate key");
+}
+
 static void test_bounds(void **state)
 {
     (void)state;
@@ -538,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_missing),
         cmocka_unit_test(test_values),
         cmocka_unit_test(test_cross_key),
+        cmocka_unit_test(test_tls_fds),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_syntax),
         cmocka_unit_test(test_truncated),

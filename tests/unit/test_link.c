@@ -1,6 +1,7 @@
 /* test_link.c — lib/net: addresses, listeners, links (handshake both ways,
  * refusals, PING/PONG, heartbeat and dead peer, frame splitting, control vs
- * bulk output), TLS (mtls, wrong CA, expired, missing client certificate).
+ * bulk output), TLS (mtls, wrong CA, expired, missing client certificate; the files' texts
+ * loaded from memory).
  * Real sockets (socketpair, AF_UNIX, loopback TCP on port 0), one event loop
  * per test. */
 #include "testutil.h"
@@ -736,6 +737,9 @@ static const char *cf(const char *name)
     return p;
 }
 
+/* When set, tls_run's client loads these texts (ca, cert, key) in place of its files. */
+static const struct cj_tls_pem *const *run_pem;
+
 struct tls_result {
     int client_up, server_up;
     char client_why[1024], server_why[1024];
@@ -756,6 +760,11 @@ static void tls_run(int mode, const char *ca, const char *cert, const char *key,
     srv_tls = cj_tls_server_ctx(cf("server.crt"), cf("server.key"), cf("rootCA.pem"), require, &err);
     assert_non_null(srv_tls);
     struct cj_tls_client_opts o = {.mode = mode, .ca_file = ca, .cert_file = cert, .key_file = key};
+    if (run_pem) {
+        o.ca_pem = run_pem[0];
+        o.cert_pem = run_pem[1];
+        o.key_pem = run_pem[2];
+    }
     SSL_CTX *cli = cj_tls_client_ctx(&o, &err);
     if (!cli) fail_msg("client ctx: %s", err.msg);
     struct cj_addr a;
@@ -874,6 +883,60 @@ static void test_tls_bad_files(void **state)
     assert_non_null(strstr(err.msg, "nope.pem"));
 }
 
+/* A certificate file's text, as a job start reads one from an open file. */
+static struct cj_tls_pem pem_of(const char *name, char *buf, size_t size, const char *label)
+{
+    FILE *f = fopen(cf(name), "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, size - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return (struct cj_tls_pem){buf, n, label};
+}
+
+/* The TLS files' texts in memory (files passed as descriptors): the same
+ * handshakes and refusals as with the files, no path opened. */
+static void test_tls_from_memory(void **state)
+{
+    (void)state;
+    if (!have_certs) skip();
+    static char ca[8192], cert[16384], key[8192], other[8192];
+    struct cj_tls_pem p[3] = {pem_of("rootCA.pem", ca, sizeof ca, "fd:ca"), pem_of("client.crt", cert, sizeof cert, "fd:crt"),
+                              pem_of("client.key", key, sizeof key, "fd:key")};
+    const struct cj_tls_pem *set[3] = {&p[0], &p[1], &p[2]};
+    struct tls_result res;
+    run_pem = set;
+    tls_run(CJ_TLS_MUTUAL, "/nonexistent/ca", "/nonexistent/crt", "/nonexistent/key", true, &res);
+    assert_true(res.client_up);
+    assert_true(res.server_up);
+    free(res.log);
+    /* a chain after the leaf, as SSL_CTX_use_certificate_chain_file takes it */
+    size_t n = strlen(cert);
+    snprintf(cert + n, sizeof cert - n, "%s", ca);
+    p[1].len = strlen(cert);
+    tls_run(CJ_TLS_MUTUAL, NULL, NULL, NULL, true, &res);
+    assert_true(res.client_up);
+    free(res.log);
+    /* an expired certificate is the server's to refuse, as from a file */
+    p[1] = pem_of("expired.crt", cert, sizeof cert, "fd:crt");
+    tls_run(CJ_TLS_MUTUAL, NULL, NULL, NULL, true, &res);
+    tls_expect_refused(&res, "certificate expired");
+    run_pem = NULL;
+    /* a key that does not match, text that is no PEM: refused, named by the texts' names */
+    struct cj_err err;
+    p[1] = pem_of("client.crt", cert, sizeof cert, "fd:crt");
+    p[2] = pem_of("server.key", other, sizeof other, "fd:key");
+    struct cj_tls_client_opts o = {.mode = CJ_TLS_MUTUAL, .ca_pem = &p[0], .cert_pem = &p[1], .key_pem = &p[2]};
+    assert_null(cj_tls_client_ctx(&o, &err));
+    if (!strstr(err.msg, "fd:key") || !strstr(err.msg, "mismatch")) fail_msg("mismatch: %s", err.msg);
+    p[2] = (struct cj_tls_pem){"not a key", 9, "fd:key"};
+    assert_null(cj_tls_client_ctx(&o, &err));
+    if (!strstr(err.msg, "cannot load private key fd:key")) fail_msg("no key: %s", err.msg);
+    p[0] = (struct cj_tls_pem){"", 0, "fd:ca"};
+    assert_null(cj_tls_client_ctx(&o, &err));
+    if (!strstr(err.msg, "cannot load CA file fd:ca")) fail_msg("no CA: %s", err.msg);
+}
+
 /* A server that accepts TCP but never answers the TLS handshake (FLARE's
  * single-threaded accept can look like this): our handshake time is bounded. */
 static void test_tls_handshake_timeout(void **state)
@@ -930,6 +993,7 @@ int main(void)
         cmocka_unit_test(test_tls_expired_client_cert),
         cmocka_unit_test(test_tls_missing_client_cert),
         cmocka_unit_test(test_tls_bad_files),
+        cmocka_unit_test(test_tls_from_memory),
         cmocka_unit_test(test_tls_handshake_timeout),
     };
     return cmocka_run_group_tests_name("link", tests, tls_group_setup, tls_group_teardown);

@@ -21,7 +21,7 @@ from nvflare.apis.job_def import get_custom_prop
 from nvflare.apis.job_launcher_spec import JobLauncherSpec, JobProcessArgs, JobReturnCode, add_launcher
 from nvflare.app_common.job_launcher.client_process_launcher import ClientProcessJobLauncher
 
-from . import description
+from . import description, tlsfiles
 from .app_config import NotServable, load_trainer_spec, system_vars
 from .handle import CJRelayJobHandle, job_rows
 from .status import DaemonRefused, DaemonUnavailable, StatusClient
@@ -50,6 +50,7 @@ class CJRelayJobLauncher(JobLauncherSpec):
         worker_listen: str = "",
         mode: str = "",
         uds_driver: bool = False,
+        tls_fds: bool = True,
     ):
         """Args:
         socket_path: cjrelayd's status socket (``[status] socket`` in its INI).
@@ -65,6 +66,9 @@ class CJRelayJobLauncher(JobLauncherSpec):
             or none given: cjrelayd's per-job socket beside ``socket_path``), send it as ``uds://PATH``
             and put cjrelay_flare's uds driver on the trainer's ``NVFLARE_COMM_DRIVER_PATH``, so a
             stock trainer reaches it over AF_UNIX. A tcp listener is left as is.
+        tls_fds: open the startup kit's TLS files here, in the CP, and pass them to cjrelayd as
+            open files with ``job start`` (tlsfiles.py), so that cjrelayd's account needs no right
+            to read the kit; false sends their paths, which cjrelayd opens itself.
         """
         super().__init__()
         if on_daemon_error not in (FALLBACK, FAIL):
@@ -77,6 +81,7 @@ class CJRelayJobLauncher(JobLauncherSpec):
         self.mode = mode
         self.uds_driver = bool(uds_driver)
         self.socket_path = socket_path
+        self.tls_fds = bool(tls_fds)
         self.stock = ClientProcessJobLauncher()
 
     def handle_event(self, event_type: str, fl_ctx):
@@ -90,14 +95,16 @@ class CJRelayJobLauncher(JobLauncherSpec):
         except NotServable as e:
             self.logger.info(f"job {job_id}: not for cjrelay ({e}); FLARE's process launcher runs it")
             return self.stock.launch_job(job_meta, fl_ctx)
+        fds = tlsfiles.open_for(desc, self.logger) if self.tls_fds else []
         try:
-            answer = self.client.command("job start " + _one_line_json(desc))
+            answer = self.client.command("job start " + _one_line_json(desc), fds=fds)
         except (DaemonUnavailable, DaemonRefused) as e:
             if isinstance(e, DaemonUnavailable) and self._started_anyway(job_id):
                 self.logger.warning(f"job {job_id}: job start got no answer ({e}), but cjrelayd runs the job")
                 return CJRelayJobHandle(job_id, self.client, logger=self.logger)
             return self._daemon_error(job_id, job_meta, fl_ctx, e)
         finally:
+            tlsfiles.close_all(fds)
             desc = None  # drop the resolved secrets and credentials
         self.logger.info(f"job {job_id}: cjrelayd runs it ({' '.join(answer)})")
         return CJRelayJobHandle(job_id, self.client, logger=self.logger)

@@ -2,18 +2,23 @@
 
 One AF_UNIX stream connection per call; one command per line. An answer is lines ending with
 one empty line; an error is the single line ``ERR <code> <text>``. The peer's credentials
-(``SO_PEERCRED``) decide what the daemon allows, so the CP must run as root or as the
-daemon's user to start and stop jobs.
+(``SO_PEERCRED``) decide what the daemon allows, so the CP must run as root, as the
+daemon's user or as a member of its ``[status] admin_group`` to start and stop jobs.
 
 The ``job start`` line carries the job's credentials: this module never logs a command line,
-and error texts it raises name the command's verb only.
+and error texts it raises name the command's verb only. It may also carry open files (the
+startup kit's TLS files, ``tlsfiles.py``): sent with the line's bytes in one ``sendmsg``
+(SCM_RIGHTS), at most ``MAX_FDS``.
 """
 
+import array
 import json
 import socket
 
 # cjrelayd refuses a line of 65 KiB or more (doc/interface.md, "Status socket").
 MAX_LINE = 65535
+# ... and takes at most 3 open files with one line (CJ_STATUS_MAX_FDS).
+MAX_FDS = 3
 
 
 class DaemonUnavailable(Exception):
@@ -36,22 +41,28 @@ class StatusClient:
         self.path = path
         self.timeout = timeout
 
-    def command(self, line: str, timeout=None) -> list:
+    def command(self, line: str, timeout=None, fds=()) -> list:
         """Send ``line``; return the answer's lines (without the closing empty line).
 
         ``timeout`` None uses the client's; a ``job wait`` passes 0 to wait without bound.
+        ``fds``: open files passed with the line (the caller keeps and closes them).
         Raises DaemonUnavailable or DaemonRefused.
         """
         verb = " ".join(line.split(" ", 2)[:2])
         data = (line + "\n").encode("utf-8")
         if len(data) > MAX_LINE:
             raise DaemonRefused(413, f"{verb}: the line is {len(data)} bytes, more than cjrelayd takes")
+        if len(fds) > MAX_FDS:
+            raise DaemonRefused(400, f"{verb}: {len(fds)} open files, more than cjrelayd takes ({MAX_FDS})")
         limit = self.timeout if timeout is None else timeout
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(limit if limit else None)
                 s.connect(self.path)
-                s.sendall(data)
+                sent = 0
+                if fds:  # the files go with the line's first bytes
+                    sent = s.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                s.sendall(data[sent:])
                 lines = self._read_answer(s)
         except (OSError, socket.timeout) as e:
             raise DaemonUnavailable(f"status socket {self.path}: {verb}: {e}") from None
