@@ -26,7 +26,7 @@
 
 #include "util/parse.h"
 
-#define CJ_CFG_NKEYS     50       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_NKEYS     51       /* rows in the key table (checked in config.c) */
 #define CJ_CFG_PATH_MAX  1024
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
@@ -97,6 +97,8 @@ struct cj_config {
         double heartbeat_interval;
         double heartbeat_timeout;
         double shutdown_grace;
+        double launch_timeout;             /* a launched worker slot with no worker through SESSION_READY this
+                                              long ends the job (101); 0 = no bound */
     } workers;
     struct {
         char socket[CJ_CFG_PATH_MAX];
