@@ -39,8 +39,7 @@ extern char **environ;
 struct outp {
     struct cj_launcher *l;
     struct bufferevent *bev;
-    struct slot *sl;                   /* its slot, whose last_output it keeps while seq is the slot's */
-    unsigned seq;
+    struct slot *sl;                   /* its slot, whose last_output it keeps */
     int stream;                        /* 1 stdout, 2 stderr */
     char name[64];                     /* worker leaf, for the log prefix */
     char fqcn[NAME_MAX_LEN + 1];
@@ -73,7 +72,7 @@ struct slot {
                                           SESSION_READY (launch_timeout), 0 none */
     unsigned waiting_launches;         /* launches since then */
     struct event *launch_timer;
-    char last_output[CJ_LAUNCHER_OUTPUT_MAX];   /* its worker's last non-empty stderr line */
+    char last_output[CJ_LAUNCHER_OUTPUT_MAX];   /* the last non-empty stderr line of its workers */
 };
 
 struct cj_launcher {
@@ -209,7 +208,7 @@ static void emit(struct outp *o, const char *line)
     struct cj_launcher *l = o->l;
     if (o->stream == 2) cj_log_info("worker %s (stderr): %s", o->name, line);
     else cj_log_info("worker %s: %s", o->name, line);
-    if (o->stream == 2 && line[strspn(line, " \t")] && o->sl->seq == o->seq)
+    if (o->stream == 2 && line[strspn(line, " \t")])
         snprintf(o->sl->last_output, sizeof o->sl->last_output, "%s", line);
     if (l->cbs.on_line) l->cbs.on_line(l->cbs.ctx, o->fqcn, o->stream, line);
 }
@@ -276,7 +275,6 @@ static int outp_new(struct cj_launcher *l, struct slot *sl, int fd, int stream)
     if (!o) return -1;
     o->l = l;
     o->sl = sl;
-    o->seq = sl->seq;
     o->stream = stream;
     snprintf(o->name, sizeof o->name, "%s", sl->leaf);
     snprintf(o->fqcn, sizeof o->fqcn, "%s", sl->fqcn);
@@ -512,6 +510,23 @@ static void stop_waiting(struct slot *sl)
     evtimer_del(sl->launch_timer);
 }
 
+/* An snprintf that appends to buf[cap] at len (cut at the end). */
+struct line_buf {
+    char *buf;
+    size_t cap, len;
+};
+
+static void add(struct line_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(struct line_buf *b, const char *fmt, ...)
+{
+    if (b->len + 1 >= b->cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
+}
+
 /* launch_timeout passed with no worker of the slot through: no more launches,
  * and the owner is told why (the slot's last error and its worker's last
  * stderr line: what the operator needs to see first). */
@@ -522,13 +537,14 @@ static void launch_timeout_cb(evutil_socket_t fd, short what, void *arg)
     struct slot *sl = arg;
     struct cj_launcher *l = sl->l;
     if (l->stopping_all || l->hold || l->gave_up || sl->waiting_since <= 0) return;
-    char why[CJ_LAUNCHER_WHY_MAX], now[CJ_LAUNCHER_ERROR_MAX + 32];
-    if (sl->pid) snprintf(now, sizeof now, "%s (pid %d) is running but has not completed its HELLO", sl->leaf, (int)sl->pid);
-    else snprintf(now, sizeof now, "%s", sl->last_error[0] ? sl->last_error : "no worker could be launched");
-    int n = snprintf(why, sizeof why, "no worker completed its HELLO within launch_timeout %g s (%u launch%s); last: %s",
-                     l->launch_timeout, sl->waiting_launches, sl->waiting_launches == 1 ? "" : "es", now);
-    if (sl->last_output[0] && n > 0 && (size_t)n < sizeof why)
-        snprintf(why + n, sizeof why - (size_t)n, "; its last stderr line: %s", sl->last_output);
+    char why[CJ_LAUNCHER_WHY_MAX];
+    struct line_buf b = {why, sizeof why, 0};
+    add(&b, "no worker completed its HELLO within launch_timeout %g s (%u launch%s)", l->launch_timeout,
+        sl->waiting_launches, sl->waiting_launches == 1 ? "" : "es");
+    if (sl->pid) add(&b, "; %s (pid %d) is running but has not completed its HELLO", sl->leaf, (int)sl->pid);
+    if (sl->last_error[0]) add(&b, "; last: %s", sl->last_error);
+    else if (!sl->pid) add(&b, "; no worker could be launched");
+    if (sl->last_output[0]) add(&b, "; its last stderr line: %s", sl->last_output);
     l->gave_up = true;
     cj_launcher_hold(l);
     cj_log_error("workers of %s.%s: %s", l->site, l->job, why);
@@ -582,7 +598,6 @@ static int spawn(struct slot *sl)
 
     sl->seq = ++l->seq;
     snprintf(sl->leaf, sizeof sl->leaf, "%s%u", CJ_LAUNCHER_LEAF_PREFIX, sl->seq);
-    sl->last_output[0] = '\0';
     start_waiting(sl);
     sl->waiting_launches++;
     if ((size_t)snprintf(sl->fqcn, sizeof sl->fqcn, "%s.%s.%s", l->site, l->job, sl->leaf) >= sizeof sl->fqcn) {
