@@ -203,6 +203,8 @@ def cp_env(job, env):
     check(f"{job}: no credential in the trainer's environment", not any(c in env for c in CREDS))
     check(f"{job}: not the CP's credential variables, nor one holding a credential",
           "NVFLARE_JOB_AUTH_TOKEN=" not in env and "CJTEST_HOLDS_SIG=" not in env)
+    check(f"{job}: nor what worker.env cannot take (BASH_FUNC_cjtest%%, a non-UTF-8 value)",
+          "BASH_FUNC_cjtest" not in env and "CJTEST_NOT_UTF8=" not in env)
 
 
 def described(job, a):
@@ -400,6 +402,10 @@ def main():
     os.environ["PATH"] = os.path.join(a.ws, "cp-bin") + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
     os.environ["NVFLARE_JOB_AUTH_TOKEN"] = CREDS[0]
     os.environ["CJTEST_HOLDS_SIG"] = f"sig={CREDS[1]};"
+    # and what cjrelayd's worker.env cannot take (a stock trainer would get them): a bash
+    # function's variable, a value that is not UTF-8; the job still goes to cjrelayd
+    os.environ["BASH_FUNC_cjtest%%"] = "() {  echo cjtest\n}"
+    os.environ["CJTEST_NOT_UTF8"] = b"caf\xe9".decode("utf-8", "surrogateescape")
     os.makedirs(os.path.join(a.ws, "cp-bin"), exist_ok=True)
     if a.scenario == "success":
         success(a)

@@ -7,6 +7,7 @@ Credentials go into the description only, never into argv, the environment or a 
 """
 
 import os
+import re
 import shutil
 
 from nvflare.apis.fl_constant import FLContextKey
@@ -27,7 +28,9 @@ _CLEAR_SCHEME = {v: k for k, v in _SECURE_SCHEME.items()}
 # description only; a variable whose value holds one is left out too.
 _NEVER_PASS = ("NVFLARE_JOB_AUTH_TOKEN", "NVFLARE_JOB_TOKEN_SIGNATURE", "NVFLARE_JOB_SSID",
                "NVFLARE_CLIENT_API_BOOTSTRAP", "CLIENT_API_TYPE")
-# cjrelayd's bounds on worker.env (doc/interface.md, "Job description").
+# cjrelayd's bounds on worker.env (doc/interface.md, "Job description"): names as a shell's,
+# values valid UTF-8 (the description is JSON).
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 ENV_MAX = 256
 ENV_TEXT = 32 * 1024
 # [workers] launch_timeout's range (doc/interface.md): the executor's value is kept within it.
@@ -97,9 +100,19 @@ def worker_env(custom_dir: str, pass_env=None, secrets=()) -> dict:
     whose value holds one of ``secrets``."""
     names = os.environ.keys() if pass_env is None else [k for k in pass_env if k in os.environ]
     env = {k: os.environ[k] for k in names
-           if k not in _NEVER_PASS and not any(s and s in os.environ[k] for s in secrets)}
+           if k not in _NEVER_PASS and _passable(k, os.environ[k]) and not any(s and s in os.environ[k] for s in secrets)}
     add_custom_dir_to_path(custom_dir, env)
     return env
+
+
+def _passable(name: str, value: str) -> bool:
+    """What cjrelayd's worker.env takes: a shell variable name (not, e.g., bash's exported
+    functions, BASH_FUNC_f%%), and a name and value that are valid UTF-8."""
+    try:
+        name.encode("utf-8"), value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return bool(_ENV_NAME.match(name))
 
 
 def check_env_bounds(env: dict):
