@@ -10,7 +10,8 @@
 # (b) terminate() mid-run: the job ends as aborted (9)
 # (c) jobs cjrelay does not serve (an in_process executor; a job_property the meta lacks)
 #     go to FLARE's ClientProcessJobLauncher
-#     and a job cjrelayd refuses falls back too; one whose start answer was lost does not
+#     and a job cjrelayd refuses falls back too, as does one whose CP environment is more than
+#     cjrelayd's worker.env takes; one whose start answer was lost does not
 # (d) cjrelayd down: fallback to the stock launcher, or (on_daemon_error fail) 104
 # (e) the credentials and the resolved secret appear in no log, argv or show output
 # (f) the launcher configured with integrations/flare/README.md's resources.json snippet as it
@@ -127,6 +128,8 @@ mkdir -p "$W/c3"
 drive refused --ws "$W/c3" --target 127.0.0.1:1
 mkdir -p "$W/c4"
 drive lost --ws "$W/c4" --target 127.0.0.1:1
+mkdir -p "$W/c5"
+drive bigenv --ws "$W/c5" --target 127.0.0.1:1
 
 # ---- (e) secrets ------------------------------------------------------------------------------
 for w in info jobs config; do $CTL show $w; $CTL show $w json; done > "$W/shows.txt" 2>&1

@@ -21,6 +21,8 @@ integrations/flare (the package). One scenario per run:
   abort     launch, terminate() mid-run, wait, return code 9
   stock     a job cjrelay does not serve (in_process executor) goes to ClientProcessJobLauncher
   narrowed  job_property set and the job's custom_props lack it: ClientProcessJobLauncher
+  bigenv    a CP environment of more variables than cjrelayd's worker.env takes: ClientProcessJobLauncher,
+            the reason logged
   refused   cjrelayd refuses the job (ERR 400: a job id it does not take): ClientProcessJobLauncher
   lost      the answer to job start is lost after the job started: no second start by the stock launcher
   down      cjrelayd not listening, on_daemon_error fallback: ClientProcessJobLauncher, the reason logged
@@ -426,6 +428,10 @@ def main():
     elif a.scenario == "narrowed":
         stock(a, "FJ4", external(a.worker, a.ws), launcher_args(a, job_property="use_cjrelay"),
               {"custom_props": {"other": True}}, expect_log="do not set use_cjrelay")
+    elif a.scenario == "bigenv":
+        os.environ.update({f"CJTEST_BIG_{i}": "x" for i in range(300)})
+        stock(a, "FJB", external(a.worker, a.ws), launcher_args(a),
+              expect_log="not for cjrelay (the trainer's environment has 3")
     elif a.scenario == "lost":
         lost(a)
     elif a.scenario == "refused":
