@@ -93,14 +93,19 @@ def credentials(fl_ctx):
     return {"token": str(token), "token_signature": str(sig), "ssid": str(ssid or "")}
 
 
-def worker_env(custom_dir: str, pass_env=None, secrets=()) -> dict:
-    """The trainer's environment, as a stock trainer's: the CP's variables (all of them, or
-    those ``pass_env`` names), then the CP's sys.path and the app's custom dir on PYTHONPATH
-    (FLARE's own helper). Never the job's credentials: neither their variables nor any variable
-    whose value holds one of ``secrets``."""
+def passed_env(pass_env=None, secrets=()) -> dict:
+    """The CP's variables a stock trainer would inherit (all of them, or those ``pass_env``
+    names), never the job's credentials: neither their variables nor any variable whose value
+    holds one of ``secrets``; none that cjrelayd's worker.env cannot take."""
     names = os.environ.keys() if pass_env is None else [k for k in pass_env if k in os.environ]
-    env = {k: os.environ[k] for k in names
-           if k not in _NEVER_PASS and _passable(k, os.environ[k]) and not any(s and s in os.environ[k] for s in secrets)}
+    env = {k: os.environ[k] for k in names if k not in _NEVER_PASS and _passable(k, os.environ[k])}
+    return {k: v for k, v in env.items() if not any(s and s in v for s in secrets)}
+
+
+def trainer_env(custom_dir: str, pass_env=None, secrets=()) -> dict:
+    """passed_env, with PYTHONPATH as FLARE's client job sets it for its trainer: the CP's
+    sys.path, then the app's custom dir (FLARE's own helper)."""
+    env = passed_env(pass_env, secrets)
     add_custom_dir_to_path(custom_dir, env)
     return env
 
@@ -198,7 +203,7 @@ def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
     desc["workspace"] = opts["workspace"]
     creds = credentials(fl_ctx)
     worker = {"cwd": opts["app_dir"], "count": 1,
-              "env": worker_env(opts["custom_dir"], opts.get("pass_env"), tuple((creds or {}).values()))}
+              "env": trainer_env(opts["custom_dir"], opts.get("pass_env"), tuple((creds or {}).values()))}
     timeout = launch_timeout(spec)
     if timeout is not None:
         worker["launch_timeout"] = timeout

@@ -80,6 +80,8 @@ class CJRelayJobLauncher(JobLauncherSpec):
         self.pass_env = None if pass_env is None else tuple(pass_env)
         self.worker_listen = worker_listen
         self.mode = mode
+        if isinstance(uds_driver, str):   # "false" in a hand-written resources.json
+            uds_driver = uds_driver.strip().lower() in ("1", "true", "yes", "on")
         self.uds_driver = bool(uds_driver)
         self.socket_path = socket_path
         self.stock = ClientProcessJobLauncher()
