@@ -39,6 +39,7 @@ extern char **environ;
 struct outp {
     struct cj_launcher *l;
     struct bufferevent *bev;
+    struct slot *sl;                   /* its slot, whose last_output it keeps */
     int stream;                        /* 1 stdout, 2 stderr */
     char name[64];                     /* worker leaf, for the log prefix */
     char fqcn[NAME_MAX_LEN + 1];
@@ -67,6 +68,11 @@ struct slot {
     time_t last_error_at;
     double relaunch_at;                /* cj_now() of the pending relaunch, 0 none */
     unsigned failures;                 /* launches that failed or died since the last clean one */
+    double waiting_since;              /* cj_now() since when the slot has had no worker through its
+                                          SESSION_READY (launch_timeout), 0 none */
+    unsigned waiting_launches;         /* launches since then */
+    struct event *launch_timer;
+    char last_output[CJ_LAUNCHER_OUTPUT_MAX];   /* the last non-empty stderr line of its workers */
 };
 
 struct cj_launcher {
@@ -87,6 +93,8 @@ struct cj_launcher {
     char site[NAME_MAX_LEN + 1], job[NAME_MAX_LEN + 1];
     bool secure;
     double grace, rmin, rmax;
+    double launch_timeout;             /* 0 none */
+    bool gave_up;                      /* launch_timeout passed: gave_up() called, no more launches */
     size_t line_max;
     struct cj_launcher_cbs cbs;
     struct slot *slots;
@@ -200,6 +208,8 @@ static void emit(struct outp *o, const char *line)
     struct cj_launcher *l = o->l;
     if (o->stream == 2) cj_log_info("worker %s (stderr): %s", o->name, line);
     else cj_log_info("worker %s: %s", o->name, line);
+    if (o->stream == 2 && line[strspn(line, " \t")])
+        snprintf(o->sl->last_output, sizeof o->sl->last_output, "%s", line);
     if (l->cbs.on_line) l->cbs.on_line(l->cbs.ctx, o->fqcn, o->stream, line);
 }
 
@@ -259,11 +269,12 @@ static void out_event_cb(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-static int outp_new(struct cj_launcher *l, const struct slot *sl, int fd, int stream)
+static int outp_new(struct cj_launcher *l, struct slot *sl, int fd, int stream)
 {
     struct outp *o = calloc(1, sizeof *o);
     if (!o) return -1;
     o->l = l;
+    o->sl = sl;
     o->stream = stream;
     snprintf(o->name, sizeof o->name, "%s", sl->leaf);
     snprintf(o->fqcn, sizeof o->fqcn, "%s", sl->fqcn);
@@ -479,6 +490,73 @@ static void report_text(const struct cj_launcher *l, const struct launch_report 
 
 static void schedule_restart(struct slot *sl, double lived);
 
+/* ---- launch timeout ------------------------------------------------------------------------ */
+
+/* The slot needs a worker through SESSION_READY from now (its first launch, or
+ * its worker died or was lost); launch_timeout counts from here. */
+static void start_waiting(struct slot *sl)
+{
+    struct cj_launcher *l = sl->l;
+    if (l->launch_timeout <= 0 || sl->waiting_since > 0) return;
+    sl->waiting_since = cj_now();
+    sl->waiting_launches = 0;
+    arm(sl->launch_timer, l->launch_timeout);
+}
+
+static void stop_waiting(struct slot *sl)
+{
+    sl->waiting_since = 0;
+    sl->waiting_launches = 0;
+    evtimer_del(sl->launch_timer);
+}
+
+/* An snprintf that appends to buf[cap] at len (cut at the end). */
+struct line_buf {
+    char *buf;
+    size_t cap, len;
+};
+
+static void add(struct line_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(struct line_buf *b, const char *fmt, ...)
+{
+    if (b->len + 1 >= b->cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
+}
+
+/* launch_timeout passed with no worker of the slot through: no more launches,
+ * and the owner is told why (the slot's last error and its worker's last
+ * stderr line: what the operator needs to see first). */
+static void launch_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct slot *sl = arg;
+    struct cj_launcher *l = sl->l;
+    if (l->stopping_all || l->hold || l->gave_up || sl->waiting_since <= 0) return;
+    char why[CJ_LAUNCHER_WHY_MAX];
+    struct line_buf b = {why, sizeof why, 0};
+    add(&b, "no worker completed its HELLO within launch_timeout %g s (%u launch%s)", l->launch_timeout,
+        sl->waiting_launches, sl->waiting_launches == 1 ? "" : "es");
+    if (sl->pid) add(&b, "; %s (pid %d) is running but has not completed its HELLO", sl->leaf, (int)sl->pid);
+    if (sl->last_error[0]) add(&b, "; last: %s", sl->last_error);
+    else if (!sl->pid) add(&b, "; no worker could be launched");
+    if (sl->last_output[0]) add(&b, "; its last stderr line: %s", sl->last_output);
+    l->gave_up = true;
+    cj_launcher_hold(l);
+    cj_log_error("workers of %s.%s: %s", l->site, l->job, why);
+    if (l->cbs.gave_up) l->cbs.gave_up(l->cbs.ctx, why);
+}
+
+void cj_launcher_session_ready(struct cj_launcher *l, const char *fqcn)
+{
+    for (int i = 0; fqcn && i < l->count; i++)
+        if (l->slots[i].pid && !strcmp(l->slots[i].fqcn, fqcn)) stop_waiting(&l->slots[i]);
+}
+
 /* A copy of n "key" NUL value NUL pairs laid one after the other.  0 or -1. */
 static int copy_pairs(const char *src, int n, char **out)
 {
@@ -520,6 +598,8 @@ static int spawn(struct slot *sl)
 
     sl->seq = ++l->seq;
     snprintf(sl->leaf, sizeof sl->leaf, "%s%u", CJ_LAUNCHER_LEAF_PREFIX, sl->seq);
+    start_waiting(sl);
+    sl->waiting_launches++;
     if ((size_t)snprintf(sl->fqcn, sizeof sl->fqcn, "%s.%s.%s", l->site, l->job, sl->leaf) >= sizeof sl->fqcn) {
         sl->bootstrap[0] = 0;
         cj_log_error("worker %s: FQCN too long", sl->leaf);
@@ -600,7 +680,7 @@ static void restart_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct slot *sl = arg;
-    if (!sl->l->stopping_all && !sl->l->hold && !sl->pid) spawn(sl);
+    if (!sl->l->stopping_all && !sl->l->hold && !sl->l->gave_up && !sl->pid) spawn(sl);
 }
 
 static void schedule_restart(struct slot *sl, double lived)
@@ -663,6 +743,8 @@ static void child_exited(struct slot *sl, int st)
     }
     if (unlink(sl->bootstrap) != 0 && errno != ENOENT)
         cj_log_warning("worker %s: cannot remove %s: %s", sl->fqcn, sl->bootstrap, strerror(errno));
+    if (stopping || l->hold || l->stopping_all) stop_waiting(sl);
+    else start_waiting(sl);   /* its replacement must come through within launch_timeout */
     if (l->cbs.on_exit) l->cbs.on_exit(l->cbs.ctx, sl->fqcn, st, stopping);
     /* A clean exit (a per-task trainer, launch_once false) is no reason to back off further. */
     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) sl->backoff = 0, sl->failures = 0;
@@ -827,6 +909,7 @@ struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_lau
     l->rmin = cfg->restart_min > 0 ? cfg->restart_min : RESTART_MIN_DEFAULT;
     l->rmax = cfg->restart_max > 0 ? cfg->restart_max : RESTART_MAX_DEFAULT;
     if (l->rmax < l->rmin) l->rmax = l->rmin;
+    l->launch_timeout = cfg->launch_timeout > 0 ? cfg->launch_timeout : 0;
     l->line_max = cfg->line_max ? cfg->line_max : CJ_LAUNCHER_LINE_MAX;
     if (cbs) l->cbs = *cbs;
     if (mkdir(l->runtime_dir, 0700) != 0 && errno != EEXIST) {
@@ -846,7 +929,8 @@ struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_lau
         sl->report_fd = -1;
         sl->stop_timer = evtimer_new(base, stop_timer_cb, sl);
         sl->restart_timer = evtimer_new(base, restart_cb, sl);
-        if (!sl->stop_timer || !sl->restart_timer) goto nomem;
+        sl->launch_timer = evtimer_new(base, launch_timeout_cb, sl);
+        if (!sl->stop_timer || !sl->restart_timer || !sl->launch_timer) goto nomem;
     }
     return l;
 nomem:
@@ -870,6 +954,7 @@ void cj_launcher_free(struct cj_launcher *l)
         if (sl->report_fd >= 0) close(sl->report_fd);
         if (sl->stop_timer) event_free(sl->stop_timer);
         if (sl->restart_timer) event_free(sl->restart_timer);
+        if (sl->launch_timer) event_free(sl->launch_timer);
     }
     while (l->outs) outp_free(l->outs);
     if (l->sigchld) event_free(l->sigchld);
@@ -884,6 +969,7 @@ void cj_launcher_free(struct cj_launcher *l)
 int cj_launcher_start(struct cj_launcher *l)
 {
     int ok = 0;
+    if (l->gave_up) return -1;
     l->stopping_all = l->hold = false;
     for (int i = 0; i < l->count; i++)
         if (!l->slots[i].pid && spawn(&l->slots[i]) == 0) ok++;
@@ -930,6 +1016,7 @@ void cj_launcher_hold(struct cj_launcher *l)
     for (int i = 0; i < l->count; i++) {
         struct slot *sl = &l->slots[i];
         evtimer_del(sl->restart_timer);
+        stop_waiting(sl);   /* the run is ending: no launch timeout either */
         sl->relaunch = false;   /* a lost worker being stopped stays down */
     }
 }

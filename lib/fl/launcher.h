@@ -14,7 +14,12 @@
  *
  * A worker that exits is relaunched after a back-off (restart_min, doubling up
  * to restart_max; back to restart_min after a clean exit or once a worker lived
- * longer than restart_max), unless it is being stopped.  Stopping is staged: the owner sends client_api.shutdown
+ * longer than restart_max), unless it is being stopped.  With launch_timeout,
+ * a slot that has had no worker through SESSION_READY (cj_launcher_session_ready)
+ * for that long since its first launch, or since its worker died or was lost,
+ * ends the relaunches: gave_up() is told why (the slot's last error and its
+ * worker's last stderr line), as FLARE's executor gives up on a trainer that
+ * does not complete its HELLO within its launch_timeout.  Stopping is staged: the owner sends client_api.shutdown
  * first (lib/fl/session.h), then cj_launcher_stop: SIGTERM to the process
  * group (and SIGCONT, so that a SIGSTOPped worker acts on it) after
  * shutdown_grace, SIGKILL after another shutdown_grace; the child is
@@ -41,6 +46,8 @@ struct cj_launcher;
 #define CJ_LAUNCHER_MAX_WORKERS 64
 #define CJ_LAUNCHER_MAX_ARGS 256
 #define CJ_LAUNCHER_LINE_MAX 1024      /* default bound of a logged output line */
+#define CJ_LAUNCHER_OUTPUT_MAX 200     /* a worker's last stderr line, as kept for gave_up() */
+#define CJ_LAUNCHER_WHY_MAX 512        /* gave_up()'s text */
 
 struct cj_launcher_cfg {
     const char *command;        /* [workers] command */
@@ -51,6 +58,7 @@ struct cj_launcher_cfg {
     bool secure_mode;           /* bootstrap secure_mode (must match the sessions') */
     double shutdown_grace;      /* seconds; 0 = 10 */
     double restart_min, restart_max;   /* back-off seconds; 0 = 1 / 30 */
+    double launch_timeout;      /* seconds a slot may go without a worker through SESSION_READY; 0 = no bound */
     size_t line_max;            /* longest logged output line (longer ones are cut); 0 = CJ_LAUNCHER_LINE_MAX */
     /* A job's own worker environment (copied): with clean_env the worker gets
      * only PATH (the daemon's), env's envc "NAME=value" strings (one after the
@@ -85,6 +93,10 @@ struct cj_launcher_cbs {
     bool (*in_barrier)(void *ctx, const char *fqcn);
     /* Optional: every output line as logged (stream 1 stdout, 2 stderr). */
     void (*on_line)(void *ctx, const char *fqcn, int stream, const char *line);
+    /* Optional: launch_timeout passed for a slot (why: at most CJ_LAUNCHER_WHY_MAX
+     * bytes, no token, no argument past argv[0]).  The launcher holds (no more
+     * launches, cj_launcher_start refused); the owner ends the run. */
+    void (*gave_up)(void *ctx, const char *why);
 };
 
 /* Checks cfg (the command must split into at least one word) and sets up SIGCHLD
@@ -120,6 +132,10 @@ void cj_launcher_hold(struct cj_launcher *l);
  * barrier or not, SIGKILL after shutdown_grace (shutdown now, SIGQUIT, a second
  * signal). */
 void cj_launcher_stop_all(struct cj_launcher *l, bool now);
+
+/* The running worker fqcn completed its SESSION_READY: its slot's launch_timeout
+ * stops counting (until the worker dies or is lost).  Unknown fqcn: nothing. */
+void cj_launcher_session_ready(struct cj_launcher *l, const char *fqcn);
 
 /* pid of the running worker fqcn, or 0. */
 pid_t cj_launcher_pid(const struct cj_launcher *l, const char *fqcn);

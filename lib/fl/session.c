@@ -633,6 +633,7 @@ static int on_session_ready(void *arg, struct cj_stream_blob *b)
         return -1;
     }
     reply_sb(s, b, &sb, NULL);
+    if (became_ready && s->ready) s->ready(s->ready_arg, w->fqcn);
     if (became_ready) kick(s);
     return 0;
 }
@@ -1030,6 +1031,8 @@ struct cj_fl_sessions *cj_fl_sessions_new(struct event_base *base, struct cj_str
     s->drained_arg = cfg->drained_arg;
     s->lost = cfg->lost;
     s->lost_arg = cfg->lost_arg;
+    s->ready = cfg->ready;
+    s->ready_arg = cfg->ready_arg;
     s->m = calloc(1, sizeof *s->m);
     s->drain_ev = event_new(base, -1, 0, drain_cb, s);
     s->tick = event_new(base, -1, EV_PERSIST, tick_cb, s);

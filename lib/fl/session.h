@@ -63,6 +63,11 @@ struct cj_fl_sessions_cfg {
      * loop (deferred), never from inside a sessions call.  May be NULL. */
     void (*lost)(void *arg, const char *fqcn, const char *why);
     void *lost_arg;
+    /* A worker completed its SESSION_READY (the launcher's launch_timeout stops
+     * counting for it).  Called from inside the sessions' handler: it must not
+     * call back into the sessions.  May be NULL. */
+    void (*ready)(void *arg, const char *fqcn);
+    void *ready_arg;
 };
 
 struct cj_fl_sessions_stats {

@@ -83,6 +83,8 @@ struct cj_fl_sessions {
     void *drained_arg;
     void (*lost)(void *arg, const char *fqcn, const char *why);
     void *lost_arg;
+    void (*ready)(void *arg, const char *fqcn);
+    void *ready_arg;
     bool draining, drained_fired, closed;
     struct event *tick, *drain_ev;
     struct worker *workers;

@@ -148,6 +148,10 @@ static const struct cj_cfg_key keys[] = {
      FIELD(workers.heartbeat_timeout)},
     {KEY("workers", "shutdown_grace"), CJ_T_DURATION, "10", 0, 3600, NULL, RELOAD, 0,
      "SHUTDOWN, then SIGTERM, then SIGKILL, this far apart", FIELD(workers.shutdown_grace)},
+    {KEY("workers", "launch_timeout"), CJ_T_DURATION, "300", 0, 86400, NULL, RELOAD, 0,
+     "a launched worker that has not completed its HELLO this long after its launch (relaunches included) "
+     "ends the job with 101 and the worker's last error; 0 = relaunch without end",
+     FIELD(workers.launch_timeout)},
 
     {KEY("status", "socket"), CJ_T_PATH, "/run/cjrelay/status.sock", 0, 0, NULL, RESTART,
      REQ | CJ_CFG_SOCKET, "the status socket that cjrelayctl talks to", FIELD(status.socket)},

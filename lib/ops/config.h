@@ -97,6 +97,8 @@ struct cj_config {
         double heartbeat_interval;
         double heartbeat_timeout;
         double shutdown_grace;
+        double launch_timeout;             /* a launched worker slot with no worker through SESSION_READY this
+                                              long ends the job (101); 0 = no bound */
     } workers;
     struct {
         char socket[CJ_CFG_PATH_MAX];

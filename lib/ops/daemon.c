@@ -143,7 +143,7 @@ static void on_job_ended(void *ctx, struct cj_job *j)
         if (d->state == RUN_DRAINING && cj_jobs_live(d->jobs) == 0) stop_soon(d);
         return;
     }
-    if (cj_job_outcome(j) == CJ_JOB_EXECUTION_ERROR) {
+    if (cj_job_outcome(j) == CJ_JOB_EXECUTION_ERROR || cj_job_outcome(j) == CJ_JOB_EXCEPTION) {
         cj_log_error("fatal: %s", cj_job_reason(j));
         d->exit_code = CJ_EXIT_FATAL;
         cj_daemon_stop_now(d, cj_job_reason(j));

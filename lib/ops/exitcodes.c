@@ -20,6 +20,8 @@ const struct cj_exit_code cj_exit_codes[] = {
     {"job", CJ_JOB_SUCCESS, "the server ended the run"},
     {"job", CJ_JOB_EXECUTION_ERROR, "the FL loop could not go on (e.g. it cannot sync with the server)"},
     {"job", CJ_JOB_ABORTED, "aborted: job stop, a signal to the daemon, or the client parent's abort"},
+    {"job", CJ_JOB_EXCEPTION, "no launched worker completed its HELLO within [workers] launch_timeout (the "
+                              "reason gives the worker's last error and stderr line); FLARE fails the job"},
     {"job", CJ_JOB_INFRA_ERROR, "the server link never came up within [upstream] first_connect_timeout"},
 };
 const size_t cj_exit_ncodes = sizeof cj_exit_codes / sizeof cj_exit_codes[0];

@@ -153,6 +153,23 @@ static void on_exit_cb(void *ctx, const char *fqcn, int status, bool stopping)
     finish_if_stopped(f);   /* does something only once the run is ending */
 }
 
+/* A worker through SESSION_READY: its slot's launch_timeout stops counting. */
+static void on_ready(void *arg, const char *fqcn)
+{
+    struct cj_flrun *f = arg;
+    if (f->launcher) cj_launcher_session_ready(f->launcher, fqcn);
+}
+
+/* No worker came through within launch_timeout: the launcher holds; the
+ * workers still running go, and the owner ends the job. */
+static void on_gave_up(void *ctx, const char *why)
+{
+    struct cj_flrun *f = ctx;
+    cj_flrun_stop_now(f);
+    if (f->cbs.cannot_launch) f->cbs.cannot_launch(f->cbs.ctx, why);
+    else if (f->cbs.fatal) f->cbs.fatal(f->cbs.ctx, why);
+}
+
 static bool in_barrier(void *ctx, const char *fqcn)
 {
     struct cj_flrun *f = ctx;
@@ -264,6 +281,7 @@ static int make_sessions(struct cj_flrun *f, struct cj_stream_ep *ep, const stru
         .auth_token_signature = secure ? f->creds.signature : NULL,
         .drained = on_drained, .drained_arg = f,
         .lost = on_lost, .lost_arg = f,
+        .ready = on_ready, .ready_arg = f,
     };
     struct cj_fl_submit_ops so;
     cj_fl_up_submit_ops(f->up, &so);
@@ -353,6 +371,7 @@ static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, const 
         .connect_url = f->connect_url, .site = f->site, .job_id = f->job,
         .secure_mode = f->secure,   /* must match what hello_accepted announces */
         .shutdown_grace = cfg->workers.shutdown_grace,
+        .launch_timeout = cfg->workers.launch_timeout,
     };
     if (opts) {
         lc.clean_env = opts->clean_env;
@@ -363,7 +382,8 @@ static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, const 
         lc.boot_extra = opts->boot_extra;
         lc.boot_extrac = opts->boot_extrac;
     }
-    struct cj_launcher_cbs cbs = {.ctx = f, .on_spawn = on_spawn, .on_exit = on_exit_cb, .in_barrier = in_barrier};
+    struct cj_launcher_cbs cbs = {.ctx = f, .on_spawn = on_spawn, .on_exit = on_exit_cb, .in_barrier = in_barrier,
+                                  .gave_up = on_gave_up};
     f->launcher = cj_launcher_new(f->base, &lc, &cbs, err);
     return f->launcher ? 0 : -1;
 }

@@ -31,6 +31,9 @@ struct cj_flrun_cbs {
     void (*ended)(void *ctx, const char *why);   /* run over, workers stopped: exit (or idle) */
     void (*fatal)(void *ctx, const char *why);   /* cannot go on: exit 2 */
     void (*started)(void *ctx);                  /* optional: the server link came up the first time */
+    /* optional: no launched worker came through within [workers] launch_timeout; the workers
+     * are being stopped and no more are launched */
+    void (*cannot_launch)(void *ctx, const char *why);
 };
 
 /* What a job started at run time brings beyond its configuration. */

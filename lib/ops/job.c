@@ -41,7 +41,7 @@ struct cj_job {
     enum cj_job_state state;
     bool aborting;                /* told to end: the outcome is ABORTED whatever the run says */
     enum cj_job_outcome outcome;
-    char reason[256];
+    char reason[CJ_JOB_REASON_MAX];
     double started, ended_at;
     struct cj_creds creds;        /* the description's credentials (has_creds), wiped at free */
     bool has_creds;
@@ -225,6 +225,15 @@ static void on_fl_fatal(void *ctx, const char *why)
     end_job(j, CJ_JOB_EXECUTION_ERROR, why);
 }
 
+/* No worker came through within launch_timeout (the launcher holds, the
+ * workers are being stopped): FLARE's ProcessExitCode.EXCEPTION, which the
+ * client parent reports and the server fails the job with, as it does when a
+ * stock client job's executor cannot start its trainer. */
+static void on_fl_cannot_launch(void *ctx, const char *why)
+{
+    end_job(ctx, CJ_JOB_EXCEPTION, why);
+}
+
 /* The server was never reachable: FLARE's client parent reads 104 as an
  * infrastructure error, not the job's fault. */
 static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
@@ -259,7 +268,8 @@ static int start_cell(struct cj_job *j, const struct cj_job_opts *opts, struct c
     };
     if (!(j->router = cj_router_new(j->base, &rc, err))) return -1;
     if (start_stream(j, err) != 0 || open_worker_listeners(j, opts ? opts->worker_account : NULL, err) != 0) return -1;
-    struct cj_flrun_cbs cbs = {.ctx = j, .ended = on_fl_ended, .fatal = on_fl_fatal, .started = on_fl_started};
+    struct cj_flrun_cbs cbs = {.ctx = j, .ended = on_fl_ended, .fatal = on_fl_fatal, .started = on_fl_started,
+                               .cannot_launch = on_fl_cannot_launch};
     struct cj_flrun_opts fo = {.creds = j->has_creds ? &j->creds : NULL, .runtime_dir = j->dir[0] ? j->dir : NULL};
     if (opts) {
         fo.clean_env = opts->clean_env;

@@ -30,9 +30,12 @@ enum cj_job_outcome {
     CJ_JOB_SUCCESS = 0,          /* the server ended the run */
     CJ_JOB_EXECUTION_ERROR = 1,  /* the FL loop could not go on */
     CJ_JOB_ABORTED = 9,          /* stopped by the operator, a signal or the client parent */
+    CJ_JOB_EXCEPTION = 101,      /* no worker came through within [workers] launch_timeout */
     CJ_JOB_CONFIG_ERROR = 103,
     CJ_JOB_INFRA_ERROR = 104,    /* e.g. the server never reachable */
 };
+
+#define CJ_JOB_REASON_MAX 600        /* a job's reason: a worker's error and last stderr line fit */
 
 enum cj_job_state { CJ_JOB_STARTING, CJ_JOB_RUNNING, CJ_JOB_STOPPING, CJ_JOB_ENDED };
 

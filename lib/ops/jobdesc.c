@@ -340,10 +340,9 @@ static int on_env(struct jd *p, const char *key)
     if (!env_name_ok(key)) return fail(p, "not a valid variable name");
     if (!strcmp(key, "NVFLARE_CLIENT_API_BOOTSTRAP") || !strcmp(key, "CLIENT_API_TYPE"))
         return fail(p, "set by the relay");
-    for (int i = 0; i < d->worker.envc; i++) {
-        const char *e = cj_jobdesc_env(d, i);
+    const char *e = d->worker.env;
+    for (int i = 0; i < d->worker.envc; i++, e += strlen(e) + 1)
         if (!strncmp(e, key, kl) && e[kl] == '=') return fail(p, "duplicate key");
-    }
     if (d->worker.envc == CJ_JOBDESC_ENV_MAX) return fail(p, "more than %d variables", CJ_JOBDESC_ENV_MAX);
     if (read_str(p, sizeof p->s)) return -1;
     size_t used = area_used(d->worker.env, d->worker.envc), vl = strlen(p->s);
@@ -382,6 +381,21 @@ static int rd_count(struct jd *p)
     return ini_rule(p, "workers.count", &p->d->worker.count, sizeof p->d->worker.count, "");
 }
 
+/* A number of seconds (FLARE's launch_timeout is a float: 300.0), checked as
+ * [workers] launch_timeout's value. */
+static int rd_launch_timeout(struct jd *p)
+{
+    int c = cj_json_peek(&p->j);
+    if (c != '-' && (c < '0' || c > '9')) return want(p, '0', "a number");
+    size_t start = p->j.pos;
+    if (cj_json_skip(&p->j, 1)) return json_fail(p);
+    size_t n = p->j.pos - start;
+    if (n >= 32) return fail(p, "not a number of seconds");
+    memcpy(p->s, p->j.p + start, n);
+    p->s[n] = '\0';
+    return ini_rule(p, "workers.launch_timeout", &p->d->worker.launch_timeout, sizeof p->d->worker.launch_timeout, "");
+}
+
 /* [workers] listen's rule, and unix: paths absolute. */
 static int rd_listen(struct jd *p)
 {
@@ -405,6 +419,7 @@ static int on_worker(struct jd *p, const char *key)
     if (!strcmp(key, "group")) return once(p, CJ_JD_GROUP) || rd_account(p, d->worker.group) ? -1 : 0;
     if (!strcmp(key, "count")) return once(p, CJ_JD_COUNT) || rd_count(p) ? -1 : 0;
     if (!strcmp(key, "listen")) return once(p, CJ_JD_LISTEN) || rd_listen(p) ? -1 : 0;
+    if (!strcmp(key, "launch_timeout")) return once(p, CJ_JD_LAUNCH_TIMEOUT) || rd_launch_timeout(p) ? -1 : 0;
     return fail(p, "unknown");
 }
 
@@ -563,27 +578,30 @@ int cj_jobdesc_parse(const char *json, size_t len, struct cj_job_desc *out, char
 /* ---- the job's configuration ----------------------------------------------------------------------- */
 
 /* Each INI key a description key overrides; text_off: the description's text
- * for it (or int_off: an int it holds parsed); argv is quoted separately. */
+ * for it (or val_off: the value it holds parsed by the INI key's own rule, so of
+ * its field's type); argv is quoted separately. */
 #define NONE ((size_t)-1)
 #define TXT(f) offsetof(struct cj_job_desc, f), NONE
-#define INT(f) NONE, offsetof(struct cj_job_desc, f)
+#define VAL(f) NONE, offsetof(struct cj_job_desc, f)
 static const struct override {
     unsigned bit;
     const char *field, *section, *name, *key;
-    size_t text_off, int_off;
+    size_t text_off, val_off;
 } overrides[] = {
     {CJ_JD_JOB_ID, "job_id", "relay", "job_id", "relay.job_id", TXT(job_id)},
     {CJ_JD_SERVER_URL, "server_url", "upstream", "url", "upstream.url", TXT(server_url)},
     {CJ_JD_SECURITY, "connection_security", "upstream", "connection_security", "upstream.connection_security",
-     INT(connection_security)},
+     VAL(connection_security)},
     {CJ_JD_CA_FILE, "ca_file", "upstream", "ca_file", "upstream.ca_file", TXT(ca_file)},
     {CJ_JD_CERT_FILE, "cert_file", "upstream", "cert_file", "upstream.cert_file", TXT(cert_file)},
     {CJ_JD_KEY_FILE, "key_file", "upstream", "key_file", "upstream.key_file", TXT(key_file)},
     {CJ_JD_PROJECT, "project_name", "upstream", "project_name", "upstream.project_name", TXT(project_name)},
-    {CJ_JD_MODE, "mode", "relay", "mode", "relay.mode", INT(mode)},
+    {CJ_JD_MODE, "mode", "relay", "mode", "relay.mode", VAL(mode)},
     {CJ_JD_ARGV, "worker.argv", "workers", "command", "workers.command", NONE, NONE},
-    {CJ_JD_COUNT, "worker.count", "workers", "count", "workers.count", INT(worker.count)},
+    {CJ_JD_COUNT, "worker.count", "workers", "count", "workers.count", VAL(worker.count)},
     {CJ_JD_LISTEN, "worker.listen", "workers", "listen", "workers.listen", TXT(worker.listen)},
+    {CJ_JD_LAUNCH_TIMEOUT, "worker.launch_timeout", "workers", "launch_timeout", "workers.launch_timeout",
+     VAL(worker.launch_timeout)},
 };
 #define NOVERRIDES (sizeof overrides / sizeof *overrides)
 
@@ -601,8 +619,8 @@ static int apply(const struct cj_job_desc *d, const struct override *o, struct c
     const struct cj_cfg_key *k = cj_config_find(o->section, o->name);
     char *field = (char *)c + k->off, cmd[CJ_CFG_PATH_MAX], w[256];
     const char *text = o->text_off != NONE ? (const char *)d + o->text_off : cmd;
-    if (o->int_off != NONE) {
-        memcpy(field, (const char *)d + o->int_off, sizeof(int));
+    if (o->val_off != NONE) {
+        memcpy(field, (const char *)d + o->val_off, k->size);
     } else {
         if (o->bit == CJ_JD_ARGV && quote_argv(d, cmd, sizeof cmd) < 0)
             return cj_why(why, whysz, "worker.argv: longer than %d bytes as a command line", CJ_CFG_PATH_MAX - 1);
@@ -713,6 +731,7 @@ size_t cj_jobdesc_describe(const struct cj_job_desc *d, char *buf, size_t len)
     if (h & CJ_JD_ARGV) put(&l, " worker %s (+%d args)", cj_jobdesc_arg(d, 0), d->worker.argc - 1);
     if (h & CJ_JD_COUNT) put(&l, " count %d", d->worker.count);
     if (h & CJ_JD_LISTEN) put(&l, " listen %s", d->worker.listen);
+    if (h & CJ_JD_LAUNCH_TIMEOUT) put(&l, " launch_timeout %g", d->worker.launch_timeout);
     if (h & CJ_JD_CWD) put(&l, " cwd %s", d->worker.cwd);
     if (h & CJ_JD_USER) put(&l, " user %s", d->worker.user);
     if (h & CJ_JD_GROUP) put(&l, " group %s", d->worker.group);

@@ -46,8 +46,8 @@
 #define CJ_JOBDESC_ACCOUNT_MAX  64
 #define CJ_JOBDESC_NAME_MAX     64
 #define CJ_JOBDESC_ARGS_MAX     64
-#define CJ_JOBDESC_ENV_MAX      64
-#define CJ_JOBDESC_ENV_TEXT     (16 * 1024)
+#define CJ_JOBDESC_ENV_MAX      256                     /* a CP's whole environment (doc/interface.md) */
+#define CJ_JOBDESC_ENV_TEXT     (32 * 1024)
 #define CJ_JOBDESC_BOOT_MAX     32
 #define CJ_JOBDESC_BOOT_TEXT    (16 * 1024)
 #define CJ_JOBDESC_BOOT_DEPTH   8
@@ -65,7 +65,7 @@ enum {
     CJ_JD_WORKER = 1u << 12, CJ_JD_BOOTSTRAP = 1u << 13, CJ_JD_TLS_FDS = 1u << 14,
     /* inside "worker" */
     CJ_JD_ARGV = 1u << 16, CJ_JD_CWD = 1u << 17, CJ_JD_ENV = 1u << 18, CJ_JD_USER = 1u << 19,
-    CJ_JD_GROUP = 1u << 20, CJ_JD_COUNT = 1u << 21, CJ_JD_LISTEN = 1u << 22,
+    CJ_JD_GROUP = 1u << 20, CJ_JD_COUNT = 1u << 21, CJ_JD_LISTEN = 1u << 22, CJ_JD_LAUNCH_TIMEOUT = 1u << 23,
 };
 
 struct cj_job_desc {
@@ -104,6 +104,7 @@ struct cj_job_desc {
         char group[CJ_JOBDESC_ACCOUNT_MAX];
         int count;                             /* 1..64 ([workers] count's range) */
         char listen[CJ_CFG_PATH_MAX];          /* checked as [workers] listen */
+        double launch_timeout;                 /* seconds, checked as [workers] launch_timeout */
     } worker;
     int bootc;
     char boot[CJ_JOBDESC_BOOT_TEXT];           /* bootc pairs: key NUL, raw JSON value NUL */
@@ -120,7 +121,7 @@ int cj_jobdesc_parse(const char *json, size_t len, struct cj_job_desc *out, char
  *   connection_security, ca_file, cert_file, key_file, project_name -> [upstream] the same
  *   tls_fds.<file> -> [upstream] <file> = tls_label[i] ("fd:<index>" when empty)
  *   mode -> [relay] mode               worker.argv -> [workers] command (quoted)
- *   worker.count, worker.listen -> [workers] count, listen
+ *   worker.count, worker.listen, worker.launch_timeout -> [workers] count, listen, launch_timeout
  * (parent_url, credentials, workspace, worker.cwd/env/user/group and bootstrap
  * have no INI key: they stay in the description), checked with the INI's
  * cross-key rules (cj_config_check).  A site other than [relay] site is

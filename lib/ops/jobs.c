@@ -119,7 +119,7 @@ int cj_jobs_wait(struct cj_jobs *js, const char *id, struct cj_status_wait *w, c
     struct cj_job *j = cj_jobs_find(js, id);
     if (!j) { snprintf(msg, msgsz, "no job '%.64s'", id); return 404; }
     if (cj_job_state(j) == CJ_JOB_ENDED) {
-        char text[512];
+        char text[CJ_JOB_REASON_MAX + 128];
         outcome_text(j, text, sizeof text);
         if (!w) { snprintf(msg, msgsz, "%s", text); return 0; }
         cj_status_answer(w, 0, text);   /* the same answer as at the end */
@@ -150,7 +150,7 @@ void cj_jobs_cancel_wait(struct cj_jobs *js, struct cj_status_wait *w)
 
 static void answer_waiters(struct cj_jobs *js, const struct cj_job *j)
 {
-    char text[512];
+    char text[CJ_JOB_REASON_MAX + 128];
     outcome_text(j, text, sizeof text);
     for (size_t i = 0; i < js->nwait;) {
         if (strcmp(js->waiters[i].id, cj_job_id(j))) { i++; continue; }

@@ -24,7 +24,9 @@
 #     logged, counted; no token ever in the relay's log
 # (6) a worker command that cannot run (its interpreter is missing) and one that exits at
 #     once: show workers lists the slot with why (errno text, exit code), show info gives the
-#     workers' last error, its time and the relaunch, the log names it
+#     workers' last error, its time and the relaunch, the log names it; with [workers]
+#     launch_timeout 2 the relaunches end: the job ends with 101, its reason naming the timeout,
+#     the worker's exit and its last stderr line, and the single-job shorthand exits 2
 # Already covered elsewhere: a worker killed mid-download (test_fl (c)); a worker that
 # stops reading (test_transport (c)); the simulator stopped with SIGTERM between
 # transfers (test_transport (d)).
@@ -305,9 +307,18 @@ check "(6) a worker that exits at once: '$(info_of workers_last_error)'" \
     sh -c "$C -s $W/seven.status.sock show info json | jq -e '.workers_last_error | test(\"trainer_[0-9]+: exited after [0-9.]+ s: exit code 3\")' >/dev/null"
 check "(6) ... its stderr is in the log" grep -q "no GPU here" "$W/seven.relay"
 stop_relay
+relay_conf eight workers.command="$W/exit3.sh" workers.count=1 workers.launch_timeout=2
+t0=$(date +%s)
+$D -c "$W/eight.ini" > "$W/eight.relay" 2>&1 & RELAY=$!
+wait_for 20 sh -c "! kill -0 $RELAY"
+wait "$RELAY"; rc=$?; RELAY=
+check "(6) launch_timeout 2: the relay gave up on the worker and exited 2 (rc $rc, after $(( $(date +%s) - t0 )) s)" [ "$rc" = 2 ]
+check "(6) ... the job's end names the timeout, the exit and the worker's stderr: $(grep -m1 -o 'job J1 ended: .*' "$W/eight.relay" | cut -c1-220)" \
+    grep -q "job J1 ended: outcome 101 (no worker completed its HELLO within launch_timeout 2 s ([0-9]* launches); last: client_api_trainer_[0-9]*: exited after [0-9.]* s: exit code 3; its last stderr line: no GPU here)" "$W/eight.relay"
+check "(6) ... logged as the daemon's fatal error" grep -q "error: fatal: no worker completed its HELLO within launch_timeout 2 s" "$W/eight.relay"
 stop_sim
 if [ "$_f" -gt 0 ]; then
-    for f in one two three four five six seven; do
+    for f in one two three four five six seven eight; do
         [ -f "$W/$f.relay" ] || continue
         echo "# relay $f (last 12 lines):"; tail -12 "$W/$f.relay" | cut -c1-300 | note
     done

@@ -10,12 +10,20 @@
 # (b) terminate() mid-run: the job ends as aborted (9)
 # (c) jobs cjrelay does not serve (an in_process executor; a job_property the meta lacks)
 #     go to FLARE's ClientProcessJobLauncher
-#     and a job cjrelayd refuses falls back too; one whose start answer was lost does not
+#     and a job cjrelayd refuses falls back too, as does one whose CP environment is more than
+#     cjrelayd's worker.env takes; one whose start answer was lost does not
 # (d) cjrelayd down: fallback to the stock launcher, or (on_daemon_error fail) 104
 # (e) the credentials and the resolved secret appear in no log, argv or show output
 # (f) least privilege: cjrelayd runs as another account (uid 4242, as the packaged unit runs it
 #     as cjrelay) that cannot read the startup kit's key (0600, root's here, the FLARE account's
 #     on a site); the launcher passes the kit's files as open files and the job runs over mTLS
+# (g) the launcher configured with integrations/flare/README.md's resources.json snippet as it
+#     stands: a trainer that starts as a stock FLARE trainer does (tests/flare/stock_trainer.py)
+#     reaches its job and the job runs to the simulator's verified end; its environment is the
+#     CP's (MALLOC_ARENA_MAX, PATH, ...) without the job's credentials
+# (h) a stock trainer given a URL it cannot use dies at once: relaunched a few times, then, at
+#     the executor's launch_timeout (3 s), the job ends with 101 and the trainer's error in the
+#     reason (job wait, show jobs, the CP's log, the daemon's log); no launch after that
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim
 PY=/usr/bin/python3
@@ -121,6 +129,30 @@ P=$(sim_port "$W/b.sim")
 drive abort --ws "$W/b" --target "127.0.0.1:$P" --sim-out "$W/b.sim"
 check "(b) the daemon logged the stop's reason" grep -q 'terminated by the client parent' "$W/relay.log"
 
+# ---- (g) the documented snippet, a stock trainer -------------------------------------------
+mkdir -p "$W/f"
+$S --listen tcp://127.0.0.1:0 --job-id FJD --rounds 2 --model-size 4M --tensors 2 > "$W/f.sim" 2> "$W/f.simlog" &
+SIMS="$SIMS $!"; PF=$!
+P=$(sim_port "$W/f.sim")
+drive documented --ws "$W/f" --target "127.0.0.1:$P" --readme "$ROOT/integrations/flare/README.md"
+wait_for 15 sh -c "! kill -0 $PF"
+check "(g) the simulator verified the stock trainer's job" grep -q '^SIM OK rounds=2' "$W/f.sim"
+check "(g) the trainer's link came over the job's Unix socket" grep -q "link worker site-1.FJD.[^ ]* (unix peer pid" "$W/relay.log"
+
+# ---- (h) a trainer that cannot start ----------------------------------------------------------
+mkdir -p "$W/g"
+$S --listen tcp://127.0.0.1:0 --job-id FJN --rounds 2 --model-size 1M --tensors 1 > "$W/g.sim" 2> "$W/g.simlog" &
+SIMS="$SIMS $!"; PG=$!
+P=$(sim_port "$W/g.sim")
+drive nostart --ws "$W/g" --target "127.0.0.1:$P"
+launches() { grep -c "worker site-1.FJN.client_api_trainer_[0-9]* launched" "$W/relay.log"; }
+n=$(launches)
+check "(h) the trainer was launched $n times in the 3 s, and not again after the end" \
+    sh -c "[ $n -ge 2 ] && [ $n -le 6 ] && sleep 2.5 && [ \$(grep -c 'worker site-1.FJN.client_api_trainer_[0-9]* launched' $W/relay.log) -eq $n ]"
+check "(h) the daemon logged the end: $(grep -m1 'job FJN ended' "$W/relay.log" | cut -c1-200)" \
+    grep -q "job FJN ended: outcome 101 (no worker completed its HELLO within launch_timeout 3 s" "$W/relay.log"
+kill -TERM "$PG" 2>/dev/null
+
 # ---- (c) jobs cjrelay does not serve -------------------------------------------------------
 mkdir -p "$W/c" "$W/c2"
 drive stock --ws "$W/c" --target 127.0.0.1:1
@@ -130,6 +162,8 @@ mkdir -p "$W/c3"
 drive refused --ws "$W/c3" --target 127.0.0.1:1
 mkdir -p "$W/c4"
 drive lost --ws "$W/c4" --target 127.0.0.1:1
+mkdir -p "$W/c5"
+drive bigenv --ws "$W/c5" --target 127.0.0.1:1
 
 # ---- (e) secrets ------------------------------------------------------------------------------
 for w in info jobs config; do $CTL show $w; $CTL show $w json; done > "$W/shows.txt" 2>&1

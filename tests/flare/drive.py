@@ -4,15 +4,26 @@ Run by tests/e2e/test_flare.sh with PYTHONPATH = tests/flare (the FLARE stand-in
 integrations/flare (the package). One scenario per run:
 
   success   (job_property set, and the job's custom_props set it) launch into cjrelayd, poll while running, wait, return code 0, what the trainer got
+            (the CP's environment, as a stock trainer's: MALLOC_ARENA_MAX, MALLOC_CONF, the CP's PATH;
+            never the job's credentials, nor a variable holding one)
   tls       as the startup kit provisions mutual TLS (scheme tcp, connection_security mtls, the
             kit's rootCA.pem, client.crt, client.key): the kit's files go to cjrelayd as open files
-            (tls_fds), the job reaches an stcp server, return code 0
+            (tls_fds), the job reaches an stcp server, return code 0;
+            pass_env narrows the trainer's environment to the names it lists
+  documented  the launcher configured with integrations/flare/README.md's resources.json snippet as
+            it stands (--readme): a trainer that starts as a stock FLARE trainer (stock_trainer.py)
+            reaches its job (through the uds driver) and the job runs to its end (return code 0)
+  nostart   a stock trainer given a URL it cannot use (uds_driver false, worker_listen unix:):
+            it dies at once, is relaunched, and after the executor's launch_timeout (3 s) the job
+            ends with 101, the trainer's error in the reason, in show jobs and in the CP's log
   uds       uds_driver true, no worker_listen: the job's own Unix socket is sent as uds://, the
             trainer gets the uds driver on NVFLARE_COMM_DRIVER_PATH and its bootstrap's connect_url is
             that uds:// URL; the job runs to its end (return code 0)
   abort     launch, terminate() mid-run, wait, return code 9
   stock     a job cjrelay does not serve (in_process executor) goes to ClientProcessJobLauncher
   narrowed  job_property set and the job's custom_props lack it: ClientProcessJobLauncher
+  bigenv    a CP environment of more variables than cjrelayd's worker.env takes: ClientProcessJobLauncher,
+            the reason logged
   refused   cjrelayd refuses the job (ERR 400: a job id it does not take): ClientProcessJobLauncher
   lost      the answer to job start is lost after the job started: no second start by the stock launcher
   down      cjrelayd not listening, on_daemon_error fallback: ClientProcessJobLauncher, the reason logged
@@ -24,8 +35,10 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import sys
+import threading
 import time
 
 import cp
@@ -36,6 +49,9 @@ from cjrelay_flare.status import DaemonUnavailable, StatusClient
 
 CREDS = ("cjtest-flaretoken-5be1d07c", "cjtest-flaresig-9a0c44e1", "cjtest-flaressid-31f7")
 SECRET = "cjtest-secret-value-8d2f"
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The CP's own variables a stock trainer inherits (FLARE's start script sets MALLOC_ARENA_MAX 4).
+CP_ENV = {"MALLOC_ARENA_MAX": "4", "MALLOC_CONF": "narenas:2", "CJTEST_CP_ONLY": "from-the-cp"}
 _out = {"fail": 0}
 
 
@@ -56,6 +72,30 @@ def external(worker, ws):
             "args": {"execution_mode": "external_process",
                      "command": ["sh", "-c", script, "trainer", "${secret:CJTEST_TRAINER_SECRET}"],
                      "params_exchange_format": "numpy", "train_task_name": "train", "memory_gc_rounds": 2}}
+
+
+def stock_executor(launch_timeout=None):
+    """A ClientAPIExecutor whose trainer starts as a stock FLARE trainer (stock_trainer.py), then
+    runs the job as the reference worker."""
+    args = {"execution_mode": "external_process",
+            "command": [sys.executable, os.path.join(HERE, "stock_trainer.py"), "{WORKSPACE}/{JOB_ID}", "{worker_bin}"]}
+    if launch_timeout is not None:
+        args["launch_timeout"] = launch_timeout
+    return {"path": "nvflare.app_common.executors.client_api_executor.ClientAPIExecutor", "args": args}
+
+
+def documented_args(readme):
+    """The args of the job_launcher entry integrations/flare/README.md tells a site to put in its
+    local/resources.json (its "After" snippet), as they stand."""
+    with open(readme) as f:
+        text = f.read()
+    for block in re.findall(r"```json\n(.*?)```", text, re.S):
+        block = block.strip()
+        if block.startswith('{"id": "job_launcher"'):
+            entry = json.loads(block)
+            if entry.get("path") == "cjrelay_flare.CJRelayJobLauncher":
+                return dict(entry["args"])
+    raise SystemExit(f"{readme}: no job_launcher snippet")
 
 
 def launcher_args(a, **extra):
@@ -149,6 +189,7 @@ def success(a):
           _read(os.path.join(a.ws, job + ".arg")).strip() == SECRET)
     check(f"{job}: no credential in the trainer's environment", not any(c in env for c in CREDS))
     check(f"{job}: the CP's variable passed on (LANG)", _env(env, "LANG") == os.environ.get("LANG"))
+    cp_env(job, env)
     described(job, a)
     boot = _bootstrap(a, job)
     if boot.get("memory_gc_rounds") == 2:
@@ -156,6 +197,18 @@ def success(a):
     else:
         print(f"skip - {job}: the trainer's bootstrap file has the description's bootstrap keys: cjrelayd "
               f"does not write them yet (memory_gc_rounds {boot.get('memory_gc_rounds')}, not 2)")
+
+
+def cp_env(job, env):
+    """The trainer's environment is the CP's, as a stock trainer's, credentials excepted."""
+    for k, v in CP_ENV.items():
+        check(f"{job}: the CP's {k} reached the trainer", _env(env, k) == v, _env(env, k))
+    check(f"{job}: the trainer's PATH is the CP's", _env(env, "PATH") == os.environ["PATH"], _env(env, "PATH"))
+    check(f"{job}: no credential in the trainer's environment", not any(c in env for c in CREDS))
+    check(f"{job}: not the CP's credential variables, nor one holding a credential",
+          "NVFLARE_JOB_AUTH_TOKEN=" not in env and "CJTEST_HOLDS_SIG=" not in env)
+    check(f"{job}: nor what worker.env cannot take (BASH_FUNC_cjtest%%, a non-UTF-8 value)",
+          "BASH_FUNC_cjtest" not in env and "CJTEST_NOT_UTF8=" not in env)
 
 
 def described(job, a):
@@ -179,7 +232,8 @@ def described(job, a):
 
 def tls(a):
     job = "FJ8"
-    h = start(a, job, external(a.worker, a.ws), launcher_args(a, worker_listen="tcp://127.0.0.1:0"))
+    h = start(a, job, external(a.worker, a.ws), launcher_args(a, worker_listen="tcp://127.0.0.1:0",
+                                                              pass_env=["LANG", "PATH"]))
     check(f"{job}: launched into cjrelayd", isinstance(h, cjrelay_flare.CJRelayJobHandle))
     row = jobs_row(a, job)
     check(f"{job}: the server url is the TLS scheme", row is not None and row.get("server") == "stcp://" + a.target, row)
@@ -198,6 +252,10 @@ def tls(a):
     url = _bootstrap(a, job).get("connect_url", "")
     check(f"{job}: the trainer reached the loopback port cjrelayd bound for the job", url.startswith("tcp://127.0.0.1:")
           and not url.endswith(":0"), url)
+    env = _read(os.path.join(a.ws, job + ".env"))
+    check(f"{job}: pass_env [LANG, PATH]: the trainer has those", _env(env, "LANG") == os.environ["LANG"]
+          and _env(env, "PATH") == os.environ["PATH"])
+    check(f"{job}: pass_env [LANG, PATH]: and not the CP's others", not any(k + "=" in env for k in CP_ENV), env)
 
 
 def uds(a):
@@ -217,6 +275,61 @@ def uds(a):
     drivers = _env(env, "NVFLARE_COMM_DRIVER_PATH").split(os.pathsep)[0]
     check(f"{job}: the trainer's NVFLARE_COMM_DRIVER_PATH names the folder of the uds driver",
           [f for f in os.listdir(drivers) if f.endswith(".py")] == ["uds_driver.py"] if os.path.isdir(drivers) else False, drivers)
+
+
+def wait_bounded(h, job, secs):
+    """h.wait(), but a job that does not end within secs fails the check (and is stopped)
+    instead of holding the suite until its time limit."""
+    t = threading.Thread(target=h.wait, daemon=True)
+    t.start()
+    t.join(secs)
+    check(f"{job}: the job ended within {secs} s", not t.is_alive())
+    if t.is_alive():
+        h.terminate()
+        t.join(30)
+
+
+def documented(a):
+    job = "FJD"
+    largs = documented_args(a.readme)
+    largs["socket_path"] = a.socket   # the test daemon's, in place of /run/cjrelay/status.sock
+    h = start(a, job, stock_executor(), largs)
+    check(f"{job}: the documented snippet ({sorted(largs)}): launched into cjrelayd",
+          isinstance(h, cjrelay_flare.CJRelayJobHandle), type(h).__name__)
+    wait_bounded(h, job, 60)
+    code = cp.return_code(h, a.ws, job)
+    check(f"{job}: the stock trainer reached its job; return code 0", code == 0, f"{code} {h.reason}")
+    link = _read(os.path.join(a.ws, job + ".link")).strip()
+    check(f"{job}: it linked as FLARE does, through the uds driver", link == "linked uds CJRelayUdsDriver", link)
+    env = _read(os.path.join(a.ws, job + ".env"))
+    cp_env(job, env)
+    app_dir = os.path.join(a.ws, job, "app_" + cp.SITE)
+    check(f"{job}: trainer PYTHONPATH has the app's custom dir", f"{app_dir}/custom" in _env(env, "PYTHONPATH"))
+
+
+def nostart(a):
+    job = "FJN"
+    sock = a.socket[:-len(".sock")] + f".jobs/{job}/workers.sock"
+    largs = launcher_args(a, uds_driver=False, worker_listen="unix:" + sock)
+    t0 = time.time()
+    h = start(a, job, stock_executor(launch_timeout=3), largs)
+    check(f"{job}: launched into cjrelayd", isinstance(h, cjrelay_flare.CJRelayJobHandle))
+    check(f"{job}: described: worker.launch_timeout is the executor's", SENT["worker"].get("launch_timeout") == 3.0,
+          SENT["worker"].get("launch_timeout"))
+    wait_bounded(h, job, 30)
+    took = time.time() - t0
+    code = cp.return_code(h, a.ws, job)
+    check(f"{job}: the job ended after the launch_timeout ({took:.1f} s)", 3 <= took < 20, took)
+    check(f"{job}: return code 101 (FLARE's EXCEPTION: the server fails the job)", code == 101, f"{code} {h.reason}")
+    check(f"{job}: the reason names the timeout and the trainer's error: {h.reason}",
+          "launch_timeout 3 s" in h.reason and f"invalid Parent URL 'unix:{sock}'" in h.reason)
+    row = jobs_row(a, job) or {}
+    check(f"{job}: show jobs: ended, outcome 101, the reason", row.get("state") == "ended"
+          and str(row.get("outcome")) == "101" and "invalid Parent URL" in row.get("reason", ""), row)
+    logged = _LOG.getvalue()
+    check(f"{job}: the CP's log has the return code and the reason",
+          "ended: return code 101" in logged and "invalid Parent URL" in logged, logged.strip()[-400:])
+    check(f"{job}: poll after the end gives 101", h.poll() == 101)
 
 
 def abort(a):
@@ -289,10 +402,23 @@ def main():
     p.add_argument("--parent", default="")
     p.add_argument("--sim-out", default="")
     p.add_argument("--conn-sec", default="clear")
+    p.add_argument("--readme", default=os.path.join(HERE, "..", "..", "integrations", "flare", "README.md"))
     a = p.parse_args()
     logging.basicConfig(level=logging.INFO, handlers=[logging.StreamHandler(_LOG), logging.StreamHandler(sys.stderr)])
     os.environ["CJTEST_TRAINER_SECRET"] = SECRET
     os.environ.setdefault("LANG", "C.UTF-8")
+    # the CP's own environment, which a stock trainer inherits: FLARE's start script's
+    # MALLOC_ARENA_MAX, a PATH of the CP's own; and what must not reach the trainer: the job's
+    # credentials under their names, or in a variable's value
+    os.environ.update(CP_ENV)
+    os.environ["PATH"] = os.path.join(a.ws, "cp-bin") + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
+    os.environ["NVFLARE_JOB_AUTH_TOKEN"] = CREDS[0]
+    os.environ["CJTEST_HOLDS_SIG"] = f"sig={CREDS[1]};"
+    # and what cjrelayd's worker.env cannot take (a stock trainer would get them): a bash
+    # function's variable, a value that is not UTF-8; the job still goes to cjrelayd
+    os.environ["BASH_FUNC_cjtest%%"] = "() {  echo cjtest\n}"
+    os.environ["CJTEST_NOT_UTF8"] = b"caf\xe9".decode("utf-8", "surrogateescape")
+    os.makedirs(os.path.join(a.ws, "cp-bin"), exist_ok=True)
     if a.scenario == "success":
         success(a)
     elif a.scenario == "tls":
@@ -301,6 +427,10 @@ def main():
         abort(a)
     elif a.scenario == "uds":
         uds(a)
+    elif a.scenario == "documented":
+        documented(a)
+    elif a.scenario == "nostart":
+        nostart(a)
     elif a.scenario == "stock":
         inproc = {"path": "nvflare.app_common.executors.client_api_executor.ClientAPIExecutor",
                   "args": {"execution_mode": "in_process", "task_script_path": "train.py"}}
@@ -308,6 +438,10 @@ def main():
     elif a.scenario == "narrowed":
         stock(a, "FJ4", external(a.worker, a.ws), launcher_args(a, job_property="use_cjrelay"),
               {"custom_props": {"other": True}}, expect_log="do not set use_cjrelay")
+    elif a.scenario == "bigenv":
+        os.environ.update({f"CJTEST_BIG_{i}": "x" for i in range(300)})
+        stock(a, "FJB", external(a.worker, a.ws), launcher_args(a),
+              expect_log="not for cjrelay (the trainer's environment has 3")
     elif a.scenario == "lost":
         lost(a)
     elif a.scenario == "refused":

@@ -322,6 +322,11 @@ static void test_values(void **state)
     refused("{\"job_id\": \"J1\", \"worker\": {\"listen\": \"tcp://0.0.0.0:9000\"}}", "worker.listen", "not a loopback address");
     refused("{\"job_id\": \"J1\", \"worker\": {\"listen\": \"grpc://127.0.0.1:9000\"}}", "worker.listen", "");
     refused("{\"job_id\": \"J1\", \"worker\": {\"listen\": \"unix:w.sock\"}}", "worker.listen", "absolute");
+    refused("{\"job_id\": \"J1\", \"worker\": {\"launch_timeout\": \"300\"}}", "worker.launch_timeout", "not a number");
+    refused("{\"job_id\": \"J1\", \"worker\": {\"launch_timeout\": -1}}", "worker.launch_timeout", "");
+    refused("{\"job_id\": \"J1\", \"worker\": {\"launch_timeout\": 86401}}", "worker.launch_timeout", "out of range");
+    refused("{\"job_id\": \"J1\", \"worker\": {\"launch_timeout\": 1, \"launch_timeout\": 2}}",
+            "worker.launch_timeout", "duplicate key");
     refused("{\"job_id\": \"J1\", \"worker\": {\"env\": {\"1A\": \"x\"}}}", "worker.env.1A", "not a valid variable name");
     refused("{\"job_id\": \"J1\", \"worker\": {\"env\": {\"A-B\": \"x\"}}}", "worker.env.A-B", "not a valid variable name");
     refused("{\"job_id\": \"J1\", \"worker\": {\"env\": {\"NVFLARE_CLIENT_API_BOOTSTRAP\": \"/x\"}}}",
@@ -365,6 +370,12 @@ static void test_cross_key(void **state)
     assert_int_equal(parse_config("{\"job_id\": \"J1\", \"server_url\": \"https://h:1\", \"connection_security\": \"tls\"}"), 0);
     assert_string_equal(job->upstream.ca_file, "/site/ca");
     site.upstream.ca_file[0] = '\0';
+    /* worker.launch_timeout (FLARE's executor's, a float) over [workers] launch_timeout */
+    assert_int_equal(parse_config("{\"job_id\": \"J1\", \"worker\": {\"launch_timeout\": 2.5}}"), 0);
+    assert_true(job->workers.launch_timeout == 2.5);
+    assert_int_equal(job->origin.key_line[cj_config_find("workers", "launch_timeout") - cj_config_keys(NULL)], 1);
+    assert_int_equal(parse_config("{\"job_id\": \"J1\"}"), 0);
+    assert_true(job->workers.launch_timeout == 300);
     /* a failed configuration leaves *job as it was */
     memset(job, 0x5a, sizeof *job);
     refused_config("{\"job_id\": \"J1\", \"server_url\": \"grpcs://h:1\"}", "server_url", "");
@@ -451,11 +462,11 @@ static void test_bounds(void **state)
     s = json + sprintf(json, "{\"job_id\": \"J1\", \"worker\": {\"env\": {");
     for (int i = 0; i <= CJ_JOBDESC_ENV_MAX; i++) s += sprintf(s, "%s\"V%d\": \"x\"", i ? ", " : "", i);
     strcpy(s, "}}}");
-    refused(json, "worker.env.V64", "more than 64 variables");
+    refused(json, "worker.env.V256", "more than 256 variables");
     s = json + sprintf(json, "{\"job_id\": \"J1\", \"worker\": {\"env\": {");
-    for (int i = 0; i < 5; i++) s += sprintf(s, "%s\"V%d\": \"%04000d\"", i ? ", " : "", i, i);
+    for (int i = 0; i < 9; i++) s += sprintf(s, "%s\"V%d\": \"%04000d\"", i ? ", " : "", i, i);
     strcpy(s, "}}}");
-    refused(json, "worker.env.V4", "longer than 16384 bytes in all");
+    refused(json, "worker.env.V8", "longer than 32768 bytes in all");
     s = json + sprintf(json, "{\"job_id\": \"J1\", \"bootstrap\": {");
     for (int i = 0; i <= CJ_JOBDESC_BOOT_MAX; i++) s += sprintf(s, "%s\"k%d\": %d", i ? ", " : "", i, i);
     strcpy(s, "}}");

@@ -1,7 +1,9 @@
 /* test_launcher.c — worker processes (lib/fl/launcher.c) with /bin/sh scripts as
  * workers: bootstrap file and environment, output logged per line with the
  * worker's name, restart with back-off, staged stop up to SIGKILL, the stop and
- * replacement of a lost worker, and the launch_token_file reader. */
+ * replacement of a lost worker, launch_timeout (gave_up with the worker's last
+ * error and stderr line; a worker through SESSION_READY stops the count), and the
+ * launch_token_file reader. */
 #include "testutil.h"
 
 #include <errno.h>
@@ -40,6 +42,10 @@ struct fx {
     char lines[MAXL][1100];
     int line_stream[MAXL];
     double barrier_until;               /* in_barrier answers true until then */
+    double launch_timeout;              /* for the next fx_launcher */
+    int gave_ups;
+    double gave_up_at;
+    char gave_up_why[CJ_LAUNCHER_WHY_MAX];
     int barrier_asks;
     /* stderr capture */
     int saved_err;
@@ -98,6 +104,14 @@ static bool in_barrier(void *ctx, const char *fqcn)
     return mono() < f->barrier_until;
 }
 
+static void on_gave_up(void *ctx, const char *why)
+{
+    struct fx *f = ctx;
+    f->gave_ups++;
+    f->gave_up_at = mono();
+    snprintf(f->gave_up_why, sizeof f->gave_up_why, "%s", why);
+}
+
 static bool has_line(const struct fx *f, const char *line, int stream)
 {
     for (int i = 0; i < f->n_lines; i++)
@@ -133,9 +147,9 @@ static struct cj_launcher *fx_launcher(struct fx *f, const char *command, int co
     struct cj_launcher_cfg cfg = {
         .command = command, .count = count, .runtime_dir = f->dir, .connect_url = URL,
         .site = SITE, .job_id = JOB, .shutdown_grace = grace, .restart_min = rmin, .restart_max = rmax,
-        .line_max = line_max,
+        .line_max = line_max, .launch_timeout = f->launch_timeout,
     };
-    struct cj_launcher_cbs cbs = {f, on_spawn, on_exit_cb, in_barrier, on_line};
+    struct cj_launcher_cbs cbs = {f, on_spawn, on_exit_cb, in_barrier, on_line, on_gave_up};
     struct cj_err e = {0};
     f->l = cj_launcher_new(f->base, &cfg, &cbs, &e);
     if (!f->l) fail_msg("launcher: %s", e.msg);
@@ -524,6 +538,61 @@ static void tokens_bad(const char *path, const char *text, mode_t mode, const ch
     assert_int_equal(t.n, 0);
 }
 
+/* A worker that dies at once (as a stock trainer given a URL it cannot use):
+ * relaunched until launch_timeout, then gave_up() with its last error and its
+ * last stderr line, and no launch after that. */
+static void test_launch_timeout_gives_up(void **state)
+{
+    struct fx *f = fx_new();
+    f->launch_timeout = 0.8;
+    fx_launcher(f, "/bin/sh -c 'echo \"ValueError: invalid Parent URL unix:/x\" >&2; echo bye; exit 1'", 1, 0.3,
+                0.1, 0.2, 0);
+    double t0 = mono();
+    assert_int_equal(cj_launcher_start(f->l), 0);
+    RUN_UNTIL(f, f->gave_ups > 0, 5.0);
+    assert_int_equal(f->gave_ups, 1);
+    assert_true(f->gave_up_at - t0 >= 0.79 && f->gave_up_at - t0 < 2.0);
+    assert_true(f->spawns >= 2);   /* relaunched meanwhile */
+    assert_non_null(strstr(f->gave_up_why, "no worker completed its HELLO within launch_timeout 0.8 s ("));
+    assert_non_null(strstr(f->gave_up_why, "exit code 1"));
+    assert_non_null(strstr(f->gave_up_why, "; its last stderr line: ValueError: invalid Parent URL unix:/x"));
+    int spawns = f->spawns;
+    RUN_UNTIL(f, false, 0.6);
+    assert_int_equal(f->spawns, spawns);   /* no relaunch after giving up */
+    assert_int_equal(f->gave_ups, 1);
+    assert_int_equal(cj_launcher_start(f->l), -1);
+    char *log = read_log(f);
+    assert_non_null(strstr(log, "workers of " SITE "." JOB ": no worker completed its HELLO"));
+    free(log);
+    fx_free(f);
+}
+
+/* A worker through SESSION_READY stops the count; one that runs without ever
+ * getting there is given up on, named with its pid. */
+static void test_launch_timeout_ready(void **state)
+{
+    struct fx *f = fx_new();
+    f->launch_timeout = 0.5;
+    fx_launcher(f, "/bin/sh -c 'while :; do sleep 0.05; done'", 1, 0.3, 0.1, 0.2, 0);
+    assert_int_equal(cj_launcher_start(f->l), 0);
+    RUN_UNTIL(f, f->spawns > 0, 2.0);
+    cj_launcher_session_ready(f->l, f->fqcn[0]);
+    RUN_UNTIL(f, false, 1.0);
+    assert_int_equal(f->gave_ups, 0);
+    cj_launcher_stop_all(f->l, true);
+    RUN_UNTIL(f, cj_launcher_running(f->l) == 0, 3.0);
+    cj_launcher_free(f->l);
+    fx_launcher(f, "/bin/sh -c 'while :; do sleep 0.05; done'", 1, 0.3, 0.1, 0.2, 0);
+    assert_int_equal(cj_launcher_start(f->l), 0);
+    RUN_UNTIL(f, f->gave_ups > 0, 3.0);
+    assert_int_equal(f->gave_ups, 1);
+    assert_non_null(strstr(f->gave_up_why, "(1 launch); client_api_trainer_1 (pid "));
+    assert_non_null(strstr(f->gave_up_why, ") is running but has not completed its HELLO"));
+    cj_launcher_stop_all(f->l, true);
+    RUN_UNTIL(f, cj_launcher_running(f->l) == 0, 3.0);
+    fx_free(f);
+}
+
 static void test_read_tokens(void **state)
 {
     char path[64];
@@ -596,6 +665,8 @@ int main(void)
         cmocka_unit_test(test_exec_failure_and_long_lines),
         cmocka_unit_test(test_restart_lost_worker),
         cmocka_unit_test(test_restart_respects_stop_and_hold),
+        cmocka_unit_test(test_launch_timeout_gives_up),
+        cmocka_unit_test(test_launch_timeout_ready),
         cmocka_unit_test(test_read_tokens),
         cmocka_unit_test(test_bad_cfg),
     };

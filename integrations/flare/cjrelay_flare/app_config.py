@@ -33,6 +33,7 @@ _DEFAULTS = {
     "launch_once": True,
     "memory_gc_rounds": 0,
     "cuda_empty_cache": False,
+    "launch_timeout": 300.0,
 }
 
 

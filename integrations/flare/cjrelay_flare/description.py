@@ -7,6 +7,7 @@ Credentials go into the description only, never into argv, the environment or a 
 """
 
 import os
+import re
 import shutil
 
 from nvflare.apis.fl_constant import FLContextKey
@@ -20,12 +21,20 @@ from .app_config import NotServable, TrainerSpec
 _SECURE_SCHEME = {"tcp": "stcp", "http": "https", "grpc": "grpcs"}
 _CLEAR_SCHEME = {v: k for k, v in _SECURE_SCHEME.items()}
 
-# The CP's variables a trainer keeps (its Python environment); cjrelayd starts workers in a
-# clean environment with its own PATH and these. Credentials are never passed.
-DEFAULT_PASS_ENV = ("HOME", "LANG", "LC_ALL", "VIRTUAL_ENV", "CONDA_PREFIX", "CUDA_VISIBLE_DEVICES",
-                    "NVFLARE_COMM_DRIVER_PATH")
+# A stock trainer inherits the CP's environment (the CJ's os.environ copy, with the app's
+# custom dir on PYTHONPATH); the trainer cjrelayd starts gets the same, in cjrelayd's otherwise
+# clean environment: every variable of the CP (or, with pass_env, only those named) but the
+# job's credentials and what cjrelayd sets itself. The job credentials travel in the job
+# description only; a variable whose value holds one is left out too.
 _NEVER_PASS = ("NVFLARE_JOB_AUTH_TOKEN", "NVFLARE_JOB_TOKEN_SIGNATURE", "NVFLARE_JOB_SSID",
                "NVFLARE_CLIENT_API_BOOTSTRAP", "CLIENT_API_TYPE")
+# cjrelayd's bounds on worker.env (doc/interface.md, "Job description"): names as a shell's,
+# values valid UTF-8 (the description is JSON).
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_MAX = 256
+ENV_TEXT = 32 * 1024
+# [workers] launch_timeout's range (doc/interface.md): the executor's value is kept within it.
+LAUNCH_TIMEOUT_MAX = 86400.0
 
 
 def job_arg(fl_ctx, name, default=None):
@@ -84,13 +93,54 @@ def credentials(fl_ctx):
     return {"token": str(token), "token_signature": str(sig), "ssid": str(ssid or "")}
 
 
-def worker_env(custom_dir: str, pass_env) -> dict:
-    """The trainer's environment: the CP's sys.path and the app's custom dir on PYTHONPATH
-    (FLARE's own helper), and the CP's variables named in ``pass_env``."""
-    env = {k: os.environ[k] for k in pass_env if k in os.environ and k not in _NEVER_PASS}
+def passed_env(pass_env=None, secrets=()) -> dict:
+    """The CP's variables a stock trainer would inherit (all of them, or those ``pass_env``
+    names), never the job's credentials: neither their variables nor any variable whose value
+    holds one of ``secrets``; none that cjrelayd's worker.env cannot take."""
+    names = os.environ.keys() if pass_env is None else [k for k in pass_env if k in os.environ]
+    env = {k: os.environ[k] for k in names if k not in _NEVER_PASS and _passable(k, os.environ[k])}
+    return {k: v for k, v in env.items() if not any(s and s in v for s in secrets)}
+
+
+def trainer_env(custom_dir: str, pass_env=None, secrets=()) -> dict:
+    """passed_env, with PYTHONPATH as FLARE's client job sets it for its trainer: the CP's
+    sys.path, then the app's custom dir (FLARE's own helper)."""
+    env = passed_env(pass_env, secrets)
     add_custom_dir_to_path(custom_dir, env)
     return env
 
+
+def _passable(name: str, value: str) -> bool:
+    """What cjrelayd's worker.env takes: a shell variable name (not, e.g., bash's exported
+    functions, BASH_FUNC_f%%), and a name and value that are valid UTF-8."""
+    try:
+        name.encode("utf-8"), value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return bool(_ENV_NAME.match(name))
+
+
+def check_env_bounds(env: dict):
+    """NotServable when cjrelayd cannot take the environment (the job then runs stock)."""
+    size = sum(len(k.encode()) + 1 + len(v.encode()) + 1 for k, v in env.items())
+    if len(env) > ENV_MAX or size > ENV_TEXT:
+        raise NotServable(f"the trainer's environment has {len(env)} variables, {size} bytes: more than cjrelayd "
+                          f"takes ({ENV_MAX}, {ENV_TEXT} bytes); name the ones it needs in the launcher's pass_env")
+
+
+def launch_timeout(spec: TrainerSpec):
+    """The executor's launch_timeout for cjrelayd (FLARE's default 300 when the config has none),
+    within [workers] launch_timeout's range; None (FLARE's "no bound") or <= 0: not sent, so the
+    site's [workers] launch_timeout applies and a trainer that cannot start still ends its job."""
+    value = spec.arg("launch_timeout")
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return min(value, LAUNCH_TIMEOUT_MAX) if value > 0 else None
+
+
+LOOPBACK_ANY_PORT = "tcp://127.0.0.1:0"
 
 # The folder NVFLARE_COMM_DRIVER_PATH names for a trainer that reaches cjrelayd over uds://:
 # FLARE imports every module in it, and it holds only the uds driver.
@@ -131,8 +181,8 @@ def with_uds_driver(env: dict) -> dict:
 
 def absolute_program(argv: list) -> list:
     """argv with a bare program name (``python3``) looked up on the CP's PATH, as a stock CJ's
-    subprocess finds it: cjrelayd starts workers with its own PATH, which may not hold the
-    CP's Python environment (a venv, conda)."""
+    subprocess finds it, even when pass_env leaves the CP's PATH out (cjrelayd's own PATH
+    then applies, which may not hold the CP's Python environment: a venv, conda)."""
     if argv and os.sep not in argv[0]:
         found = shutil.which(argv[0])
         if found:
@@ -151,13 +201,23 @@ def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
     if opts.get("mode"):
         desc["mode"] = opts["mode"]
     desc["workspace"] = opts["workspace"]
-    worker = {"cwd": opts["app_dir"], "count": 1, "env": worker_env(opts["custom_dir"], opts["pass_env"])}
+    creds = credentials(fl_ctx)
+    worker = {"cwd": opts["app_dir"], "count": 1,
+              "env": trainer_env(opts["custom_dir"], opts.get("pass_env"), tuple((creds or {}).values()))}
+    timeout = launch_timeout(spec)
+    if timeout is not None:
+        worker["launch_timeout"] = timeout
     listen = opts.get("worker_listen")
     uds = uds_listen(listen, opts.get("status_socket", ""), job_id) if opts.get("uds_driver") else None
+    if not uds and not listen:
+        # without the driver a stock trainer reaches only tcp (FLARE's drivers know no Unix
+        # socket): a free loopback port for the job, as the stock CJ's own listener
+        listen = LOOPBACK_ANY_PORT
     if uds:
         # a stock trainer reaches the Unix socket through cjrelay_flare's uds driver
         listen = uds
         with_uds_driver(worker["env"])
+    check_env_bounds(worker["env"])
     if listen:
         # tcp://127.0.0.1:0 is passed as is: cjrelayd binds a free port for the job and
         # writes it into the trainer's bootstrap file
@@ -167,7 +227,6 @@ def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
         "memory_gc_rounds": int(spec.arg("memory_gc_rounds") or 0),
         "cuda_empty_cache": bool(spec.arg("cuda_empty_cache")),
     }
-    creds = credentials(fl_ctx)
     if creds:
         desc["credentials"] = creds
     worker["argv"] = absolute_program(spec.trainer_argv())

@@ -44,7 +44,8 @@ class CJRelayJobHandle(JobHandleSpec):
             if self._code is None:
                 self._code = code
                 self.reason = reason
-                self.logger.info(f"cjrelay job {self.job_id} ended: return code {code} ({reason})")
+                log = self.logger.info if code == JobReturnCode.SUCCESS else self.logger.error
+                log(f"cjrelay job {self.job_id} ended: return code {code} ({reason})")
             return self._code
 
     def poll(self):

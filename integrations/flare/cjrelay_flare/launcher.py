@@ -49,7 +49,7 @@ class CJRelayJobLauncher(JobLauncherSpec):
         pass_env=None,
         worker_listen: str = "",
         mode: str = "",
-        uds_driver: bool = False,
+        uds_driver: bool = True,
         tls_fds: bool = True,
     ):
         """Args:
@@ -57,15 +57,18 @@ class CJRelayJobLauncher(JobLauncherSpec):
         connect_timeout: seconds for each status command but ``job wait``.
         on_daemon_error: ``fallback`` (the stock launcher runs the job) or ``fail`` (104).
         job_property: if set, only jobs whose meta's custom_props set this key true go to cjrelay.
-        pass_env: the CP's environment variables the trainer keeps (default: description.DEFAULT_PASS_ENV).
+        pass_env: None (the default): the trainer gets the CP's whole environment, as a stock
+            trainer does, the job's credentials excepted; a list (or a blank- or comma-separated
+            string) of names: only those of the CP's variables (an allow-list).
         worker_listen: the job's worker listener (``unix:PATH``, ``uds://PATH``, ``tcp://127.0.0.1:PORT``;
-            ``tcp://127.0.0.1:0`` picks a free port per job, for stock trainers without ``uds_driver``,
-            which reach only tcp); default cjrelayd's per-job Unix socket.
+            ``tcp://127.0.0.1:0`` picks a free port per job); default: cjrelayd's per-job Unix socket
+            through the uds driver, or with ``uds_driver`` false a free loopback port per job.
         mode: ``pass_through`` or ``spool``; default the INI's.
-        uds_driver: when the job's worker listener is a Unix socket (``unix:PATH``, ``uds://PATH``,
-            or none given: cjrelayd's per-job socket beside ``socket_path``), send it as ``uds://PATH``
-            and put cjrelay_flare's uds driver on the trainer's ``NVFLARE_COMM_DRIVER_PATH``, so a
-            stock trainer reaches it over AF_UNIX. A tcp listener is left as is.
+        uds_driver: true (the default): when the job's worker listener is a Unix socket (``unix:PATH``,
+            ``uds://PATH``, or none given: cjrelayd's per-job socket beside ``socket_path``), send it as
+            ``uds://PATH`` and put cjrelay_flare's uds driver on the trainer's ``NVFLARE_COMM_DRIVER_PATH``,
+            so a stock trainer reaches it over AF_UNIX. A tcp listener is left as is. False and no
+            ``worker_listen``: ``tcp://127.0.0.1:0``, for FLARE's own drivers know no Unix socket.
         tls_fds: open the startup kit's TLS files here, in the CP, and pass them to cjrelayd as
             open files with ``job start`` (tlsfiles.py), so that cjrelayd's account needs no right
             to read the kit; false sends their paths, which cjrelayd opens itself.
@@ -76,9 +79,13 @@ class CJRelayJobLauncher(JobLauncherSpec):
         self.client = StatusClient(socket_path, connect_timeout)
         self.on_daemon_error = on_daemon_error
         self.job_property = job_property
-        self.pass_env = tuple(description.DEFAULT_PASS_ENV if pass_env is None else pass_env)
+        if isinstance(pass_env, str):
+            pass_env = pass_env.replace(",", " ").split()
+        self.pass_env = None if pass_env is None else tuple(pass_env)
         self.worker_listen = worker_listen
         self.mode = mode
+        if isinstance(uds_driver, str):   # "false" in a hand-written resources.json
+            uds_driver = uds_driver.strip().lower() in ("1", "true", "yes", "on")
         self.uds_driver = bool(uds_driver)
         self.socket_path = socket_path
         self.tls_fds = bool(tls_fds)
