@@ -50,10 +50,8 @@ W=$(mktemp -d)
 PGS=
 # pids of processes of this site: command line or working directory under $W
 site_pids() {
-    for _p in /proc/[0-9]*; do
-        _pid=${_p#/proc/}
-        { tr '\0' ' ' < "$_p/cmdline"; echo; readlink "$_p/cwd"; } 2>/dev/null | grep -qF "$W/" && echo "$_pid"
-    done
+    { ps -eo pid=,args= | SITE_DIR="$W/" awk 'index($0, ENVIRON["SITE_DIR"]) {print $1}'
+      ls -l /proc/[0-9]*/cwd 2>/dev/null | grep -F " -> $W/" | sed 's#.*/proc/\([0-9]*\)/cwd.*#\1#'; } | sort -u
 }
 no_site_pids() { [ -z "$(site_pids)" ]; }
 trainer_pids() { for _p in $(site_pids); do grep -q train.py "/proc/$_p/cmdline" 2>/dev/null && echo "$_p"; done; }
@@ -72,7 +70,8 @@ bg() { _n=$1; shift; setsid "$@" > "$W/$_n.out" 2>&1 & PGS="$PGS $!"; eval "PG_$
 free_port() { $SYSPY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # ---- the operator's Python: a venv of Debian's Python 3 (FLARE from the tree, the shim first) --
-$SYSPY -m venv --system-site-packages "$W/venv" || { fail "python3 -m venv"; finish; }
+# (Debian's pip, from the system site-packages: python3 -m pip installs into the venv)
+$SYSPY -m venv --system-site-packages --without-pip "$W/venv" || { fail "python3 -m venv"; finish; }
 export HOME="$W/home" PATH="$W/venv/bin:$PATH" PYTHONPATH="$ROOT/tests/site/shim:$FL" PYTHONDONTWRITEBYTECODE=1
 export NVFLARE_POC_WORKSPACE="$W/poc"
 mkdir -p "$HOME"
@@ -96,8 +95,7 @@ check "FLARE's POC default: scheme http, connection_security mtls" sh -c \
 
 # ---- the jobs, made with FLARE's job API --------------------------------------------------------
 J=$W/jobs
-$ADMIN job "$J" ext external 2 0 > /dev/null 2> "$W/job.log" && $ADMIN job "$J" inproc in_process 2 0 > /dev/null 2>> "$W/job.log" \
-    && $ADMIN job "$J" long external 60 1 > /dev/null 2>> "$W/job.log"
+$ADMIN job "$J" ext external 2 0 inproc in_process 2 0 long external 60 1 > /dev/null 2> "$W/job.log"
 check "the jobs exported (ClientAPIExecutor external_process / in_process)" sh -c \
     "grep -q external_process $J/ext/app_site-1/config/config_fed_client.json && ! grep -q external_process $J/inproc/app_site-1/config/config_fed_client.json"
 
@@ -133,12 +131,13 @@ fi
 
 # ---- the launcher, installed as the README says ------------------------------------------------
 cp -r "$ROOT/integrations/flare" "$W/pkg"
-INSTALL=$(awk '/^## Install/ {i = 1} i && /^pip install/ {print; exit}' "$ROOT/integrations/flare/README.md" | sed 's/ *#.*//')
-INSTALL=$(echo "$INSTALL" | sed "s#\./integrations/flare#$W/pkg#")
+# the README's command: the first "pip install" line of its Install section, run by the venv's python3
+INSTALL=$(awk '/^## Install/ {i = 1} i && /^(python3 -m )?pip install/ {print; exit}' "$ROOT/integrations/flare/README.md" \
+    | sed "s/ *#.*//; s#\./integrations/flare#$W/pkg#; s#^python3 -m pip #pip #; s#^pip #python3 -m pip #")
 if is_open 2; then
     skip "the README's install step ($INSTALL): friction 2 open (no index: setuptools>=61 not found)"
     # WORKAROUND(friction 2): Debian's setuptools, no build isolation, no index
-    $W/venv/bin/pip install -q --no-build-isolation --no-index "$W/pkg" > "$W/pip.log" 2>&1
+    $PY -m pip install -q --no-build-isolation --no-index "$W/pkg" > "$W/pip.log" 2>&1
 else
     check "the README's install step: $INSTALL" sh -c "PIP_RETRIES=0 PIP_TIMEOUT=2 $W/venv/bin/$INSTALL > $W/pip.log 2>&1"
 fi
@@ -179,6 +178,11 @@ echo "# cjrelay job's folder: $(cd "$SITE/$A" && ls | tr '\n' ' ')"
 for f in $STOCK_FILES; do
     case $f in log.txt|error_log.txt|log.json|log_fl.txt) fcheck 4 "(d) FLARE's $f in the job's folder" test -f "$SITE/$A/$f" ;; esac
 done
+# the provisioned resources.json's site_log_streamer (SiteLogStreamer, error_log.txt): at the job's end
+# the CP uploads <workspace>/<job_id>/error_log.txt to the server, which admin get_job_logs reads
+wait_for 20 grep -q "error log.* for site-1 job $A" "$SITE/log.txt"
+fcheck 4 "(d) the CP's SiteLogStreamer uploads the job's error_log.txt to the server" \
+    grep -q "Started completed error log upload for site-1 job $A" "$SITE/log.txt"
 TENV=$SITE/$A/app_site-1/train_env.json
 if [ -n "$STOCK_ENV" ]; then
     fcheck 3 "(d) the trainer's MALLOC_ARENA_MAX and PATH are the stock trainer's" $PY -c "
@@ -211,9 +215,7 @@ $CTL show jobs > "$W/jobs.c" 2>&1; note "$W/jobs.c"
 check "(c) no trainer is left" wait_for 20 no_trainer
 
 # ---- (e) the site stops; nothing is left --------------------------------------------------------------
-stop_cp
-kill -TERM -"$PG_server"; wait_for 20 sh -c "! kill -0 -$PG_server"
-kill -TERM "$PG_relay"; wait_for 20 sh -c "! kill -0 $PG_relay"
-check "(e) no process of the site is left" wait_for 20 no_site_pids
+eval "kill -TERM -\$PG_cp$CPN -$PG_server $PG_relay"
+check "(e) no process of the site is left 20 s after a TERM to the CP, the server and cjrelayd" wait_for 20 no_site_pids
 site_pids | while read -r p; do echo "# left: $p $(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null)"; done
 finish

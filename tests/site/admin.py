@@ -1,7 +1,7 @@
 # admin.py — FLARE's side of tests/e2e/test_site.sh: makes the test's jobs with FLARE's own job
 # API and talks to the FLARE server through FLARE's admin API (nvflare.fuel.flare_api), as the
 # project admin of the POC startup kit.
-#   admin.py job DIR NAME MODE ROUNDS SLEEP   export DIR/NAME, a NumPy FedAvg job: a FedJob with
+#   admin.py job DIR NAME MODE ROUNDS SLEEP...  export DIR/NAME, a NumPy FedAvg job: a FedJob with
 #                                             FedAvg + NPModelPersistor on the server and a
 #                                             ScriptRunner running tests/site/train.py on site-1,
 #                                             launch_external_process = (MODE == external)
@@ -52,8 +52,10 @@ def main(argv):
     sys.stdout = sys.stderr
     print = lambda *a: builtins.print(*a, file=out, flush=True)  # noqa: E731
     cmd = argv[1]
-    if cmd == "job":
-        return make_job(*argv[2:7])
+    if cmd == "job":  # job DIR NAME MODE ROUNDS SLEEP [NAME MODE ROUNDS SLEEP ...]
+        for i in range(3, len(argv), 4):
+            make_job(argv[2], *argv[i:i + 4])
+        return
     s = session(argv[2])
     try:
         if cmd == "submit":
