@@ -11,14 +11,18 @@
 #     trainer tests/site/train.py on FLARE's Client API) completes, served by cjrelayd
 # (b) an in-process job falls back to FLARE's stock launcher and completes
 # (c) abort_job ends a running job in FLARE and in cjrelayd, and its trainer
-# (d) FLARE's log files are in the job's folder; the trainer's environment is the stock one
-# (e) no process of the site is left after the server, the CP and cjrelayd are stopped
+# (d) FLARE's log files are in the job's folder, and the CP's SiteLogStreamer finds error_log.txt;
+#     the trainer's environment is the stock one
+# (e) no process of the site is left after the server, the CP and cjrelayd are stopped, and
+#     nothing was written into FLARE's tree
 # Parameters:
 #   FLARE_TREE   main (default), 2.8.1 or 2.7.2: the FLARE source tree, NVFLARE_SRC if set,
 #                else ../shared/flare/$FLARE_TREE; skipped when neither is there
 #   SITE_STOCK=1 first run the external job with FLARE's stock launcher (no cjrelay) and compare
 #                (make site); without it the stock job's files are the list FLARE main leaves
-#   SITE_OPEN    the numbered frictions of the docs (issue 28) not fixed in this tree: their
+#   SITE_OPEN    the numbered frictions of the docs (issue 28) not fixed in this tree (1 the
+#                resources.json snippet, 2 the install step, 3 the trainer's environment, 4 the
+#                job's log files, 6 the warning at a job start, 8 the README's log line): their
 #                set-up step uses the marked workaround (# WORKAROUND(friction N)) and their
 #                check reports skip, saying whether it passes already. SITE_OPEN= checks all.
 #   KEEP=1       keep the temporary directory
@@ -28,7 +32,7 @@
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl
 SYSPY=/usr/bin/python3
 FLARE_TREE=${FLARE_TREE:-main}
-SITE_OPEN=${SITE_OPEN-1 2 3 4}
+SITE_OPEN=${SITE_OPEN-1 2 3 4 6 8}
 FL=${NVFLARE_SRC:-$ROOT/../shared/flare/$FLARE_TREE}
 if [ ! -d "$FL/nvflare" ]; then skip "all: no FLARE tree (NVFLARE_SRC or ../shared/flare/$FLARE_TREE)"; finish; fi
 FL=$(cd "$FL" && pwd)
@@ -47,6 +51,7 @@ fcheck() {
 }
 
 W=$(mktemp -d)
+touch "$W/start"
 PGS=
 # pids of processes of this site: command line or working directory under $W
 site_pids() {
@@ -172,6 +177,10 @@ note "$W/jobs.a"
 check "(a) cjrelayctl show jobs: cjrelayd served it" grep -q "^$A " "$W/jobs.a"
 check "(a) the CP's log: cjrelayd runs it" grep -q "job $A: cjrelayd runs it" "$SITE/log.txt"
 check "(a) the trainer's rounds ran under cjrelayd" sh -c "grep -q 'train.py: round 1 done' $W/relay.out $SITE/$A/log.txt 2>/dev/null"
+# the README's "Check that it works": the daemon's log lines for the job, the CP's line (above)
+check "(a) cjrelayd's log: job <id> ended: outcome 0" grep -q "job $A ended: outcome 0" "$W/relay.out"
+fcheck 8 "(a) cjrelayd's log: job <id> started" grep -q "job $A started" "$W/relay.out"
+fcheck 6 "(a) a normal job's start logs no warning" sh -c "! grep ' warning: ' $W/relay.out | grep -q $A"
 
 # ---- (d) FLARE's files in the job folder; the trainer's environment ---------------------------------
 echo "# cjrelay job's folder: $(cd "$SITE/$A" && ls | tr '\n' ' ')"
@@ -217,5 +226,6 @@ check "(c) no trainer is left" wait_for 20 no_trainer
 # ---- (e) the site stops; nothing is left --------------------------------------------------------------
 eval "kill -TERM -\$PG_cp$CPN -$PG_server $PG_relay"
 check "(e) no process of the site is left 20 s after a TERM to the CP, the server and cjrelayd" wait_for 20 no_site_pids
+check "(e) nothing was written into FLARE's tree ($FL)" sh -c "[ -z \"\$(find $FL -newer $W/start | head -1)\" ]"
 site_pids | while read -r p; do echo "# left: $p $(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null)"; done
 finish

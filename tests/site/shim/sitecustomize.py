@@ -9,6 +9,8 @@
 #   Certificate.not_valid_before_utc / not_valid_after_utc (>= 42): the naive UTC times made aware;
 #   aiohttp.web.WebSocketResponse.get_extra_info (aiohttp >= 3.9): the request transport's.
 # pyhocon (not packaged for Debian) is stood in by the pyhocon/ folder beside this file.
+# And no process of the test writes bytecode into FLARE's tree (read-only in CI), whatever
+# environment it was started with (a trainer started by cjrelayd gets no PYTHONDONTWRITEBYTECODE).
 import datetime
 import re
 import sys
@@ -148,5 +150,6 @@ def _patch_aiohttp():
         web_ws.WebSocketResponse.get_extra_info = get_extra_info
 
 
+sys.dont_write_bytecode = True
 _patch_cryptography()
 _patch_aiohttp()
