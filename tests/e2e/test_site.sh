@@ -101,8 +101,11 @@ check "FLARE's POC default: scheme http, connection_security mtls" sh -c \
 # ---- the jobs, made with FLARE's job API --------------------------------------------------------
 J=$W/jobs
 $ADMIN job "$J" ext external 2 0 inproc in_process 2 0 long external 60 1 > /dev/null 2> "$W/job.log"
-check "the jobs exported (ClientAPIExecutor external_process / in_process)" sh -c \
-    "grep -q external_process $J/ext/app_site-1/config/config_fed_client.json && ! grep -q external_process $J/inproc/app_site-1/config/config_fed_client.json"
+# (FLARE main: a ClientAPIExecutor, execution_mode external_process or in_process; 2.8.1 and 2.7.2: a
+# ClientAPILauncherExecutor with a SubprocessLauncher, or an InProcessClientAPIExecutor)
+check "the jobs exported (the trainer in an external process / in process)" sh -c \
+    "grep -qE 'external_process|SubprocessLauncher' $J/ext/app_site-1/config/config_fed_client.json &&
+     ! grep -qE 'external_process|SubprocessLauncher' $J/inproc/app_site-1/config/config_fed_client.json"
 
 # ---- FLARE's server, FLARE's CP -------------------------------------------------------------------
 bg server bash "$PROD/server/startup/sub_start.sh" --once
@@ -111,7 +114,10 @@ CPN=0
 start_cp() {
     CPN=$((CPN + 1))
     bg "cp$CPN" bash "$SITE/startup/sub_start.sh" --once
-    check "the FLARE client parent ($1) registered" wait_for 60 grep -q "Successfully registered client:site-1" "$W/cp$CPN.out"
+    if ! wait_for 60 grep -q "Successfully registered client:site-1" "$W/cp$CPN.out"; then
+        fail "the FLARE client parent ($1) registered"; tail -5 "$W/cp$CPN.out" | cut -c1-300 | note; finish
+    fi
+    pass "the FLARE client parent ($1) registered"
 }
 stop_cp() {
     eval "_g=\$PG_cp$CPN"
@@ -146,7 +152,10 @@ if is_open 2; then
 else
     check "the README's install step: $INSTALL" sh -c "PIP_RETRIES=0 PIP_TIMEOUT=2 $W/venv/bin/$INSTALL > $W/pip.log 2>&1"
 fi
-check "cjrelay_flare imports in the venv" $PY -c "import cjrelay_flare; assert cjrelay_flare.__file__.startswith('$W/venv/')"
+if ! $PY -c "import cjrelay_flare; assert cjrelay_flare.__file__.startswith('$W/venv/')" > "$W/import.log" 2>&1; then
+    fail "cjrelay_flare imports in the venv (FLARE $FLARE_TREE)"; tail -3 "$W/import.log" | note; finish
+fi
+pass "cjrelay_flare imports in the venv"
 
 # ---- cjrelayd, the site daemon ----------------------------------------------------------------------
 mkdir -p "$W/run"
@@ -185,7 +194,7 @@ fcheck 6 "(a) a normal job's start logs no warning" sh -c "! grep ' warning: ' $
 # ---- (d) FLARE's files in the job folder; the trainer's environment ---------------------------------
 echo "# cjrelay job's folder: $(cd "$SITE/$A" && ls | tr '\n' ' ')"
 for f in $STOCK_FILES; do
-    case $f in log.txt|error_log.txt|log.json|log_fl.txt) fcheck 4 "(d) FLARE's $f in the job's folder" test -f "$SITE/$A/$f" ;; esac
+    case $f in log.txt|error_log.txt|log_error.txt|log.json|log_fl.txt) fcheck 4 "(d) FLARE's $f in the job's folder" test -f "$SITE/$A/$f" ;; esac
 done
 # the provisioned resources.json's site_log_streamer (SiteLogStreamer, error_log.txt): at the job's end
 # the CP uploads <workspace>/<job_id>/error_log.txt to the server, which admin get_job_logs reads

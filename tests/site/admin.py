@@ -31,8 +31,11 @@ def make_job(out, name, mode, rounds, sleep):
     job = FedJob(name=name, min_clients=1)
     job.to_server(NPModelPersistor(model=[0.0, 0.0, 0.0, 0.0]), id="persistor")
     job.to_server(FedAvg(num_clients=1, num_rounds=int(rounds), persistor_id="persistor"))
-    job.to(ScriptRunner(script=os.path.join(HERE, "train.py"), script_args=str(sleep),
+    # the script named relative to this folder: FLARE 2.8.1's command is custom/<script> as given
+    os.chdir(HERE)
+    job.to(ScriptRunner(script="train.py", script_args=str(sleep),
                         launch_external_process=(mode == "external"), framework=FrameworkType.NUMPY), "site-1")
+    out = os.path.abspath(out)
     shutil.rmtree(os.path.join(out, name), ignore_errors=True)
     job.export_job(out)
     print(os.path.join(out, name))
