@@ -82,7 +82,7 @@ export NVFLARE_POC_WORKSPACE="$W/poc"
 mkdir -p "$HOME"
 PY="$W/venv/bin/python3"
 ADMIN="$PY $ROOT/tests/site/admin.py"
-check "FLARE $FLARE_TREE imports under the venv's python3 with the stand-ins" $PY -c 'import nvflare.lighter.utils, nvflare.cli'
+check "FLARE $FLARE_TREE imports under the venv's python3 with the stand-ins" "$PY" -c 'import nvflare.lighter.utils, nvflare.cli'
 
 # ---- provisioning: FLARE's poc prepare, then its project.yml on a free port --------------------
 HOME="$W/home0" NVFLARE_POC_WORKSPACE="$W/poc0" $PY -m nvflare.cli poc prepare -n 1 > "$W/prepare0.log" 2>&1
@@ -203,12 +203,12 @@ fcheck 4 "(d) the CP's SiteLogStreamer uploads the job's error_log.txt to the se
     grep -q "Started completed error log upload for site-1 job $A" "$SITE/log.txt"
 TENV=$SITE/$A/app_site-1/train_env.json
 if [ -n "$STOCK_ENV" ]; then
-    fcheck 3 "(d) the trainer's MALLOC_ARENA_MAX and PATH are the stock trainer's" $PY -c "
+    fcheck 3 "(d) the trainer's MALLOC_ARENA_MAX and PATH are the stock trainer's" "$PY" -c "
 import json, sys
 a, b = json.load(open('$TENV')), json.load(open('$STOCK_ENV'))
 sys.exit(any(a.get(k) != b.get(k) for k in ('MALLOC_ARENA_MAX', 'PATH')))"
 else
-    fcheck 3 "(d) the trainer's environment has the start script's MALLOC_ARENA_MAX=4 and the CP's PATH" $PY -c "
+    fcheck 3 "(d) the trainer's environment has the start script's MALLOC_ARENA_MAX=4 and the CP's PATH" "$PY" -c "
 import json, sys
 e = json.load(open('$TENV'))
 sys.exit(e.get('MALLOC_ARENA_MAX') != '4' or e.get('PATH') != '$PATH')"
