@@ -8,10 +8,12 @@
 #   cryptography.x509.load_pem_x509_certificates (>= 39): every PEM block, in order;
 #   Certificate.not_valid_before_utc / not_valid_after_utc (>= 42): the naive UTC times made aware;
 #   aiohttp.web.WebSocketResponse.get_extra_info (aiohttp >= 3.9): the request transport's.
-# pyhocon (not packaged for Debian) is stood in by the pyhocon/ folder beside this file.
+# pyhocon (not packaged for Debian) is stood in by fallback/pyhocon, which this file puts last on
+# sys.path: an installed pyhocon comes first.
 # And no process of the test writes bytecode into FLARE's tree (read-only in CI), whatever
 # environment it was started with (a trainer started by cjrelayd gets no PYTHONDONTWRITEBYTECODE).
 import datetime
+import os
 import re
 import sys
 import types
@@ -151,5 +153,6 @@ def _patch_aiohttp():
 
 
 sys.dont_write_bytecode = True
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "fallback"))
 _patch_cryptography()
 _patch_aiohttp()

@@ -1,5 +1,6 @@
 # pyhocon/__init__.py — test-only stand-in for the pyhocon package (not packaged for Debian),
-# loaded only by tests/e2e/test_site.sh (tests/site/shim first on PYTHONPATH). FLARE's CLI
+# loaded only by tests/e2e/test_site.sh (tests/site/shim/sitecustomize.py puts this folder's parent
+# last on sys.path, so an installed pyhocon wins). FLARE's CLI
 # (nvflare.cli, nvflare.utils.cli_utils, nvflare.tool.kit.kit_config, nvflare.tool.poc) imports it
 # at module load and keeps its own settings (~/.nvflare/config.conf) with it. This stand-in reads
 # JSON (which is HOCON) and writes JSON, so it reads back all it writes: ConfigFactory.parse_string /
