@@ -151,6 +151,7 @@ if is_open 2; then
     $PY -m pip install -q --no-build-isolation --no-index "$W/pkg" > "$W/pip.log" 2>&1
 else
     check "the README's install step: $INSTALL" sh -c "PIP_RETRIES=0 PIP_TIMEOUT=2 $W/venv/bin/$INSTALL > $W/pip.log 2>&1"
+    grep -E '^ *ERROR' "$W/pip.log" | head -3 | note
 fi
 if ! $PY -c "import cjrelay_flare; assert cjrelay_flare.__file__.startswith('$W/venv/')" > "$W/import.log" 2>&1; then
     fail "cjrelay_flare imports in the venv (FLARE $FLARE_TREE)"; tail -3 "$W/import.log" | note; finish
