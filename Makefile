@@ -66,7 +66,7 @@ SCHEME   ?= tcp
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 
-.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench wan man deb install install-relay install-flare wheel clean
+.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench wan site man deb install install-relay install-flare wheel clean
 .DEFAULT_GOAL := all
 
 # Man pages: the hand-written doc/man/<page>.in with the tables filled in by
@@ -209,6 +209,16 @@ bench: deps
 wan: deps
 	$(MAKE) -j$(JOBS) all $(B)/tests/e2e/linkshaper
 	@sh bench/wan.sh
+
+# FLARE's whole POC site (tests/e2e/test_site.sh) with each FLARE tree of SITE_TREES (main, 2.8.1,
+# 2.7.2: ../shared/flare/<tree>), each first running its job with FLARE's stock launcher to compare
+# (SITE_STOCK=1); make check runs the shortest case (main, no stock run).
+SITE_TREES ?= main
+site: deps
+	$(MAKE) -j$(JOBS) all
+	@rc=0; for t in $(SITE_TREES); do \
+	    FLARE_TREE=$$t SITE_STOCK=1 E2E_TIMEOUT=600 sh tests/e2e/run-one.sh tests/e2e/test_site.sh || rc=1; \
+	done; exit $$rc
 
 # The test tools are not commands an operator runs: they go to lib/cjrelay/.
 UNITDIR     ?= $(PREFIX)/lib/systemd/system

@@ -5,9 +5,10 @@
 # tests/e2e/lib.sh for CJ_BIN / CJ_SAN).  CJ_SAN_SUITES="fl tls ..." limits the
 # sanitized pass to those suites ("none" skips it); default "all": every suite
 # but test_systemd and test_licence (run no binary of ours), test_deb (the man pages and the
-# packages) and test_sim / test_worker (they test the simulator and the
-# reference worker, which run sanitized inside the fl, spool, faults and
-# hostile suites anyway).
+# packages), test_site (FLARE's whole site: its time is FLARE's Python, one
+# pass of it is enough) and test_sim / test_worker (they test the simulator
+# and the reference worker, which run sanitized inside the fl, spool, faults
+# and hostile suites anyway).
 #
 # The two passes run side by side, as two lanes: the plain lane (unit tests,
 # then the plain e2e suites) prints as it goes; the sanitized lane (the unit
@@ -36,6 +37,7 @@ san_left_out() { # san_left_out <suite name>: prints why a suite skips the sanit
     case $1 in
         test_systemd|test_licence) echo "runs no binary of ours" ;;
         test_deb) echo "checks the man pages and the packages; its daemon only answers show" ;;
+        test_site) echo "runs FLARE's whole site, mostly Python; CJ_SAN_SUITES=site runs it sanitized" ;;
         test_sim|test_worker) echo "tests a tool binary that runs sanitized in the other suites; CJ_SAN_SUITES=${1#test_} runs it" ;;
     esac
 }

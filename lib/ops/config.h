@@ -26,7 +26,7 @@
 
 #include "util/parse.h"
 
-#define CJ_CFG_NKEYS     51       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_NKEYS     52       /* rows in the key table (checked in config.c) */
 #define CJ_CFG_PATH_MAX  1024
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
