@@ -32,7 +32,7 @@
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl
 SYSPY=/usr/bin/python3
 FLARE_TREE=${FLARE_TREE:-main}
-SITE_OPEN=${SITE_OPEN-1 2 3 4 6 8}
+SITE_OPEN=${SITE_OPEN-4 6 8}
 FL=${NVFLARE_SRC:-$ROOT/../shared/flare/$FLARE_TREE}
 if [ ! -d "$FL/nvflare" ]; then skip "all: no FLARE tree (NVFLARE_SRC or ../shared/flare/$FLARE_TREE)"; finish; fi
 FL=$(cd "$FL" && pwd)
@@ -142,9 +142,11 @@ fi
 
 # ---- the launcher, installed as the README says ------------------------------------------------
 cp -r "$ROOT/integrations/flare" "$W/pkg"
-# the README's command: the first "pip install" line of its Install section, run by the venv's python3
-INSTALL=$(awk '/^## Install/ {i = 1} i && /^(python3 -m )?pip install/ {print; exit}' "$ROOT/integrations/flare/README.md" \
-    | sed "s/ *#.*//; s#\./integrations/flare#$W/pkg#; s#^python3 -m pip #pip #; s#^pip #python3 -m pip #")
+# the README's command for a venv from the source: the "ENV/bin/pip install ... ./integrations/flare"
+# line of its Install section, run by the venv's python3 (this venv has Debian's pip from the system)
+INSTALL=$(awk '/^## Install/ {i = 1} /^## The/ {i = 0} i && /^ *ENV\/bin\/pip install .*\.\/integrations\/flare/ {print; exit}' \
+    "$ROOT/integrations/flare/README.md" \
+    | sed "s/^ *//; s/ *#.*//; s#\./integrations/flare#$W/pkg#; s#^ENV/bin/pip #python3 -m pip #")
 if is_open 2; then
     skip "the README's install step ($INSTALL): friction 2 open (no index: setuptools>=61 not found)"
     # WORKAROUND(friction 2): Debian's setuptools, no build isolation, no index
