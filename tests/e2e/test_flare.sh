@@ -24,6 +24,9 @@
 # (h) a stock trainer given a URL it cannot use dies at once: relaunched a few times, then, at
 #     the executor's launch_timeout (3 s), the job ends with 101 and the trainer's error in the
 #     reason (job wait, show jobs, the CP's log, the daemon's log); no launch after that
+# (i) python3 -m cjrelay_flare.configure (the README's "At a FLARE site") on a workspace as FLARE
+#     provisions it: the README's job_launcher entry in place of process_launcher, the rest kept;
+#     again: unchanged; --undo: the stock launcher back; a site it cannot change: refused
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim
 PY=/usr/bin/python3
@@ -152,6 +155,9 @@ check "(h) the trainer was launched $n times in the 3 s, and not again after the
 check "(h) the daemon logged the end: $(grep -m1 'job FJN ended' "$W/relay.log" | cut -c1-200)" \
     grep -q "job FJN ended: outcome 101 (no worker completed its HELLO within launch_timeout 3 s" "$W/relay.log"
 kill -TERM "$PG" 2>/dev/null
+
+# ---- (i) the configure command ----------------------------------------------------------------
+drive configure --ws "$W/k" --target 127.0.0.1:1 --readme "$ROOT/integrations/flare/README.md"
 
 # ---- (c) jobs cjrelay does not serve -------------------------------------------------------
 mkdir -p "$W/c" "$W/c2"

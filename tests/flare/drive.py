@@ -28,6 +28,12 @@ integrations/flare (the package). One scenario per run:
   lost      the answer to job start is lost after the job started: no second start by the stock launcher
   down      cjrelayd not listening, on_daemon_error fallback: ClientProcessJobLauncher, the reason logged
   downfail  cjrelayd not listening, on_daemon_error fail: a handle that has ended with 104
+  configure python3 -m cjrelay_flare.configure on a client workspace as FLARE main provisions it
+            (local/resources.json.default only): resources.json made with the README's job_launcher
+            entry in place of process_launcher, every other key and component kept, the CP's
+            launcher then CJRelayJobLauncher; run again: nothing changed; --undo: the stock one back;
+            a site of two launchers, or of another launcher, or an unknown argument: refused, the
+            file untouched (needs no daemon)
 """
 
 import argparse
@@ -37,6 +43,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -394,6 +401,99 @@ def _env(text, name):
 _LOG = io.StringIO()
 
 
+# local/resources.json.default as FLARE main's `nvflare poc prepare` writes it (the class allow-list
+# shortened): the stock launcher among the site's other components and top-level keys
+PROVISIONED = {
+    "format_version": 2,
+    "class_list_enforcement_mode": "enforce",
+    "class_allow_list": ["nvflare.app_common.np.np_trainer.NPTrainer", "nvflare.app_common.workflows.fedavg.FedAvg"],
+    "allow_log_streaming": True,
+    "client": {"retry_timeout": 30, "compression": "Gzip"},
+    "components": [
+        {"id": "resource_manager", "path": "nvflare.app_common.resource_managers.gpu_resource_manager.GPUResourceManager",
+         "args": {"num_of_gpus": 0, "mem_per_gpu_in_GiB": 0, "expiration_period": 300}},
+        {"id": "process_launcher", "path": "nvflare.app_common.job_launcher.client_process_launcher.ClientProcessJobLauncher",
+         "args": {}},
+        {"id": "site_log_streamer", "path": "nvflare.app_common.logging.site_log_streamer.SiteLogStreamer",
+         "args": {"log_file_name": "error_log.txt"}},
+    ],
+}
+
+
+def _configure(ws, *args):
+    """python3 -m cjrelay_flare.configure ARGS... WS, as a site runs it: (rc, stdout + stderr)."""
+    r = subprocess.run([sys.executable, "-m", "cjrelay_flare.configure", *args, ws],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    return r.returncode, " | ".join(r.stdout.strip().splitlines())
+
+
+def _snap(path):
+    st = os.stat(path)
+    return _read(path), st.st_mtime_ns, st.st_mode
+
+
+def configure(a):
+    ws = a.ws
+    cp.make_workspace(ws, a.scheme, a.target, {})
+    local = os.path.join(ws, "local")
+    res, dflt = os.path.join(local, "resources.json"), os.path.join(local, "resources.json.default")
+    os.unlink(res)
+    cp.write_json(dflt, PROVISIONED)
+    os.chmod(dflt, 0o640)
+    before = _read(dflt)
+    rc, out = _configure(ws, "--socket", a.socket)
+    check("configure: exits 0 on the provisioned workspace", rc == 0, out)
+    check("configure: says what it did", "made from resources.json.default" in out and "replaced by" in out, out)
+    check("configure: resources.json.default untouched", _read(dflt) == before)
+    conf = json.loads(_read(res)) if os.path.exists(res) else {}
+    check("configure: resources.json has resources.json.default's mode", os.path.exists(res)
+          and os.stat(res).st_mode & 0o777 == 0o640)
+    want = {"id": "job_launcher", "path": "cjrelay_flare.CJRelayJobLauncher",
+            "args": dict(documented_args(a.readme), socket_path=a.socket)}
+    comps = conf.get("components", [])
+    check("configure: the README's job_launcher entry in process_launcher's place",
+          len(comps) == 3 and comps[1] == want, json.dumps(comps[1] if len(comps) == 3 else comps))
+    kept = dict(conf, components=[c for c in comps if c.get("id") != "job_launcher"])
+    orig = dict(PROVISIONED, components=[c for c in PROVISIONED["components"] if c["id"] != "process_launcher"])
+    check("configure: every other key and component as provisioned", kept == orig)
+    # the entry built as the CP builds a component (the stand-in has none of the others)
+    launcher = cp._build(comps[1]) if len(comps) == 3 else None
+    check("configure: the entry builds a CJRelayJobLauncher on the given socket",
+          isinstance(launcher, cjrelay_flare.CJRelayJobLauncher) and launcher.socket_path == a.socket,
+          type(launcher).__name__)
+    snap = _snap(res)
+    rc, out = _configure(ws, "--socket", a.socket)
+    check("configure: run again: says so, exits 0, changes nothing",
+          rc == 0 and "already configured" in out and _snap(res) == snap, out)
+    rc, out = _configure(ws, "--socket", a.socket + ".other")
+    check("configure: run again with another socket: refused, nothing changed",
+          rc == 1 and "already configured, with other arguments" in out and _snap(res) == snap, out)
+    rc, out = _configure(ws, "--socket", a.socket, "no_such_arg=1")
+    check("configure: an argument the launcher does not take: refused", rc == 1 and "no_such_arg=1" in out
+          and "uds_driver" in out and _snap(res) == snap, out)
+    rc, out = _configure(ws, "--undo")
+    check("configure --undo: exits 0, FLARE's stock launcher back as provisioned",
+          rc == 0 and json.loads(_read(res)) == PROVISIONED, out)
+    rc, out = _configure(ws, "--undo")
+    check("configure --undo again: says so, nothing changed", rc == 0 and "already FLARE's stock one" in out, out)
+    rc, out = _configure(ws, "--socket", a.socket, "uds_driver=false", "job_property=use_cjrelay")
+    args = json.loads(_read(res))["components"][1].get("args", {})
+    check("configure ARG=VALUE: JSON values, else strings",
+          rc == 0 and args.get("uds_driver") is False and args.get("job_property") == "use_cjrelay", json.dumps(args))
+    # a site that is not as provisioned: two launchers, or another kind than the stock one
+    docker = {"id": "docker_launcher", "path": "nvflare.app_opt.job_launcher.docker_launcher.ClientDockerJobLauncher",
+              "args": {}}
+    for name, comps in (("two launchers", PROVISIONED["components"] + [docker]),
+                        ("a Docker launcher", [docker]), ("no launcher", PROVISIONED["components"][:1])):
+        cp.write_json(res, dict(PROVISIONED, components=comps))
+        snap = _snap(res)
+        rc, out = _configure(ws, "--socket", a.socket)
+        check(f"configure: {name}: refused with a reason, nothing changed", rc == 1 and _snap(res) == snap
+              and ("job launchers" in out or "not FLARE's" in out), out)
+    rc, out = _configure(os.path.join(ws, "startup"))
+    check("configure: not a client workspace: refused", rc == 1 and "not a FLARE client workspace" in out, out)
+
+
 def main():
     p = argparse.ArgumentParser()
     for opt in ("scenario", "ws", "socket", "target", "worker"):
@@ -450,6 +550,8 @@ def main():
         stock(a, "FJ5", external(a.worker, a.ws), launcher_args(a), expect_log="cjrelayd is not reachable")
     elif a.scenario == "downfail":
         downfail(a)
+    elif a.scenario == "configure":
+        configure(a)
     else:
         raise SystemExit(f"unknown scenario {a.scenario}")
     logged = _LOG.getvalue()
