@@ -1,12 +1,18 @@
 #!/bin/sh
 # The whole real site: FLARE's own POC project, server and client parent (CP), the launcher
-# (integrations/flare) installed and configured as integrations/flare/README.md says, a site
-# cjrelayd, and jobs submitted through FLARE's admin API (tests/site/admin.py).
+# (integrations/flare), a site cjrelayd, set up as the README's "At a FLARE site" says, and jobs
+# submitted through FLARE's admin API (tests/site/admin.py).
 #   provisioning: `nvflare poc prepare -n 1` (FLARE's defaults: scheme http, mutual TLS), its
 #       project.yml given a free port and provisioned again with `nvflare poc prepare -i`
 #   the site: FLARE's start scripts (startup/sub_start.sh --once) for the server and site-1's CP
-#   the launcher: the README's install command in a venv of Debian's Python, and the README's
-#       "After" resources.json entry (tests/site/configure.py reads both from the README)
+#   the launcher: integrations/flare/README.md's install command for a venv, in a venv of Debian's
+#       Python (the FLARE client's Python here)
+#   the set-up: the README's "At a FLARE site", taken from the README: the daemon's INI is its
+#       ```ini block, its commands those of its ```sh blocks (the configure command, --check-config,
+#       the checks), only its paths pointed at this test's (the client workspace /srv/flare/site-1
+#       at the POC site's, /run/cjrelay/ at $W/run/, /etc/cjrelay/cjrelay.ini at $W/site.ini);
+#       what a test cannot run as written (apt, usermod, the unit's drop-in and ACL, systemctl,
+#       journalctl) is run as its equivalent or not at all, each said where it is
 # (a) an external-process job (FedJob + ScriptRunner(launch_external_process=True), the NumPy
 #     trainer tests/site/train.py on FLARE's Client API) completes, served by cjrelayd
 # (b) an in-process job falls back to FLARE's stock launcher and completes
@@ -21,7 +27,7 @@
 #   SITE_STOCK=1 first run the external job with FLARE's stock launcher (no cjrelay) and compare
 #                (make site); without it the stock job's files are the list FLARE main leaves
 #   SITE_OPEN    the numbered frictions of the docs (issue 28) not fixed in this tree (1 the
-#                resources.json snippet, 2 the install step, 3 the trainer's environment, 4 the
+#                launcher entry as configured, 2 the install step, 3 the trainer's environment, 4 the
 #                job's log files, 6 the warning at a job start, 8 the README's log line): their
 #                set-up step uses the marked workaround (# WORKAROUND(friction N)) and their
 #                check reports skip, saying whether it passes already. SITE_OPEN= checks all.
@@ -160,23 +166,57 @@ if ! $PY -c "import cjrelay_flare; assert cjrelay_flare.__file__.startswith('$W/
 fi
 pass "cjrelay_flare imports in the venv"
 
-# ---- cjrelayd, the site daemon ----------------------------------------------------------------------
+# ---- the README's "At a FLARE site" ------------------------------------------------------------------
+# its text, the paths pointed at this test's (the client workspace, the run dir, the INI)
+awk '/^## At a FLARE site/ {s = 1; next} /^## / {s = 0} s' "$ROOT/README.md" \
+    | sed -e "s|/srv/flare/site-1|$SITE|g" -e "s|/run/cjrelay/|$W/run/|g" -e "s|/etc/cjrelay/cjrelay.ini|$W/site.ini|g" \
+    > "$W/section.md"
+# block LANG: the section's ```LANG blocks; cmds: its ```sh lines, a line ending in \ joined to
+# the next, the trailing comment kept apart after a tab
+block() { awk -v b="\`\`\`$1" '$0 == b {i = 1; next} /^```/ {i = 0} i' "$W/section.md"; }
+cmds() { block sh | awk '/\\$/ {sub(/ *\\$/, " "); l = l $0; next} {l = l $0; sub(/^ */, "", l); print l; l = ""}' \
+    | sed 's/ *# */\t/'; }
+cmd() { cmds | awk -F '\t' -v p="$1" 'index($1, p) {print $1; exit}'; }   # cmd TEXT: the command with TEXT
+cmd_note() { cmds | awk -F '\t' -v p="$1" 'index($1, p) {print $2; exit}'; }   # its comment
+check "the README has the site section, its INI and its configure command" sh -c '[ -n "$1" ] && [ -n "$2" ]' _ \
+    "$(block ini)" "$(cmd cjrelay_flare.configure)"
+# not run here: the packages (cjrelayd is the built binary, the launcher the venv's, above), the
+# FLARE account's group, the unit's drop-in and the workspace's ACL: the CP and cjrelayd run as
+# one account here (test_flare.sh (f) runs cjrelayd as another, which cannot read the kit's key)
+# (every command of the section the test does not run, or runs an equivalent of, below)
+cmds | cut -f1 | grep -vE -e '--check-config|cjrelay_flare.configure|^systemctl .*enable --now cjrelay|^cjrelayctl |^journalctl |^grep cjrelay ' \
+    | sed "s|$W|W|g; s/^/# not run here: /"
+
+# ---- cjrelayd, the site daemon: the section's INI -------------------------------------------------
 mkdir -p "$W/run"
-relay_ini "$W/site.ini" relay.job_id= relay.max_jobs=4 relay.job_linger=600 status.socket="$W/run/status.sock" log.level=info
-# the daemon's own PATH, as its unit would give it: not the CP's
+# the admin group: cjrelay, made by the package (tests/e2e/test_deb.sh); on a machine without it,
+# this account's own group (the CP runs as the daemon's account here)
+GRP=cjrelay; getent group cjrelay > /dev/null || GRP=$(id -gn)
+block ini | sed "s/^admin_group = cjrelay\$/admin_group = $GRP/" > "$W/site.ini"
+note "$W/site.ini"
+CHK=$(cmd '--check-config')
+check "the section's $(echo "$CHK" | sed "s|$W|W|g"): the INI passes" sh -c "case '$CHK' in cjrelayd*) $D${CHK#cjrelayd} ;; *) false ;; esac"
+# the section's "systemctl enable --now cjrelay": the built binary with the INI, the daemon's own
+# PATH as its unit would give it, not the CP's
+check "the section starts the unit: $(cmd 'systemctl enable --now cjrelay')" test -n "$(cmd 'systemctl enable --now cjrelay')"
 bg relay env PATH=/usr/sbin:/usr/bin:/sbin:/bin "$D" -c "$W/site.ini"
 check "cjrelayd runs as the site daemon" wait_for 10 test -S "$W/run/status.sock"
 CTL="$C -s $W/run/status.sock"
 
-# ---- resources.json as the README says; then FLARE's CP -------------------------------------------
+# ---- the section's configure command, with the CP's python3 (the venv's, first on PATH); then FLARE's CP
+CONF=$(cmd 'cjrelay_flare.configure')
 EXTRA=
 # WORKAROUND(friction 1): without the driver a stock trainer cannot reach the per-job Unix socket
-if is_open 1; then EXTRA="uds_driver=true"; skip "the README's resources.json entry as is: friction 1 open (uds_driver added)"; fi
-# shellcheck disable=SC2086
-$PY "$ROOT/tests/site/configure.py" "$ROOT/integrations/flare/README.md" "$SITE" "$W/run/status.sock" $EXTRA > "$W/entry.json" 2> "$W/configure.log"
-check "local/resources.json: the README's job_launcher entry in place of process_launcher" sh -c \
+if is_open 1; then EXTRA="uds_driver=true "; skip "the section's configure command as is: friction 1 open (uds_driver added)"; fi
+CONF=$(printf '%s' "$CONF" | sed "s| $SITE\$| $EXTRA$SITE|")
+check "the section's configure command: $(echo "$CONF" | sed "s|$W|W|g")" sh -c "$CONF > $W/configure.log 2>&1"
+note "$W/configure.log"
+check "local/resources.json: made from resources.json.default, the launcher in place of process_launcher" sh -c \
     "grep -q cjrelay_flare.CJRelayJobLauncher $SITE/local/resources.json && ! grep -q '\"process_launcher\"' $SITE/local/resources.json"
-note "$W/entry.json"
+check "local/resources.json: the provisioned keys kept (class_allow_list, site_log_streamer)" sh -c \
+    "grep -q class_allow_list $SITE/local/resources.json && grep -q site_log_streamer $SITE/local/resources.json"
+check "the configure command again: already configured, nothing changed" sh -c \
+    "cp $SITE/local/resources.json $W/res.1 && $CONF | grep -q 'already configured' && cmp -s $SITE/local/resources.json $W/res.1"
 start_cp "cjrelay launcher"
 
 # ---- (a) the external-process job, served by cjrelayd ---------------------------------------------
@@ -186,11 +226,17 @@ ST=$(job_status "$A" 120)
 check "(a) the external-process job completes (FLARE: $ST)" test "$ST" = FINISHED:COMPLETED
 $CTL show jobs > "$W/jobs.a" 2>&1
 note "$W/jobs.a"
-check "(a) cjrelayctl show jobs: cjrelayd served it" grep -q "^$A " "$W/jobs.a"
-check "(a) the CP's log: cjrelayd runs it" grep -q "job $A: cjrelayd runs it" "$SITE/log.txt"
+# the section's checks, each the command it gives (cjrelayctl on this test's socket; journalctl's
+# grep on the daemon's output here) showing the line its comment quotes
+quoted() { cmd_note "$1" | sed -n 's/.*"\(.*\)".*/\1/p' | sed "s/<job_id>/$A/g"; }
+SJ=$(cmd 'cjrelayctl show jobs')
+check "(a) the section's $SJ: cjrelayd served it: ended, outcome 0" sh -c \
+    "case '$SJ' in cjrelayctl*) $CTL${SJ#cjrelayctl} ;; *) false ;; esac | awk '\$1 == \"$A\" && \$2 == \"ended\" && \$3 == \"0\" {f = 1} END {exit !f}'"
+Q=$(quoted 'journalctl -u cjrelay')
+check "(a) the section's journalctl line: cjrelayd's log has \"$Q\"" sh -c "[ -n '$Q' ] && grep -qF '$Q' $W/relay.out"
+GL=$(cmd "grep cjrelay $SITE/log.txt"); Q=$(quoted "grep cjrelay $SITE/log.txt")
+check "(a) the section's $(echo "$GL" | sed "s|$W|W|g"): \"$Q\"" sh -c "[ -n '$GL' ] && [ -n '$Q' ] && $GL | grep -qF '$Q'"
 check "(a) the trainer's rounds ran under cjrelayd" sh -c "grep -q 'train.py: round 1 done' $W/relay.out $SITE/$A/log.txt 2>/dev/null"
-# the README's "Check that it works": the daemon's log lines for the job, the CP's line (above)
-check "(a) cjrelayd's log: job <id> ended: outcome 0" grep -q "job $A ended: outcome 0" "$W/relay.out"
 fcheck 8 "(a) cjrelayd's log: job <id> started" grep -q "job $A started" "$W/relay.out"
 fcheck 6 "(a) a normal job's start logs no warning" sh -c "! grep ' warning: ' $W/relay.out | grep -q $A"
 
