@@ -420,6 +420,8 @@ static void wake_writer(void)
 static void flush_at_exit(void)
 {
     struct timespec until;
+    cj_log_set_tap(NULL);   /* the joblogs go: no line reaches them any more */
+    live = NULL;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += (time_t)FLUSH_AT_EXIT_SECS;
     pthread_mutex_lock(&mu);
