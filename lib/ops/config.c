@@ -664,11 +664,9 @@ static void unknown_key(struct load *ld, const char *name)
 }
 
 /* inih's handler: one "name = value" on line ld->line. */
-static int on_value(void *user, const char *section, const char *name, const char *value)
+static int set_value(struct load *ld, const char *name, const char *value)
 {
-    struct load *ld = user;
     char why[256];
-    (void)section;                    /* followed by the reader (inih cuts names at 50) */
     if (ld->section == SEC_UNKNOWN) return 1;          /* reported at its header */
     if (ld->section == SEC_NONE) {
         problem(ld, ld->line, "key '%s' before any [section] header", cj_text_ok(name) ? name : "?");
@@ -681,7 +679,6 @@ static int on_value(void *user, const char *section, const char *name, const cha
     const struct cj_cfg_key *k = cj_config_find(sections[ld->section], name);
     if (!k) { unknown_key(ld, name); return 1; }
     size_t i = key_index(k);
-    if (ld->long_value && !strcmp(value, LONG_VALUE_MARK)) value = ld->long_value;
     struct cj_config_origin *o = &ld->cfg->origin;
     if (o->key_line[i]) {
         problem(ld, ld->line, "duplicate key '%s' in [%s] (first set at line %d)", name, k->section,
@@ -696,6 +693,19 @@ static int on_value(void *user, const char *section, const char *name, const cha
         o->bad[i] = true;
     }
     return 1;
+}
+
+/* inih's handler.  A line too long for inih's buffer came as LONG_VALUE_MARK, its value in
+ * ld->long_value: taken here, for this line only. */
+static int on_value(void *user, const char *section, const char *name, const char *value)
+{
+    struct load *ld = user;
+    char *long_value = ld->long_value;
+    ld->long_value = NULL;
+    (void)section;                    /* followed by the reader (inih cuts names at 50) */
+    int rc = set_value(ld, name, long_value && !strcmp(value, LONG_VALUE_MARK) ? long_value : value);
+    free(long_value);
+    return rc;
 }
 
 /* Where an inline comment starts (inih's rule: ';' after a blank), or n. */
