@@ -12,6 +12,8 @@
 # (c) error_log.txt holds ERROR records only; log_fl.txt the trainer's lines (FLFilter)
 # (d) a workspace that cannot be written: one warning, the job still succeeds
 # (e) a job with no workspace writes no files
+# (f) J1's server leaves its first __sync_runner__ unanswered, as FLARE's does while the server job
+#     starts: the wait is logged at info, counted in sync_waits, not as a timeout, retry or drop
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim
 W=$(mktemp -d); SIMS=; RELAY=
@@ -24,19 +26,20 @@ cleanup() {
 trap cleanup EXIT
 CTL="$C -s $W/status.sock"
 FLARE_SRC=${FLARE_SRC:-$ROOT/../shared/flare/main}
-sim() { # sim JOB: a simulator for one job; sets PORT
-    $S --listen "tcp://127.0.0.1:0" --job-id "$1" --rounds 2 --model-size 1M --tensors 2 > "$W/$1.sim" 2> "$W/$1.simlog" &
+sim() { # sim JOB [ARGS...]: a simulator for one job; sets PORT
+    _j=$1; shift
+    $S --listen "tcp://127.0.0.1:0" --job-id "$_j" "$@" --rounds 2 --model-size 1M --tensors 2 > "$W/$_j.sim" 2> "$W/$_j.simlog" &
     SIMS="$SIMS $!"
-    PORT=$(sim_port "$W/$1.sim")
+    PORT=$(sim_port "$W/$_j.sim")
 }
-relay_ini "$W/site.ini" relay.job_id= relay.max_jobs=3 workers.command="$BUILD/cjrelay-worker" workers.count=1 \
+relay_ini "$W/site.ini" relay.job_id= relay.max_jobs=3 relay.job_linger=60 workers.command="$BUILD/cjrelay-worker" workers.count=1 \
     workers.shutdown_grace=2 status.socket="$W/status.sock" log.level=info
 mkdir -p "$W/ws"
 CJTEST_DAEMON_ONLY=1 $D -c "$W/site.ini" > "$W/relay.log" 2>&1 & RELAY=$!
 wait_for 10 test -S "$W/status.sock"
 
 # ---- (a) a job with a workspace -------------------------------------------------------------
-sim J1; P1=$PORT
+sim J1 --sync-silent 1; P1=$PORT
 printf '%s\n' "printf 'epoch 1: loss 0.25 \"quoted\" caf\\303\\251\\n'" "echo 'to stderr' >&2" echo "exec $BUILD/cjrelay-worker" > "$W/trainer.sh"
 a=$($CTL job start "{\"job_id\": \"J1\", \"server_url\": \"tcp://127.0.0.1:$P1\", \"workspace\": \"$W/ws\", \"worker\": {\"argv\": [\"/bin/sh\", \"$W/trainer.sh\"]}}")
 check "(a) job start J1: $a" [ "$a" = "OK job J1 started" ]
@@ -117,4 +120,13 @@ a=$($CTL job start "{\"job_id\": \"J3\", \"server_url\": \"tcp://127.0.0.1:$P3\"
 out=$(timeout 40 $CTL job wait J3 | tr '\n' ' ')
 check "(e) J3 (no workspace) ends with outcome 0 ($out)" sh -c "printf '%s' '$out' | grep -q 'outcome: 0'"
 check "(e) ... and leaves no log files" sh -c "[ ! -e $W/J3 ] && [ ! -e $W/ws/J3 ] && [ ! -e $W/log.txt ]"
+
+# ---- (f) the sync wait of J1's start --------------------------------------------------------
+stats=$($CTL show stats job J1 | tr '\n' ' ')
+stat() { printf '%s' "$stats" | tr ' ' '\n' | awk -v k="$1:" '$0 == k {getline; print; exit}'; }
+check "(f) J1 waited for its server job: sync_waits 1 ($(stat sync_waits))" [ "$(stat sync_waits)" = 1 ]
+check "(f) ... not counted as timeouts, retries or drops ($(stat timeouts) $(stat retries) $(stat drops))" \
+    [ "$(stat timeouts)/$(stat retries)/$(stat drops)" = 0/0/0 ]
+check "(f) ... logged at info" grep -q ' info: upstream server.J1: __sync_runner__ not accepted yet: timeout' "$W/relay.log"
+check "(f) ... and no warning or error on the way" sh -c "! grep -E ' (warning|error): ' $W/relay.log | grep -v 'J2'"
 finish
