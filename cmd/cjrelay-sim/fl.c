@@ -805,6 +805,7 @@ static int on_sync_runner(void *arg, struct cj_stream_blob *b)
     fl->syncs++;
     on_aux(fl, b, "__sync_runner__", &r, &ok);
     if (fl->syncs == 1) cj_log_info("sim: __sync_runner__ from %s", b->origin);
+    if ((long)fl->syncs <= fl->o->sync_silent) return 0;   /* the server job is not up yet */
     aux_reply(fl, b, "__sync_runner__", "OK", &r, ok);
     return 0;
 }

@@ -16,7 +16,7 @@ static const char USAGE[] =
     "                   [--rounds N] [--model-size SIZE] [--tensors N] [--format safetensors|numpy]\n"
     "                   [--isolate] [--inline] [--download-log FILE] [--wait-time SECS]\n"
     "                   [--task-timeout SECS] [--max-failures N] [--fetch-timeout SECS]\n"
-    "                   [--vanish-job J@R] [--stall-download N@SECS]\n"
+    "                   [--vanish-job J@R] [--stall-download N@SECS] [--sync-silent N]\n"
     "                   [--log-headers FILE] [--window SIZE] [--heartbeat SECS] [--log-level LEVEL]\n"
     "                   [--parent tcp://127.0.0.1:PORT [--site NAME] [--job-status-log FILE]\n"
     "                    [--abort-job J@R] [--abort-task J@R]]\n"
@@ -67,6 +67,8 @@ static const char USAGE[] =
     "  --stall-download N@SECS  the Nth download request this simulator receives (from 1, any ref)\n"
     "                  and every one in the SECS after it are dropped unanswered, as a server that\n"
     "                  stops sending mid-transfer; then requests are answered again (SIM STALL ...)\n"
+    "  --sync-silent N  the first N __sync_runner__ requests go unanswered, as FLARE's server\n"
+    "                  leaves them while the server job starts (default 0)\n"
     "  --self-test     check the item writers against lib/payload/items.c, print SELF-TEST OK|FAIL\n"
     "\n"
     "Client parent (doc/protocol/site.md §3; the site's CP, FLARE's internal listener):\n"
@@ -141,6 +143,7 @@ enum {
     O_TENSORS, O_FORMAT, O_ISOLATE, O_INLINE, O_PREBUILD, O_DOWNLOAD_LOG, O_WAIT_TIME, O_TASK_TIMEOUT, O_MAX_FAILURES,
     O_FETCH_TIMEOUT, O_SELF_TEST, O_DRIVE, O_DRIVE_AS, O_DRIVE_FAIL, O_DRIVE_CORRUPT, O_DRIVE_SOURCE_FAILURE, O_HELP,
     O_VERSION, O_PARENT, O_SITE, O_JOB_STATUS_LOG, O_ABORT_JOB, O_ABORT_TASK, O_VANISH_JOB, O_STALL_DOWNLOAD, O_DRIVE_PARENT,
+    O_SYNC_SILENT,
 };
 
 static const struct option LONGOPTS[] = {
@@ -174,6 +177,7 @@ static const struct option LONGOPTS[] = {
     {"job-status-log", required_argument, NULL, O_JOB_STATUS_LOG},
     {"abort-job", required_argument, NULL, O_ABORT_JOB},
     {"vanish-job", required_argument, NULL, O_VANISH_JOB},
+    {"sync-silent", required_argument, NULL, O_SYNC_SILENT},
     {"stall-download", required_argument, NULL, O_STALL_DOWNLOAD},
     {"abort-task", required_argument, NULL, O_ABORT_TASK},
     {"drive-parent", required_argument, NULL, O_DRIVE_PARENT},
@@ -321,6 +325,7 @@ static int one_option(struct sim_opts *o, int c, const char *arg)
     case O_ABORT_TASK: return trigger("--abort-task", arg, o->abort_task, &o->n_abort_task);
     case O_VANISH_JOB: return trigger("--vanish-job", arg, o->vanish_job, &o->n_vanish_job);
     case O_STALL_DOWNLOAD: return stall_arg(o, arg);
+    case O_SYNC_SILENT: return positive_long("--sync-silent", arg, &o->sync_silent);
     case O_DRIVE_PARENT: return copy_arg(o->drive_parent, sizeof o->drive_parent, "--drive-parent", arg);
     case O_LOG_HEADERS: return copy_arg(o->log_headers, sizeof o->log_headers, "--log-headers", arg);
     case O_WINDOW:

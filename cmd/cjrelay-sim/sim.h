@@ -107,6 +107,7 @@ struct sim_opts {
     size_t n_abort_job, n_abort_task;
     struct sim_trigger vanish_job[SIM_MAX_TRIGGERS]; /* --vanish-job J@R: the job cell disappears */
     size_t n_vanish_job;
+    long sync_silent;            /* --sync-silent N: the first N __sync_runner__ go unanswered (0) */
     long stall_download_at;      /* --stall-download N@SECS: from the Nth download request on ... */
     double stall_download_secs;  /* ... none is answered for SECS (0: no stall) */
 

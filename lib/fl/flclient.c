@@ -7,9 +7,11 @@
 
 #define TOPIC_HEARTBEAT "__job_heartbeat__"
 #define TOPIC_GET_TASK "get_task"
+#define TOPIC_SYNC "__sync_runner__"
 
 static const char *aux_send(const struct cj_fl_client *c, const char *topic, const char *server_task_id,
-                            bool optional, double timeout, cj_stream_reply_fn fn, void *arg, uint64_t *handle)
+                            bool optional, bool patient, double timeout, cj_stream_reply_fn fn, void *arg,
+                            uint64_t *handle)
 {
     char why[256];
     struct evbuffer *b = evbuffer_new();
@@ -17,7 +19,7 @@ static const char *aux_send(const struct cj_fl_client *c, const char *topic, con
         if (b) evbuffer_free(b);
         return "cannot build the request";
     }
-    struct cj_stream_msg m = {.encoding = "fobs", .optional = optional};
+    struct cj_stream_msg m = {.encoding = "fobs", .optional = optional, .patient = patient};
     if (cj_stream_request(c->ep, c->server, CJ_FL_AUX_CHANNEL, topic, &m, b, timeout, fn, arg, handle, NULL))
         return "request could not be sent";
     return NULL;
@@ -26,13 +28,19 @@ static const char *aux_send(const struct cj_fl_client *c, const char *topic, con
 const char *cj_fl_client_aux(const struct cj_fl_client *c, const char *topic, const char *server_task_id,
                              double timeout, cj_stream_reply_fn fn, void *arg, uint64_t *handle)
 {
-    return aux_send(c, topic, server_task_id, false, timeout, fn, arg, handle);
+    return aux_send(c, topic, server_task_id, false, false, timeout, fn, arg, handle);
+}
+
+const char *cj_fl_client_sync(const struct cj_fl_client *c, double timeout, cj_stream_reply_fn fn, void *arg,
+                              uint64_t *handle)
+{
+    return aux_send(c, TOPIC_SYNC, NULL, false, true, timeout, fn, arg, handle);
 }
 
 const char *cj_fl_client_heartbeat_req(const struct cj_fl_client *c, double timeout, cj_stream_reply_fn fn, void *arg,
                                        uint64_t *handle)
 {
-    return aux_send(c, TOPIC_HEARTBEAT, NULL, true, timeout, fn, arg, handle);
+    return aux_send(c, TOPIC_HEARTBEAT, NULL, true, false, timeout, fn, arg, handle);
 }
 
 const char *cj_fl_client_get_task(const struct cj_fl_client *c, const char *last_task_id,

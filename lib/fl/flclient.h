@@ -29,6 +29,12 @@ struct cj_fl_client {
 const char *cj_fl_client_aux(const struct cj_fl_client *c, const char *topic, const char *server_task_id,
                              double timeout, cj_stream_reply_fn fn, void *arg, uint64_t *handle);
 
+/* __sync_runner__: an aux request whose timeout is expected while the server
+ * job starts (cj_stream_msg.patient: not counted in timeouts).  NULL, or why
+ * it was not sent. */
+const char *cj_fl_client_sync(const struct cj_fl_client *c, double timeout, cj_stream_reply_fn fn, void *arg,
+                              uint64_t *handle);
+
 /* Sends get_task on server_command (last_task_id NULL on the first poll) with
  * m's headers and flags (NULL: none).  NULL, or why it was not sent. */
 const char *cj_fl_client_get_task(const struct cj_fl_client *c, const char *last_task_id,

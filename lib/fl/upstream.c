@@ -35,7 +35,6 @@
 #include "util/stats.h"
 #include "util/uuid.h"
 
-#define TOPIC_SYNC "__sync_runner__"
 #define TOPIC_TASK_CHECK "__task_check__"
 #define TOPIC_END_RUN "__end_run__"
 #define TOPIC_SUBMIT "submit_update"
@@ -494,10 +493,12 @@ static void sync_retry(struct cj_fl_up *up, const char *why)
         fatal(up, msg);
         return;
     }
-    log_streak(&up->sync_streak, CJ_LOG_WARNING, why,
-               "upstream %s: __sync_runner__ not accepted yet: %s; retrying every %g s for up to %g s",
-               up->server, why, up->cfg.sync_interval, up->cfg.sync_give_up);
-    cj_stream_relay_stats(up->ep)->retries++;
+    /* The server job answers once it is up: a normal start waits a few seconds here.
+     * Info until sync_give_up passes (then the error above), counted apart from failures. */
+    log_streak(&up->sync_streak, CJ_LOG_INFO, why,
+               "upstream %s: __sync_runner__ not accepted yet: %s; the server job may still be starting: "
+               "asking every %g s for up to %g s", up->server, why, up->cfg.sync_interval, up->cfg.sync_give_up);
+    cj_stream_relay_stats(up->ep)->sync_waits++;
     arm(up->sync_ev, up->cfg.sync_interval);
 }
 
@@ -523,8 +524,7 @@ static void sync_send(struct cj_fl_up *up)
 {
     if (up->state != CJ_FL_UP_SYNCING) return;
     up->sync_tries++;
-    const char *fail = cj_fl_client_aux(&up->fl, TOPIC_SYNC, NULL, up->cfg.sync_timeout, on_sync_reply, up,
-                                        &up->sync_req);
+    const char *fail = cj_fl_client_sync(&up->fl, up->cfg.sync_timeout, on_sync_reply, up, &up->sync_req);
     if (fail) {
         sync_retry(up, fail);
         return;

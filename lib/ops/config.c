@@ -522,9 +522,9 @@ static bool in_range(const struct cj_cfg_key *k, const void *field, char *why, s
     return false;
 }
 
-/* Room for any one field (the largest are a path and a listen list). */
+/* Room for any one field (the largest are a listen list, a path and the worker command). */
 union scratch {
-    char bytes[sizeof(struct cj_listen_list) + CJ_CFG_PATH_MAX];
+    char bytes[sizeof(struct cj_listen_list) + CJ_CFG_PATH_MAX + CJ_CFG_COMMAND_MAX];
     double d;
     int64_t i;
 };
@@ -610,7 +610,12 @@ struct load {
     size_t len, pos;
     int line;                         /* physical line last handed to inih */
     int section;                      /* index into sections[], or SEC_* */
+    char *long_value;                 /* the value of a line too long for inih's buffer, or NULL */
 };
+
+/* What a long line's value becomes for inih: the handler takes ld->long_value instead. */
+#define LONG_VALUE_MARK "\x01"
+
 
 static void problem(struct load *ld, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void problem(struct load *ld, int line, const char *fmt, ...)
@@ -667,11 +672,9 @@ static void unknown_key(struct load *ld, const char *name)
 }
 
 /* inih's handler: one "name = value" on line ld->line. */
-static int on_value(void *user, const char *section, const char *name, const char *value)
+static int set_value(struct load *ld, const char *name, const char *value)
 {
-    struct load *ld = user;
     char why[256];
-    (void)section;                    /* followed by the reader (inih cuts names at 50) */
     if (ld->section == SEC_UNKNOWN) return 1;          /* reported at its header */
     if (ld->section == SEC_NONE) {
         problem(ld, ld->line, "key '%s' before any [section] header", cj_text_ok(name) ? name : "?");
@@ -692,10 +695,25 @@ static int on_value(void *user, const char *section, const char *name, const cha
     }
     o->key_line[i] = ld->line;
     if (set_field(ld->cfg, k, value, ld->base, why, sizeof why) < 0) {
-        problem(ld, ld->line, "%s = '%s': %s", name, cj_text_ok(value) ? value : "?", why);
+        bool cut = strlen(value) > 64;   /* a long value is named by its start: the why must show */
+        problem(ld, ld->line, "%s = '%.*s%s': %s", name, cut ? 60 : 64, cj_text_ok(value) ? value : "?",
+                cut ? "..." : "", why);
         o->bad[i] = true;
     }
     return 1;
+}
+
+/* inih's handler.  A line too long for inih's buffer came as LONG_VALUE_MARK, its value in
+ * ld->long_value: taken here, for this line only. */
+static int on_value(void *user, const char *section, const char *name, const char *value)
+{
+    struct load *ld = user;
+    char *long_value = ld->long_value;
+    ld->long_value = NULL;
+    (void)section;                    /* followed by the reader (inih cuts names at 50) */
+    int rc = set_value(ld, name, long_value && !strcmp(value, LONG_VALUE_MARK) ? long_value : value);
+    free(long_value);
+    return rc;
 }
 
 /* Where an inline comment starts (inih's rule: ';' after a blank), or n. */
@@ -750,8 +768,28 @@ static void screen_line(struct load *ld, const char *p, size_t n, char *out, int
         return;
     }
     if (n + 2 > (size_t)cap) n = c;                   /* a long comment need not fit */
-    if (n + 2 > (size_t)cap) {
-        problem(ld, ld->line, "line too long (at most %d characters before a comment)", cap - 2);
+    if (n + 2 > (size_t)cap) {   /* longer than inih's buffer: the value waits here */
+        if (n > CJ_CONFIG_LINE_MAX) {
+            problem(ld, ld->line, "line too long (at most %d characters before a comment)", CJ_CONFIG_LINE_MAX);
+            return;
+        }
+        const char *eq = p;
+        while (*eq != '=' && *eq != ':') eq++;        /* there is one (above) */
+        size_t at = (size_t)(eq - p) + 1;
+        while (at < n && isspace((unsigned char)p[at])) at++;
+        while (n > at && isspace((unsigned char)p[n - 1])) n--;   /* before a comment */
+        free(ld->long_value);
+        if (!(ld->long_value = strndup(p + at, n - at))) {
+            problem(ld, ld->line, "out of memory");
+            return;
+        }
+        n = (size_t)(eq - p) + 1;
+        if (n + sizeof LONG_VALUE_MARK + 1 > (size_t)cap) {
+            problem(ld, ld->line, "key name too long");
+            return;
+        }
+        memcpy(out, p, n);
+        memcpy(out + n, LONG_VALUE_MARK "\n", sizeof LONG_VALUE_MARK + 1);
         return;
     }
     memcpy(out, p, n);
@@ -824,6 +862,7 @@ int cj_config_load(const char *path, struct cj_config *cfg, struct cj_problems *
         find_base(&ld);
         count_lines(&ld);
         int rc = ini_parse_stream(next_line, &ld, on_value, &ld);
+        free(ld.long_value);
         if (rc != 0 && cj_problems_total(pb) == 0)
             cj_problems_add(pb, "%s:%d: syntax error", path, rc);
         cj_config_validate(ld.cfg, pb);
@@ -1046,7 +1085,7 @@ int cj_config_validate(const struct cj_config *cfg, struct cj_problems *pb)
 
 static bool differs(const struct cj_config *a, const struct cj_config *b, const struct cj_cfg_key *k)
 {
-    char x[CJ_CFG_PATH_MAX + 64], y[CJ_CFG_PATH_MAX + 64];
+    char x[CJ_CFG_VALUE_TEXT_MAX], y[CJ_CFG_VALUE_TEXT_MAX];
     render(a, k, x, sizeof x);
     render(b, k, y, sizeof y);
     return strcmp(x, y) != 0;

@@ -31,6 +31,9 @@
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
 #define CJ_CONFIG_FILE_MAX (1024 * 1024)   /* a bigger config file is refused */
+#define CJ_CONFIG_LINE_MAX 16384           /* a longer line (before a comment) is refused */
+#define CJ_CFG_COMMAND_MAX 8192            /* workers.command */
+#define CJ_CFG_VALUE_TEXT_MAX (CJ_CFG_COMMAND_MAX + 64)   /* any value as text */
 
 /* Enum values; each list is in the order of the allowed values in the table. */
 enum cj_relay_mode { CJ_MODE_PASS_THROUGH, CJ_MODE_SPOOL };
@@ -91,7 +94,7 @@ struct cj_config {
     struct {
         struct cj_listen_list listen;
         unsigned socket_mode;
-        char command[CJ_CFG_PATH_MAX];
+        char command[CJ_CFG_COMMAND_MAX];
         int count;
         char launch_token_file[CJ_CFG_PATH_MAX];
         double heartbeat_interval;
@@ -218,8 +221,8 @@ int cj_config_apply_reload(struct cj_config *running, const struct cj_config *ne
  * spell it: "64M", "0.5", "0660"). */
 struct cj_config_row {
     const char *key;
-    char value[CJ_CFG_PATH_MAX + 64];
-    char def[CJ_CFG_PATH_MAX + 64];
+    char value[CJ_CFG_VALUE_TEXT_MAX];
+    char def[CJ_CFG_VALUE_TEXT_MAX];
     bool reloadable;
 };
 

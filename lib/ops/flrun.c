@@ -20,6 +20,7 @@
 #include "fl/task.h"
 #include "fl/upstream.h"
 #include "net/link.h"
+#include "ops/joblog.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -54,6 +55,7 @@ struct cj_flrun {
     char connect_url[CJ_CFG_PATH_MAX + 16];
     uint64_t *last_bytes;                   /* per worker link index: bytes out at the last tick */
     char site[CJ_CFG_NAME_MAX], job[CJ_CFG_NAME_MAX], project[128];
+    struct cj_joblog *joblog;               /* the job's FLARE log files (not owned), NULL none */
 };
 
 /* ---- trampolines: the upstream loop calls the sessions through these ---------- */
@@ -356,6 +358,13 @@ static int load_launch_tokens(struct cj_flrun *f, const struct cj_config *cfg, s
     return rc ? -1 : 0;
 }
 
+/* A worker's output line: into the job's FLARE log files, as FLARE's client job logs it. */
+static void on_line(void *ctx, const char *fqcn, int stream, const char *line)
+{
+    struct cj_flrun *f = ctx;
+    cj_joblog_worker_line(f->joblog, stream, line);
+}
+
 static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, const struct cj_flrun_opts *opts,
                          struct cj_err *err)
 {
@@ -381,9 +390,10 @@ static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, const 
         lc.account = opts->worker_account;
         lc.boot_extra = opts->boot_extra;
         lc.boot_extrac = opts->boot_extrac;
+        f->joblog = opts->joblog;
     }
     struct cj_launcher_cbs cbs = {.ctx = f, .on_spawn = on_spawn, .on_exit = on_exit_cb, .in_barrier = in_barrier,
-                                  .gave_up = on_gave_up};
+                                  .gave_up = on_gave_up, .on_line = on_line};
     f->launcher = cj_launcher_new(f->base, &lc, &cbs, err);
     return f->launcher ? 0 : -1;
 }

@@ -25,6 +25,7 @@ struct cj_stream_ep;
 struct cj_router;
 struct cj_flrun;
 struct cj_creds;
+struct cj_joblog;
 
 struct cj_flrun_cbs {
     void *ctx;
@@ -48,6 +49,7 @@ struct cj_flrun_opts {
     const char *boot_extra;         /* extra bootstrap keys: boot_extrac "key" NUL raw-JSON NUL pairs */
     int boot_extrac;
     const char *worker_cwd;         /* launched workers' working directory; NULL: the daemon's */
+    struct cj_joblog *joblog;       /* the job's FLARE log files, for the workers' output; NULL none */
 };
 
 /* opts may be NULL. */

@@ -18,6 +18,7 @@
 #include "net/tls.h"
 #include "ops/flrun.h"
 #include "ops/jobcp.h"
+#include "ops/joblog.h"
 #include "stream/stream.h"
 #include "util/account.h"
 #include "util/clock.h"
@@ -47,6 +48,7 @@ struct cj_job {
     bool has_creds;
     char dir[CJ_CFG_PATH_MAX];    /* its own runtime directory, "" for none */
     char workspace[CJ_CFG_PATH_MAX];
+    struct cj_joblog *joblog;     /* FLARE's log files in <workspace>/<job_id>/, NULL without a workspace */
     double connect_timeout;
     struct event *connect_timer;  /* connect_timeout */
     bool released;                /* the cell is gone; final holds the counters as they ended */
@@ -280,6 +282,7 @@ static int start_cell(struct cj_job *j, const struct cj_job_opts *opts, struct c
         fo.boot_extra = opts->boot_extra;
         fo.boot_extrac = opts->boot_extrac;
     }
+    fo.joblog = j->joblog;
     if (!(j->fl = cj_flrun_new(j->base, j->stream, j->router, &j->cfg, &fo, &cbs, err))) return -1;
     return start_upstream(j, opts ? opts->tls_pem : NULL, err);
 }
@@ -328,7 +331,12 @@ struct cj_job *cj_job_new(struct event_base *base, const struct cj_config *cfg, 
     j->started = cj_now();
     snprintf(j->fqcn, sizeof j->fqcn, "%s.%s", cfg->relay.site, cfg->relay.job_id);
     if (opts && opts->creds) { j->creds = *opts->creds; j->has_creds = true; }
-    if (opts && opts->workspace) snprintf(j->workspace, sizeof j->workspace, "%s", opts->workspace);
+    if (opts && opts->workspace) {
+        snprintf(j->workspace, sizeof j->workspace, "%s", opts->workspace);
+        char dir[CJ_CFG_PATH_MAX + CJ_CFG_NAME_MAX + 2];
+        snprintf(dir, sizeof dir, "%s/%s", j->workspace, cfg->relay.job_id);
+        j->joblog = cj_joblog_open(dir, cfg->relay.job_id);
+    }
     if (opts && opts->dir) {
         snprintf(j->dir, sizeof j->dir, "%s", opts->dir);
         if (mkdir(j->dir, 0711) != 0) {   /* the worker socket's own mode decides who connects */
@@ -376,7 +384,9 @@ static void free_cell(struct cj_job *j)
     j->cp = NULL;
     if (j->connect_timer) event_free(j->connect_timer);
     j->connect_timer = NULL;
-    cj_flrun_free(j->fl);
+    cj_flrun_free(j->fl);   /* its workers' output pipes go with it: then the job's log files close */
+    cj_joblog_close(j->joblog);
+    j->joblog = NULL;
     cj_stream_free(j->stream);
     cj_router_free(j->router);
     if (j->tls) cj_tls_ctx_free(j->tls);

@@ -416,8 +416,9 @@ static int start_desc(struct cj_jobs *js, const struct cj_job_desc *d, const str
     if (!j) { snprintf(msg, msgsz, "job %s could not start: %s", d->job_id, err.msg); return 500; }
     if (add_slot(js, j, false) != 0) { cj_job_free(j); snprintf(msg, msgsz, "out of memory"); return 500; }
     char line[512];
-    cj_jobdesc_describe(d, line, sizeof line);
-    cj_log_info("job start: %s", line);
+    cj_jobdesc_describe(d, line, sizeof line);   /* "job <id> site ..." */
+    size_t head = strlen("job ") + strlen(d->job_id);
+    cj_log_info("job %s started:%s", d->job_id, strlen(line) > head ? line + head : "");
     snprintf(msg, msgsz, "job %s started", d->job_id);
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void cj_json_escape(char *dst, size_t dstsz, const char *src)
@@ -34,11 +35,17 @@ static void json_key(struct cj_out *o, const char *key)
     evbuffer_add_printf(o->buf, "\"%s\":", k);
 }
 
+/* A value is never cut: a long one (a worker command of kilobytes) is escaped into the heap. */
 static void json_str(struct cj_out *o, const char *val)
 {
-    char v[1024];
-    cj_json_escape(v, sizeof v, val ? val : "");
+    char small[1024];
+    if (!val) val = "";
+    size_t cap = strlen(val) * 6 + 1;   /* \u00XX at worst */
+    char *v = cap <= sizeof small ? small : malloc(cap);
+    if (!v) { v = small; cap = sizeof small; }
+    cj_json_escape(v, cap, val);
     evbuffer_add_printf(o->buf, "\"%s\"", v);
+    if (v != small) free(v);
 }
 
 static void fmt_dbl(char *buf, size_t n, double v)

@@ -43,6 +43,8 @@ static const struct cj_stat_field relay_fields[] = {
     {"holds", C, "links paused while a spool fetch waited for its disk", ROUTER(holds)},
     {"holds_lapsed", C, "link holds lifted after their lapse", ROUTER(holds_lapsed)},
     {"retries", C, "request retries", RELAY(retries)},
+    {"sync_waits", C, "__sync_runner__ asked again while the server job was starting (not counted as retries or timeouts)",
+     RELAY(sync_waits)},
     {"timeouts", C, "requests timed out", RELAY(timeouts)},
     {"errors", C, "other errors", RELAY(errors)},
 };

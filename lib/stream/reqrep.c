@@ -42,6 +42,7 @@ struct sm_req {
     void *arg;
     bool has_sink;
     struct cj_stream_sink sink;
+    bool patient;                       /* its timeout is not a failure (cj_stream_msg.patient) */
 };
 
 /* ---- life cycle -------------------------------------------------------------------------- */
@@ -95,6 +96,13 @@ static void req_fail(struct sm_req *r, const char *rc, const char *fmt, ...)
 static void req_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct sm_req *r = arg;
+    if (r->patient) {   /* a wait, not a failure: the caller counts and logs it */
+        char why[128];
+        snprintf(why, sizeof why, "no answer yet after %g s", r->timeout);
+        cj_log_debug("stream: request %s to %s: timeout (%s)", r->ri, r->target, why);
+        req_finish(r, "timeout", why, NULL, NULL);
+        return;
+    }
     r->ep->io.stats->timeouts++;
     req_fail(r, "timeout", "no progress for %g s while %s", r->timeout, STAGE_NAMES[r->stage]);
 }
@@ -123,6 +131,7 @@ int cj_stream_request_sink(struct cj_stream_ep *ep, const char *destination, con
     r->stage = RQ_SENDING;
     r->fn = fn;
     r->arg = arg;
+    r->patient = m && m->patient;
     if ((r->has_sink = sink != NULL)) r->sink = *sink;
     r->tx = tx_start(ep, destination, channel, topic, m, r->ri, false, NULL, blob, NULL, NULL, NULL);
     blob = NULL;   /* taken by tx_start, even on failure */

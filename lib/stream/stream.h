@@ -111,6 +111,8 @@ struct cj_stream_msg {
     size_t n_hdrs;
     const char *encoding;             /* sm__pe: "fobs", "bytes" or "none"; NULL = "bytes" */
     bool optional;                    /* sm__op and cn__optional */
+    bool patient;                     /* a request whose timeout is an expected outcome (waiting for a peer to
+                                         come up): not counted in timeouts, logged at debug */
 };
 
 /* ---- received blobs ------------------------------------------------------------ */

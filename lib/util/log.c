@@ -2,6 +2,7 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,9 @@ static atomic_int cur_level = CJ_LOG_INFO;
 static atomic_bool use_syslog;
 static atomic_int journal = -1;            /* -1: not looked at yet */
 static char ident[64] = "cjrelay";
+static pthread_t tap_thread;               /* the one thread whose lines go to the tap */
+static _Atomic(cj_log_tap_fn) tap;
+static _Thread_local bool in_tap;
 
 /* The contract says: priority prefixes when JOURNAL_STREAM is set.  (systemd
  * also allows comparing its dev:ino with stderr's; a set variable is enough
@@ -59,6 +63,17 @@ void cj_log_set_syslog(bool on)
     if (!on && was) closelog();
 }
 
+void cj_log_set_tap(cj_log_tap_fn fn)
+{
+    tap_thread = pthread_self();
+    atomic_store(&tap, fn);
+}
+
+static bool tapped(int level)
+{
+    return level <= CJ_LOG_INFO && !in_tap && atomic_load(&tap) && pthread_equal(pthread_self(), tap_thread);
+}
+
 int cj_log_level_from_name(const char *name)
 {
     for (int i = 0; cj_log_level_names[i]; i++)
@@ -95,7 +110,8 @@ void cj_vlog(int level, const char *fmt, va_list ap)
 {
     if (level < CJ_LOG_ERROR) level = CJ_LOG_ERROR;
     if (level > CJ_LOG_DEBUG) level = CJ_LOG_DEBUG;
-    if (!cj_log_enabled(level)) return;
+    bool to_tap = tapped(level), to_log = cj_log_enabled(level);
+    if (!to_log && !to_tap) return;
     char line[CJ_LOG_LINE_MAX + 2];
     size_t pre = format_prefix(line, CJ_LOG_LINE_MAX, level);
     int m = vsnprintf(line + pre, CJ_LOG_LINE_MAX - pre, fmt, ap);
@@ -107,6 +123,12 @@ void cj_vlog(int level, const char *fmt, va_list ap)
     for (size_t i = pre; i < len; i++)
         if (line[i] == '\n' || line[i] == '\r') line[i] = ' ';
     line[len] = '\0';
+    if (to_tap) {
+        in_tap = true;
+        atomic_load(&tap)(level, line + pre);
+        in_tap = false;
+    }
+    if (!to_log) return;
     if (atomic_load(&use_syslog)) syslog(level_prio[level], "%s", line + pre);
     line[len++] = '\n';
     write_all(STDERR_FILENO, line, len);

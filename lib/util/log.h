@@ -30,6 +30,13 @@ bool cj_log_enabled(int level);        /* would a message at level be written? *
 /* Also send every line to syslog(3) (facility daemon), or stop doing so. */
 void cj_log_set_syslog(bool on);
 
+/* A tap: each line written from the thread that set it (the event loop's)
+ * also goes to fn, as its level and text without the prefix; lines at info
+ * and above reach it even when the level set is lower.  One tap; NULL
+ * removes it.  Lines fn itself logs do not reach it again. */
+typedef void (*cj_log_tap_fn)(int level, const char *msg);
+void cj_log_set_tap(cj_log_tap_fn fn);
+
 /* Name -> level (exact, lowercase), -1 when unknown. */
 int cj_log_level_from_name(const char *name);
 

@@ -34,6 +34,7 @@ struct cj_stats {
     uint64_t holds;               /* links paused while a spool fetch waited for its disk */
     uint64_t holds_lapsed;        /* ... resumed after the lapse with the fetch still behind */
     uint64_t retries;             /* request retries of any kind */
+    uint64_t sync_waits;          /* __sync_runner__ asked again: the server job was not up yet (not a failure) */
     uint64_t timeouts;            /* requests that timed out */
     uint64_t errors;              /* other errors logged */
 };

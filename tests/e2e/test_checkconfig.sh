@@ -66,4 +66,21 @@ $D -c "$W/expired-start.ini" > "$W/expired-start.log" 2>&1 & P=$!
 wait_for 10 test -S "$W/run/status.sock"
 check "a start with an expired certificate runs (the handshake's refusal is logged and retried)" kill -0 "$P"
 kill -TERM "$P" 2>/dev/null; wait "$P" 2>/dev/null
+# long lines: a worker command of 4 KiB and more loads, in the daemon and in cjrelayctl -c (which
+# reads [status] socket from the same file); past the bound, the line is named
+long_cmd="$BUILD/cjrelay-worker"
+while [ ${#long_cmd} -lt 5000 ]; do long_cmd="$long_cmd --data=/srv/fl/site-1/venvs/trainer/lib/python3/site-packages/x${#long_cmd}"; done
+long_cmd="$long_cmd --last-arg"
+conf long-command workers.command="$long_cmd"
+out=$($D -c "$W/long-command.ini" --check-config 2>&1); rc=$?
+check "a worker command of ${#long_cmd} characters: OK ($(printf '%s' "$out" | sed "s|$W|W|g" | head -c 200))" sh -c "[ $rc -eq 0 ] && printf '%s' '$out' | grep -q ': OK$'"
+$D -c "$W/long-command.ini" > "$W/long-command.log" 2>&1 & P=$!
+wait_for 10 test -S "$W/run/status.sock"
+shown=$($BUILD/cjrelayctl -c "$W/long-command.ini" show config json | jq -r '.config[] | select(.key == "workers.command") | .value')
+check "cjrelayctl -c reads the same file; show config has the whole command (${#shown} characters)" [ "$shown" = "$long_cmd" ]
+kill -TERM "$P" 2>/dev/null; wait "$P" 2>/dev/null
+too_long="x"
+while [ ${#too_long} -le 16384 ]; do too_long="$too_long$too_long"; done
+refused long-line "line too long \\(at most 16384 characters before a comment\\)" workers.command="$BUILD/cjrelay-worker $too_long"
+refused long-command "command = '.{60}\\.\\.\\.': too long \\(at most 8191 bytes\\)" workers.command="$BUILD/cjrelay-worker $(printf '%s' "$too_long" | head -c 9000)"
 finish

@@ -38,7 +38,7 @@
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl
 SYSPY=/usr/bin/python3
 FLARE_TREE=${FLARE_TREE:-main}
-SITE_OPEN=${SITE_OPEN-4 6 8}
+SITE_OPEN=${SITE_OPEN-}
 FL=${NVFLARE_SRC:-$ROOT/../shared/flare/$FLARE_TREE}
 if [ ! -d "$FL/nvflare" ]; then skip "all: no FLARE tree (NVFLARE_SRC or ../shared/flare/$FLARE_TREE)"; finish; fi
 FL=$(cd "$FL" && pwd)

@@ -262,9 +262,11 @@ static void test_syntax_errors(void **state)
     expect_one(BASE "[workers\nheartbeat_interval = 3\n", 4, "missing ']'");
     expect_one(BASE "[workers] junk\n", 4, "unexpected text after ']'");
     expect_one("site = x\n" BASE, 1, "key 'site' before any [section] header");
-    char ini[1024];
-    snprintf(ini, sizeof ini, BASE "[upstream]\nproject_name = %0300d\n", 0);
-    expect_one(ini, 5, "line too long");
+    char *ini = malloc(CJ_CONFIG_LINE_MAX + 256);
+    assert_non_null(ini);
+    snprintf(ini, CJ_CONFIG_LINE_MAX + 256, BASE "[workers]\ncommand = /bin/x %0*d\n", CJ_CONFIG_LINE_MAX, 0);
+    expect_one(ini, 5, "line too long (at most 16384 characters before a comment)");
+    free(ini);
     struct cj_config cfg;
     write_file("nul.ini", "[relay]\nsite = a\n");
     FILE *f = fopen(ini_path, "ab");
@@ -276,6 +278,37 @@ static void test_syntax_errors(void **state)
     expect_one(BASE "[upstream]\nproject_name = caf\xc3\n", 5, "invalid UTF-8");
     expect_one(BASE "[upstream]\nproject\x01name = x\n", 5, "key name contains control characters");
     expect_one(BASE "[up\x1bstream]\n", 4, "section name contains control characters");
+}
+
+/* Lines longer than inih's 200-byte buffer: a worker command of 4 KiB and more, its
+ * inline comment left out; past the field's bound the key is named with its line. */
+static void test_long_lines(void **state)
+{
+    (void)state;
+    size_t cap = CJ_CFG_COMMAND_MAX + 256;
+    char *ini = malloc(cap), *want = malloc(cap);
+    assert_non_null(ini);
+    assert_non_null(want);
+    int n = snprintf(want, cap, "/opt/venvs/fl/bin/python3 -u custom/train.py --epochs 3");
+    while (n < 6000) n += snprintf(want + n, cap - (size_t)n, " --opt-%d=/data/site-1/a/rather/long/path", n);
+    snprintf(ini, cap, BASE "[workers]\ncommand =   %s   ; the trainer\ncount = 2\n[upstream]\nproject_name = p\n", want);
+    struct cj_config cfg;
+    load_ok(ini, &cfg);
+    assert_string_equal(cfg.workers.command, want);
+    assert_int_equal(cfg.workers.count, 2);
+    assert_string_equal(cfg.upstream.project_name, "p");
+    size_t i = (size_t)(cj_config_find("workers", "command") - cj_config_keys(NULL));
+    assert_int_equal(cfg.origin.key_line[i], 5);
+    /* a long value that is not a command: the field's own bound, with file:line */
+    snprintf(ini, cap, BASE "[upstream]\nproject_name = %0500d\n", 0);
+    expect_one(ini, 5, "project_name = ");
+    /* past the command's bound */
+    memset(want, 'a', CJ_CFG_COMMAND_MAX);
+    want[CJ_CFG_COMMAND_MAX] = 0;
+    snprintf(ini, cap, BASE "[workers]\ncommand = %s\n", want);
+    expect_one(ini, 5, "command = ");
+    free(ini);
+    free(want);
 }
 
 static void test_unknown_names(void **state)
@@ -614,6 +647,7 @@ int main(void)
         cmocka_unit_test(test_load_values),
         cmocka_unit_test(test_load_syntax_forms),
         cmocka_unit_test(test_syntax_errors),
+        cmocka_unit_test(test_long_lines),
         cmocka_unit_test(test_unknown_names),
         cmocka_unit_test(test_duplicates),
         cmocka_unit_test(test_bad_values),

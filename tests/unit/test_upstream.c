@@ -9,6 +9,7 @@
 #include "fl/flmsg.h"
 #include "stream/stream.h"
 #include "util/clock.h"
+#include "util/log.h"
 #include "util/stats.h"
 #include "wire/header.h"
 
@@ -867,6 +868,40 @@ static void test_aux_from_server(void **state)
     world_free(w);
 }
 
+/* A normal job start: the server job answers __sync_runner__ only once it is up.  The
+ * unanswered tries and the refusals meanwhile are waits: logged at info (no warning),
+ * counted in sync_waits, not in timeouts, retries or drops. */
+static int sync_warnings;
+static void sync_tap(int level, const char *msg)
+{
+    if (level <= CJ_LOG_WARNING && strstr(msg, "__sync_runner__")) sync_warnings++;
+}
+
+static void test_sync_wait_is_quiet(void **state)
+{
+    struct world *w = world_new();
+    w->cfg.sync_timeout = 0.1;
+    w->s.sync_script[0] = "silent";
+    w->s.sync_script[1] = "silent";
+    w->s.sync_script[2] = "SERVICE_UNAVAILABLE";
+    w->s.sync_script[3] = "OK";
+    sync_warnings = 0;
+    cj_log_set_tap(sync_tap);
+    world_start(w);
+    RUN_UNTIL(w->n, up_state(w) == CJ_FL_UP_RUNNING, 3.0);
+    cj_log_set_tap(NULL);
+    assert_int_equal(up_state(w), CJ_FL_UP_RUNNING);
+    assert_int_equal(w->s.sync_n, 4);
+    const struct cj_stats *st = cj_stream_relay_stats(w->n->ep[RELAY]);
+    assert_int_equal(st->sync_waits, 3);
+    assert_int_equal(st->timeouts, 0);
+    assert_int_equal(st->retries, 0);
+    assert_int_equal(st->drops, 0);
+    assert_int_equal(sync_warnings, 0);
+    assert_int_equal(w->f.fatals, 0);
+    world_free(w);
+}
+
 static void test_sync_gives_up(void **state)
 {
     struct world *w = world_new();
@@ -951,6 +986,7 @@ int main(void)
         cmocka_unit_test(test_auth_error_backoff),
         cmocka_unit_test(test_failed_reports),
         cmocka_unit_test(test_aux_from_server),
+        cmocka_unit_test(test_sync_wait_is_quiet),
         cmocka_unit_test(test_sync_gives_up),
         cmocka_unit_test(test_job_gone),
         cmocka_unit_test(test_silence_is_not_gone),
