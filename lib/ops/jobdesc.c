@@ -305,13 +305,13 @@ static int rd_argv(struct jd *p)
     for (;;) {
         if (d->worker.argc == CJ_JOBDESC_ARGS_MAX) return fail(p, "more than %d words", CJ_JOBDESC_ARGS_MAX);
         size_t saved = push(p, NULL, d->worker.argc);
-        int rc = read_str(p, CJ_CFG_PATH_MAX);
+        int rc = read_str(p, sizeof p->s);
         if (!rc && !cj_text_ok(p->s)) rc = fail(p, "contains control characters");
         if (!rc && !p->s[0] && d->worker.argc == 0) rc = fail(p, "empty");
         pop(p, saved);
         if (rc) return rc;
         if (append(d->worker.argv, sizeof d->worker.argv, &used, p->s, strlen(p->s)))
-            return fail(p, "longer than %d bytes in all", CJ_CFG_PATH_MAX - 1);
+            return fail(p, "longer than %d bytes in all", CJ_CFG_COMMAND_MAX - 1);
         d->worker.argc++;
         int c = cj_json_peek(&p->j);
         if (c == ',') { p->j.pos++; continue; }
@@ -319,9 +319,9 @@ static int rd_argv(struct jd *p)
         if (c < 0) return fail(p, "the text ends inside the array at offset %zu", p->j.pos);
         return fail(p, "expected ',' or ']' at offset %zu", p->j.pos);
     }
-    char cmd[CJ_CFG_PATH_MAX];
+    char cmd[CJ_CFG_COMMAND_MAX];
     if (quote_argv(d, cmd, sizeof cmd) < 0)
-        return fail(p, "longer than %d bytes as a command line", CJ_CFG_PATH_MAX - 1);
+        return fail(p, "longer than %d bytes as a command line", CJ_CFG_COMMAND_MAX - 1);
     return 0;
 }
 
@@ -617,13 +617,13 @@ static int apply(const struct cj_job_desc *d, const struct override *o, struct c
                  char *why, size_t whysz)
 {
     const struct cj_cfg_key *k = cj_config_find(o->section, o->name);
-    char *field = (char *)c + k->off, cmd[CJ_CFG_PATH_MAX], w[256];
+    char *field = (char *)c + k->off, cmd[CJ_CFG_COMMAND_MAX], w[256];
     const char *text = o->text_off != NONE ? (const char *)d + o->text_off : cmd;
     if (o->val_off != NONE) {
         memcpy(field, (const char *)d + o->val_off, k->size);
     } else {
         if (o->bit == CJ_JD_ARGV && quote_argv(d, cmd, sizeof cmd) < 0)
-            return cj_why(why, whysz, "worker.argv: longer than %d bytes as a command line", CJ_CFG_PATH_MAX - 1);
+            return cj_why(why, whysz, "worker.argv: longer than %d bytes as a command line", CJ_CFG_COMMAND_MAX - 1);
         if (cj_config_parse_value(k->key, text, field, k->size, w, sizeof w))
             return cj_why(why, whysz, "%s: %s", o->field, w);
     }

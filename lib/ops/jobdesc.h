@@ -96,7 +96,7 @@ struct cj_job_desc {
     char workspace[CJ_CFG_PATH_MAX];
     struct {
         int argc;
-        char argv[CJ_CFG_PATH_MAX];            /* argc words, each NUL-ended, one after the other */
+        char argv[CJ_CFG_COMMAND_MAX];         /* argc words, each NUL-ended, one after the other */
         char cwd[CJ_CFG_PATH_MAX];
         int envc;
         char env[CJ_JOBDESC_ENV_TEXT];         /* envc "NAME=value" strings, each NUL-ended */

@@ -452,13 +452,26 @@ static void test_bounds(void **state)
     strcpy(s, "]}}");
     refused(json, "worker.argv", "more than 64 words");
     s = json + sprintf(json, "{\"job_id\": \"J1\", \"worker\": {\"argv\": [\"x\"");
-    for (int i = 0; i < 30; i++) s += sprintf(s, ", \"%040d\"", i);
+    for (int i = 0; i < 60; i++) s += sprintf(s, ", \"%0140d\"", i);
     strcpy(s, "]}}");
-    refused(json, "worker.argv", "longer than 1023 bytes");
+    refused(json, "worker.argv", "longer than 8191 bytes");
     s = json + sprintf(json, "{\"job_id\": \"J1\", \"worker\": {\"argv\": [\"x\"");
-    for (int i = 0; i < 30; i++) s += sprintf(s, ", \"'%028d'\"", i);   /* fits, but not once quoted */
+    for (int i = 0; i < 60; i++) s += sprintf(s, ", \"'%0128d'\"", i);   /* fits, but not once quoted */
     strcpy(s, "]}}");
-    refused(json, "worker.argv", "longer than 1023 bytes as a command line");
+    refused(json, "worker.argv", "longer than 8191 bytes as a command line");
+    /* a long command (a venv's interpreter, a script, many arguments): near 6 KiB is taken whole */
+    s = json + sprintf(json, "{\"job_id\": \"J1\", \"worker\": {\"argv\": [\"/opt/venv/bin/python3\"");
+    for (int i = 0; i < 40; i++) s += sprintf(s, ", \"--opt%02d=%0140d\"", i, i);
+    strcpy(s, "]}}");
+    assert_int_equal(parse_config(json), 0);
+    assert_true(strlen(job->workers.command) > 4096);
+    char **argv;
+    int argc;
+    struct cj_err e = {0};
+    assert_int_equal(cj_launcher_split(job->workers.command, &argv, &argc, &e), 0);
+    assert_int_equal(argc, 41);
+    for (int i = 0; i < argc; i++) assert_string_equal(argv[i], cj_jobdesc_arg(desc, i));
+    cj_launcher_argv_free(argv);
     s = json + sprintf(json, "{\"job_id\": \"J1\", \"worker\": {\"env\": {");
     for (int i = 0; i <= CJ_JOBDESC_ENV_MAX; i++) s += sprintf(s, "%s\"V%d\": \"x\"", i ? ", " : "", i);
     strcpy(s, "}}}");
