@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cjrelay — GNU make build.
 #
 #   make            build/libcjrelay.a, the four binaries and the man pages (build/man/)

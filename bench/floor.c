@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floor.c — make bench's floor: what moving the relay's bytes costs the machine
  * with nothing but read(2)/write(2), so the relay's CPU and syscall figures
  * have something to be measured against in the same run.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # make bench: numbers a site operator can compare; nothing here fails on a timing.
 # Each job is the real thing in a temporary directory:
 #   cjrelay-sim (FL server) <- cjrelayd (site-1.J1) <- cjrelay-worker, over a Unix socket

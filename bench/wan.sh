@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # make wan: the relay over a slow and faulty WAN link, long versions of tests/e2e/test_wan.sh.
 # Nothing here fails on a figure; each run prints what happened and what it cost.
 #   cjrelay-sim (FL server) <- tests/e2e/linkshaper <- cjrelayd (site-1.J1) <- cjrelay-worker

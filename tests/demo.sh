@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # make demo: one job end to end on cjrelay's own simulator.
 #   cjrelay-sim (the FL server) <- cjrelayd (site-1.J1) <- 2 x cjrelay-worker (launched by the relay)
 # 3 rounds of a 256 MiB model whose tensors travel as download refs: each worker pulls

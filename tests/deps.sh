@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Install the Debian packages cjrelay needs that are not installed yet.
 # Says what it installs; does nothing when everything is present.
 set -e

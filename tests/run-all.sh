@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # make check's runner: every suite, then one closing line "N passed, M failed".
 # The e2e suites run twice: with build/ (plain) and with build/san/ (ASan+UBSan,
 # LeakSanitizer on: a sanitizer report in any process fails the suite; see

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs cmocka test binaries, shows their output, and prints one summary line
 #   <label>: N passed, M failed
 # Exit status 1 when any test failed or a binary crashed.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # soak.sh — the long run (make soak; not part of make check): many rounds, a worker killed every SOAK_KILL_EVERY.
 #
 #   cjrelay-sim (SOAK_ROUNDS rounds, a small model) <- cjrelayd <- 4 cjrelay-worker

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # spdx-add.sh — the SPDX licence line of the source files: which files carry one, in which
 # comment syntax (WANT below, the one table), and the fixer that inserts it.
 #

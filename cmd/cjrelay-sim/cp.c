@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cp.c — `cjrelay-sim --parent URL`: the site's client parent (CP), the cell
  * <site> (--site), listening on clear TCP for its children <site>.<job> as
  * FLARE's CP internal listener does (SFM frames, cellnet HELLO / READY as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpmsg.c — client parent <-> client job messages for cjrelay-sim (see
  * cpmsg.h; doc/protocol/site.md §3, doc/protocol/payload.md §1-§3). */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpmsg.h — the messages between a client parent (CP) and its client jobs
  * (doc/protocol/site.md §3) as cjrelay-sim writes and reads them: the parent
  * cell (cp.c) and the stand-in site's parent link (drive.c).  All of them are

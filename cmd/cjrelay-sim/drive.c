@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* drive.c — `cjrelay-sim --drive URL`: a stand-in site for testing the FL
  * server without cjrelayd or cjrelay-worker.  One cell (--drive-as, default
  * site-1.<job>) plays the relay and the worker at once:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fl.c — cjrelay-sim's FL server: aux topics, get_task, submit_update,
  * the task refs it serves and the result refs it downloads and verifies (see
  * sim.h for the list, doc/design.md "Simulator" and "Conventions").

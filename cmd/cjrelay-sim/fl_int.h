@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fl_int.h — what the files of cjrelay-sim's FL server share: fl.c (the
  * rounds: aux topics, get_task, submit_update), verify.c (a result checked
  * element by element) and srcfail.c (source-failure notices and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hdrline.h — a cellnet header block as one line of key=value pairs, in the
  * block's key order.  Written by cjrelay-sim --log-headers (what arrived) and
  * by tests/e2e/cjpeer --log-headers (what was sent), so a test can compare the

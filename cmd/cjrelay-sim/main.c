@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cjrelay-sim — the upstream FL server simulator (doc/interface.md).
  *
  * Table of contents:

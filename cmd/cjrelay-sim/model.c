@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* model.c — deterministic tensors and their download items (see model.h). */
 #include "model.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* model.h — the simulator's model: deterministic float32 tensors and the
  * download items that carry them (doc/design.md "Conventions").
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* opts.c — cjrelay-sim's command line (doc/interface.md "cjrelay-sim"). */
 #include <getopt.h>
 #include <stdio.h>

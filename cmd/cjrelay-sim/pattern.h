@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pattern.h — the deterministic blob the simulator serves on test/blob, shared
  * (header only) with the test peer tests/e2e/cjpeer.c, which checks it.
  *

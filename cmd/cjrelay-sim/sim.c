@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim.c — cjrelay-sim: the cells `server` and `server.<job>` (one per --job-id)
  * over passive links, with a stream endpoint for each job cell, the transport
  * test handlers, and the end of each job's run (see sim.h; the FL server is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim.h — cjrelay-sim, the upstream FL server simulator (doc/interface.md).
  *
  * One process plays the server root cell `server` (it answers the relay's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* srcfail.c — cjrelay-sim's side of source-failure notices (doc/protocol/download.md §2,
  * §6.1 step 1): a notice from the FQCN parent of its source_fqcn (the relay,
  * for its workers) is answered ok, each (source, ref) is tombstoned for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* verify.c — cjrelay-sim's check of a result: the DXO's tensor names, DOT and
  * item map, then every element of every tensor compared with task + 1.0f,
  * inline tensors straight from the payload, refs as their items arrive from

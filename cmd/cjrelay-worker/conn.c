@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conn.c — the worker's link to the relay (or, in direct mode, the server) and
  * its stream endpoint's I/O: everything the endpoint sends goes over the one
  * link, stream messages for us go to the endpoint; link events go to the mode

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* direct.c — direct mode (--direct URL): the worker without a relay, for the
  * benchmark's "direct" column (bench/run.sh).  See worker.h.
  *

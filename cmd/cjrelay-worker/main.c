@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cjrelay-worker — the reference Client API worker (doc/interface.md, doc/design.md).
  *
  *   cjrelay-worker [--bootstrap FILE] [--connect-window SECS] [--log-level LEVEL]

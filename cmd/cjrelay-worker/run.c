@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* run.c — the worker process: its event loop, timers and signals, and the way
  * out (drain the link, then leave the loop) (see worker.h). */
 #include <errno.h>

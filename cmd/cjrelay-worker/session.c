@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* session.c — the worker's Client API session (doc/protocol/fl-protocols.md §7-§8), which
  * makes the launched mode (wk_launched_mode): the link to the relay coming and
  * going, HELLO and SESSION_READY with the stock trainer's retries, heartbeats,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* task.c — one task at a time (doc/design.md "Reference worker"):
  *
  *   task_ready -> cj_dxo_read the model -> cj_dl_fetch its ref from the source

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker.h — cjrelay-worker, the reference Client API trainer (doc/design.md
  * "Reference worker", doc/protocol/fl-protocols.md §7-§8, doc/protocol/download.md).
  *

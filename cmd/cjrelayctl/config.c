@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.c — cjrelayctl -c FILE: find the status socket in the daemon's INI file.
  * Reads only [status] socket, by the daemon's rules (';' or '#' starts a
  * comment line, ';' after a blank an inline comment, '=' or ':' separates

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ctl.h — cjrelayctl helpers. */
 #ifndef CJ_CTL_H
 #define CJ_CTL_H

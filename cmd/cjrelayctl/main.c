@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cjrelayctl — talk to cjrelayd's status socket.
  *
  *   cjrelayctl [-s SOCKET] [-c FILE] [--pass FILE]... COMMAND [ARGS] [json]

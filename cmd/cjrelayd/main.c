@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cjrelayd — the relay daemon.
  *
  *   cjrelayd -c FILE                  run in the foreground (systemd runs it so)

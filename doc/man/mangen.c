@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mangen.c — writes the man pages' generated parts from the tables the code
  * uses, so the pages cannot drift from the binaries:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* inflight.c — the worker requests in flight through the upstream (see
  * router.h): remembered when their first chunk goes upstream, forgotten when
  * the reply settles them, counted and logged as lost when the upstream is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pacing.c — how much the relay holds toward a worker: pacing (the upstream
  * waits for a reading worker), the upstream's slack for a worker that is not
  * reading, stalled workers closed, and holds (a link paused while a consumer

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* parent.c — the relay cell's link to its parent, the cell named by me minus
  * its last part (for a job cell <site>.<job>: <site>, FLARE's client parent):
  * starting it, what is routed to it, what it may speak for, and its bound.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* reconnect.c — the outbound links (the upstream to the server root, the
  * parent to the client parent): connecting, their state, and reconnecting
  * with exponential back-off and jitter when one fails or is lost.  What is

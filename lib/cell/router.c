@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* router.c — the relay cell's routing table, forwarding, RETURN and forwarder
  * notices, local dispatch, anti-spoofing, worker links and life cycle (see
  * router.h).  Requests in flight upstream: inflight.c; pacing, slack, stalls

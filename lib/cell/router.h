@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* router.h — the relay's cell: routing table, forwarding, RETURN, local
  * dispatch, anti-spoofing, backpressure, upstream reconnect (doc/protocol/cellnet.md §2, §6).
  *

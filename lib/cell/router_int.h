@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* router_int.h — what the files of the relay cell share (router.c: routing,
  * forwarding, local dispatch; inflight.c: worker requests in flight upstream;
  * pacing.c: pacing, slack, stalls and holds; reconnect.c: the outbound links

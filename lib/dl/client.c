@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* client.c — the download service's consumer side (see client.h). */
 #include "dl/client.h"
 

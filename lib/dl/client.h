@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* client.h — the download service, consumer side (doc/protocol/download.md §6).
  *
  * cj_dl_fetch pulls one ref from its source cell: a first pull without state,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dlmsg.c — download-service messages (see dlmsg.h). */
 #include "util/text.h"
 #include "dl/dlmsg.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dlmsg.h — download-service messages (doc/protocol/download.md §2-§3), pure codecs.
  *
  * Encoders append whole LOBS payloads to a msgpack_sbuffer, keys in NVFlare's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* itemcheck.c — the spool's check of a tensor item's header (see itemcheck.h). */
 #include "dl/itemcheck.h"
 

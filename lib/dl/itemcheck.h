@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* itemcheck.h — the spool's check of a tensor item's header (doc/protocol/download.md §4).
  *
  * The spool writes the items of a ref to disk as they stream in and serves

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lent.c — items lent to download replies by reference (see lent.h). */
 #include "dl/lent.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lent.h — an item held in memory and lent to download replies by reference.
  *
  * A producer's item callback (dl/producer.h) appends an item's bytes to a

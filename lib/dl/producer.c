@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* producer.c — the download service's producer side (see producer.h). */
 #include "dl/producer.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* producer.h — the download service, producer side (doc/protocol/download.md §2, §3, §5).
  *
  * One producer per stream endpoint: it registers download_service__ /

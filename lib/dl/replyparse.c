@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* replyparse.c — incremental reader of one download-service reply (see replyparse.h). */
 #include "dl/replyparse.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* replyparse.h — incremental reader of one download-service reply (internal to
  * lib/dl: the download client's sink mode, and its fuzz target).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spool.c — the spool store (see spool.h, doc/protocol/download.md §8).
  *
  * Fetch: the download client streams every item to the sink below.  Each item

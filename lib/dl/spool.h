@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spool.h — the spool store (doc/protocol/download.md §8): refs downloaded once to disk and
  * served from there to the relay's workers (or, for results, to the server).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spoolio.c — the spool's disk I/O thread (see spoolio.h).
  *
  * Three lists under one mutex: todo (queued by the loop, taken by the thread

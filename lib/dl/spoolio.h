@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spoolio.h — the spool's disk I/O, off the event loop.
  *
  * One I/O thread per relay runs every file operation of the spool (mkdir,

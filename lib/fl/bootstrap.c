@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bootstrap.c — bootstrap file writer/reader (see bootstrap.h). */
 #include "util/text.h"
 #include "fl/bootstrap.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bootstrap.h — the worker bootstrap file (doc/protocol/fl-protocols.md §8) and the small
  * JSON object reader it needs (shared with creds.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* capi.c — Client API bodies (see capi.h). */
 #include "util/text.h"
 #include "fl/capi.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* capi.h — Client API message bodies, relay <-> worker (doc/protocol/fl-protocols.md §7).
  *
  * Pure codecs, no sockets.  Every body is a plain FOBS map carried as a LOBS

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpmsg.c — the messages between FLARE's client parent and its client jobs:
  * their FOBS payloads (see cpmsg.h; doc/protocol/site.md §3,
  * doc/protocol/payload.md §1-§3). */

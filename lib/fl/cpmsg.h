@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpmsg.h — the messages between FLARE's client parent (CP) and its client
  * jobs (doc/protocol/site.md §3): the FOBS payloads both sides write and
  * read.  The relay's job cells use them toward a real CP (ops/jobcp.c), and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* creds.c — job credentials (see creds.h). */
 #include "fl/creds.h"
 

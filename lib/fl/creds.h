@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* creds.h — the job credentials the relay sends upstream (doc/protocol/fl-protocols.md §6).
  *
  * Each value comes from the credentials file when it has the key, else from

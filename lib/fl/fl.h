@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fl.h — the contracts between the relay's FL pieces .
  *
  *   upstream loop (upstream.c)  <-- dispatch ops --  worker sessions (session.c)

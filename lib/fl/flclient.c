@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* flclient.c — the requests a site cell sends to server.<job> (see flclient.h). */
 #include "fl/flclient.h"
 

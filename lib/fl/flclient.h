@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* flclient.h — the requests a site cell sends to server.<job>: aux requests
  * (__sync_runner__, __task_check__), the __job_heartbeat__, get_task, and the
  * __rc__ of their replies.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* flmsg.c — the FL messages of the upstream loop (see flmsg.h). */
 #include "fl/flmsg.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* flmsg.h — the FL messages of the upstream loop: reading get_task and aux
  * replies, building get_task and aux requests, aux replies, submit_update and
  * failure payloads.

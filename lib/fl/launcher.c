@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* launcher.c — worker processes: spawn, output, reaping, restart, staged stop (see launcher.h). */
 #include "fl/launcher.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* launcher.h — the relay's worker processes ([workers] command × count;
  * doc/protocol/fl-protocols.md §8).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* session.c — worker sessions on channel client_api (see session.h): the
  * worker records and their state machine, task delivery, results and settling.
  * The source-failure notices are in srcfail.c, LOG data and metrics in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* session.h — the relay's side of the Client API toward its workers
  * (doc/protocol/fl-protocols.md §7, §8 steps 2-4, §9).
  *

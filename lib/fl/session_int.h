@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* session_int.h — what the files of the worker sessions share (session.c the
  * session state machine, workerlog.c the workers' LOG data and metrics): the
  * sessions object, the worker record and the helpers both read bodies with.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spoolstage.c — spool mode between the upstream loop and the worker sessions
  * (see spoolstage.h).
  *

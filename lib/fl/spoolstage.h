@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spoolstage.h — spool mode's FL side (doc/protocol/download.md §8): a stage between the
  * upstream loop and the worker sessions.
  *

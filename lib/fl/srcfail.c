@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* srcfail.c — download_service__source_failure notices (see srcfail.h): one
  * notice per result receiver, each retried on its own timer until delivered,
  * refused or out of time. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* srcfail.h — download_service__source_failure notices (doc/protocol/download.md §2, §7).
  *
  * A worker that dies inside the result barrier of a task takes its live result

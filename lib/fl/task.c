@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* task.c — the relay's table of tasks in flight (see task.h).
  *
  * A task keeps only its ids, a copy of its small __headers__ map and its refs;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* task.h — the relay's table of tasks in flight, and the refs they carry.
  *
  * A task lives from the get_task reply that brought it to the end of its result

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenfile.c — [workers] launch_token_file: the launch tokens of workers
  * started by someone else than the relay, read once and bounded (see tokenfile.h). */
 #include "fl/tokenfile.h"

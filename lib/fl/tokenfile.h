@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenfile.h — [workers] launch_token_file: the tokens that workers started
  * outside the relay present in their HELLO (the relay launches none then). */
 #ifndef CJ_FL_TOKENFILE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* upstream.c — the FL loop toward server.<job> (see upstream.h).
  *
  * Three independent activities share one object:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* upstream.h — the relay's FL loop toward server.<job> (doc/protocol/fl-protocols.md §1-§4, §9).
  *
  * The relay acts as the cell <site>.<job> running NVFlare's client runner:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* workerlog.c — the workers' client_api LOG data: each value kept as a metric
  * per worker (text as Python prints it), maps (METRICS / SCALARS) flattened to
  * key.sub, and the metrics of the last RETIRED_MAX workers kept after they go,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* addr.c — link addresses: parsing, resolution, connect and listen (see addr.h). */
 #include "net/addr.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* addr.h — link addresses: parsing, resolution, connecting and listening sockets.
  *
  * URLs (doc/protocol/sfm.md §1, doc/interface.md): tcp://HOST:PORT, stcp://HOST:PORT (TLS), unix:PATH.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* blocks.c — refcounted 1 MiB blocks and their pool (see blocks.h). */
 #include "net/blocks.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* blocks.h — the memory socket bytes and carried payloads live in: refcounted
  * 1 MiB blocks that evbuffer chains reference, recycled through one pool per
  * process.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* carrier.c — one interface over the WebSocket and gRPC carriers (see carrier.h). */
 #include "net/carrier.h"
 

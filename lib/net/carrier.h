@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* carrier.h — what carries SFM frames on a connection when it is not the bare
  * byte stream of `tcp`/`stcp`: FLARE's WebSocket (`http`/`https`, ws.c) and gRPC
  * (`grpc`/`grpcs`, grpc.c) schemes, behind the one interface conn.c drives.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chainsplit.c — an evbuffer's head moved without a copy (see chainsplit.h). */
 #include "net/chainsplit.h"
 

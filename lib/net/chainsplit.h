@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chainsplit.h — the first n bytes of an evbuffer moved to another without a
  * copy, also when n ends inside a chain.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chunks.c — carried bytes into pooled blocks (see chunks.h). */
 #include "net/chunks.h"
 

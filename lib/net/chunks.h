@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chunks.h — bytes a carrier copies (the SFM payload it unwraps, a WebSocket
  * client's masked output) written into pooled blocks (blocks.h) and handed to
  * an evbuffer as reference chains.

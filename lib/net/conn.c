@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conn.c — one non-blocking socket, clear or TLS, under a link: bulk reads
  * into refcounted blocks, frame-aligned reference chains, batched writes
  * (see conn.h). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conn.h — the bytes under a link: one non-blocking stream socket, clear or
  * TLS, read in large pieces straight into an input evbuffer and written with
  * one writev per batch of queued chains.

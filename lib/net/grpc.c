@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grpc.c — gRPC carriage of SFM frames over nghttp2 (see grpc.h). */
 #include "net/grpc.h"
 

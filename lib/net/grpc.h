@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grpc.h — the gRPC carriage of SFM frames, FLARE's `grpc`/`grpcs` scheme
  * (doc/protocol/sfm.md §1.2): HTTP/2 (nghttp2), one bidirectional call
  * `POST /streamer.Streamer/Stream` open for the life of the link, each SFM frame

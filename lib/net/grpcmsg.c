@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grpcmsg.c — gRPC messages carrying SFM frames (see grpcmsg.h). */
 #include "net/grpcmsg.h"
 

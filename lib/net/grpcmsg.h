@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grpcmsg.h — the gRPC messages of FLARE's `grpc` scheme (doc/protocol/sfm.md §1.2):
  * each is the 5-byte gRPC prefix (0 = not compressed, then the u32 big-endian
  * length) and the protobuf `Frame { int32 seq = 1; bytes data = 2; }` whose data

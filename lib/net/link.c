@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* link.c — one SFM connection: connect, TLS, handshake, heartbeat, frames,
  * control/bulk output queues, backpressure (see link.h). */
 #include "net/link.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* link.h — one SFM connection to a neighbour cell (doc/design.md, doc/protocol/sfm.md).
  *
  * A link owns one cj_conn (net/conn.h: a socket, or OpenSSL over a socket for

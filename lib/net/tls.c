@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tls.c — OpenSSL client/server contexts and error text (see tls.h). */
 #include "net/tls.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tls.h — OpenSSL contexts for stcp links (doc/protocol/cellnet.md §9).
  *
  * Client (the relay's upstream):

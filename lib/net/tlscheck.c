@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tlscheck.c — a client's TLS files (or their texts handed over in memory)
  * checked before anything connects. */
 #include "net/tlscheck.h"

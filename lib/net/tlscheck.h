@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tlscheck.h — what a TLS start would refuse, found before the start: the
  * files of a client's TLS settings opened and checked one by one, each
  * problem named by the setting it is about, all of them in one pass

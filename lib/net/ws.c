@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ws.c — WebSocket carriage of SFM frames (see ws.h). */
 #include "net/ws.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ws.h — the WebSocket carriage of SFM frames, FLARE's `http`/`https` scheme
  * (doc/protocol/sfm.md §1.1).
  *

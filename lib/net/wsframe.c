@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wsframe.c — the WebSocket frame header codec (see wsframe.h). */
 #include "net/wsframe.h"
 

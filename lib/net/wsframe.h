@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wsframe.h — the WebSocket frame header (RFC 6455 §5.2), decoded from the
  * bytes that open a frame and encoded for sending.
  *

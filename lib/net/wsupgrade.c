@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wsupgrade.c — the HTTP/1.1 WebSocket upgrade (see wsupgrade.h). */
 #include "net/wsupgrade.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wsupgrade.h — the HTTP/1.1 upgrade that opens a WebSocket (RFC 6455 §4), as
  * FLARE's http driver does it (doc/protocol/sfm.md §1.1): `GET /f3`, version 13,
  * a random 16-byte key, no subprotocol, no extensions; the server answers 101

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* commands.c — the status command and show target tables (see commands.h). */
 #include "ops/commands.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* commands.h — the status socket's commands, in one table.
  *
  * The line protocol (ops/status.c) parses and checks a command against this

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.c — the key table and everything it drives: defaults, parsing (inih),
  * checks, show config, reload.
  *

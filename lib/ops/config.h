@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.h — cjrelayd's INI configuration, described by ONE key table.
  *
  * The table in config.c (section, name, type, default, range or allowed values,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* control.c — the daemon's answers to the status commands: one renderer per
  * show target and one handler per command of ops/commands.c, bound by enum
  * (help and show are the status socket's own). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* daemon.c — cjrelayd's shell around the data path (see daemon.h). */
 #include "ops/daemon.h"
 #include "ops/daemon_int.h"

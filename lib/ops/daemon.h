@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* daemon.h — the cjrelayd process: event loop, signals, status socket,
  * systemd notifications and reload, around the relay's data path.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* daemon_int.h — the daemon's insides, shared by daemon.c (loop, signals,
  * timers, reload, life cycle) and control.c (its answers to the status
  * commands).  Not for other files. */

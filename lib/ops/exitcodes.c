@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exitcodes.c — the exit status table (see exitcodes.h). */
 #include "ops/exitcodes.h"
 

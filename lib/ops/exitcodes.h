@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exitcodes.h — what each exit status of cjrelayd and cjrelayctl means, and
  * each outcome a job ends with (FLARE's JobReturnCode, the exit status of the
  * client job process cjrelay stands in for), in one table: --help and the man

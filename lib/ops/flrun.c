@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* flrun.c — the relay's FL run: wiring of task table, upstream loop, worker
  * sessions, launcher and router events (see flrun.h). */
 #include "ops/flrun.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* flrun.h — the relay's FL run: the task table, the upstream task loop, the
  * worker sessions and the launcher, connected to each other and to the router.
  * In spool mode also the spool (I/O thread, the relay's producer, the store)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* job.c — one job's relay cell (see job.h). */
 #include "ops/job.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* job.h — one job: the relay cell <site>.<job_id>.
  *
  * A job owns everything a stock client-job process would: its server link and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jobcp.c — a job's side of FLARE's client parent (see jobcp.h). */
 #include "ops/jobcp.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jobcp.h — a job's side of FLARE's client parent (CP): what a stock client
  * job says to and answers its parent (doc/protocol/site.md §3).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jobdesc.c — the job description: parsing with util/json.c's cursor, checks
  * shared with the INI (cj_config_parse_value, cj_config_check), the job's
  * configuration, the log line (see jobdesc.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jobdesc.h — the job description a site daemon's `job start <json>` takes
  * (doc/interface.md, "Job description"): one JSON object read into a bounded
  * struct, checked key by key, and turned into the job's configuration (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* joblog.c — a job's FLARE log files (see joblog.h): the records formatted on
  * the event loop, the writer thread that opens, writes and rotates the files,
  * and the log tap that gives each job the daemon's lines naming it. */

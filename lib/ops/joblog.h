@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* joblog.h — a job's FLARE log files in <workspace>/<job_id>/, as FLARE's own
  * client job leaves them (log.txt, error_log.txt, log.json, log_fl.txt, with
  * the line formats of FLARE's default log configuration).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jobs.c — the site daemon's table of jobs (see jobs.h). */
 #include "ops/jobs.h"
 

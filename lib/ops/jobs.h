@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jobs.h — the site daemon's table of jobs.
  *
  * Jobs come from the INI's single-job shorthand ([relay] job_id) or at run

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metricshttp.c — GET /metrics over libevent's HTTP server (see metricshttp.h). */
 #include "ops/metricshttp.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metricshttp.h — the Prometheus endpoint ([metrics] listen): libevent's own
  * HTTP server (evhttp) on the daemon's loop, answering GET (and HEAD)
  * /metrics with the text exposition a render callback writes, the one

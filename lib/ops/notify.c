@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* notify.c — sd_notify(3) datagrams over $NOTIFY_SOCKET (see notify.h). */
 #include "ops/notify.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* notify.h — systemd's notify protocol without libsystemd.
  *
  * A datagram of "KEY=VALUE\n" lines sent to $NOTIFY_SOCKET (a filesystem path, or

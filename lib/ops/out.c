@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* out.c — text and JSON rendering of status answers (see out.h). */
 #include "ops/out.h"
 

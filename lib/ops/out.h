@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* out.h — one writer for the status socket's answers, two renderings.
  *
  * A command handler describes its answer once — key/value fields and tables with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* preflight.c — a configuration's files and programs checked on the machine. */
 #include "ops/preflight.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* preflight.h — what starting would refuse, found before the start: the
  * files and programs a configuration names, checked on the machine (the
  * syntax and cross-key rules are config.c's).  cjrelayd --check-config (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* prom.c — the stats registry as a Prometheus text exposition. */
 #include "ops/prom.h"
 

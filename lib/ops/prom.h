@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* prom.h — the stats registry in Prometheus's text exposition format
  * (`show prometheus`): one family per registry field, named cjrelay_<field>
  * in base units (bytes_up -> cjrelay_up_bytes_total), counters ending in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* statreg.c — the stats registry's sections and fields (see statreg.h). */
 #include "ops/statreg.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* statreg.h — the stats registry: every counter `show stats` renders, in one
  * table of sections (as redis's INFO sections).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status.c — status socket server (see status.h): the line protocol, and
  * the socket read with recvmsg so that open files passed with a line
  * (SCM_RIGHTS) reach the command they came with. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status.h — the status socket: a line protocol on a Unix socket.
  *
  * One command per line; every answer ends with an empty line; errors are one line

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dxo.c — the DXO-shaped Shareable of tasks and results (see dxo.h). */
 #include "payload/dxo.h"
 

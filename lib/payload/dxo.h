@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dxo.h — the DXO-shaped Shareable the simulator serves as a task and the
  * reference worker returns as a result (doc/design.md "Conventions",
  * doc/protocol/payload.md §3-§5).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fobs.c — reading and rewriting FOBS bodies without building a tree (see fobs.h). */
 #include "payload/fobs.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fobs.h — the parts of a FOBS msgpack body the relay reads or rewrites
  * (doc/protocol/payload.md §2-§7): the Shareable wrapper and its __headers__ map, the JSON of
  * download-ref datums, ref wrappers (for counting), the __headers__ rewrite, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* items.c — safetensors and npz download items (see items.h, doc/protocol/download.md §4). */
 #include "payload/items.h"
 

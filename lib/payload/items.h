@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* items.h — tensor download items: safetensors and npz (doc/protocol/download.md §4).
  *
  * The relay never looks inside items (it forwards or spools them verbatim);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lobs.c — splitting, validating and writing LOBS containers (see lobs.h). */
 #include "payload/lobs.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lobs.h — the LOBS container (doc/protocol/payload.md §1): a MAIN section holding one msgpack
  * body, then zero or more datum sections, back to back, until the payload ends.
  *

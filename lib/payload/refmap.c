@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* refmap.c — rewriting the download-ref datums of a LOBS payload (see refmap.h). */
 #include "payload/refmap.h"
 

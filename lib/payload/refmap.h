@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* refmap.h — rewriting the download refs of a LOBS payload (doc/protocol/download.md §8
  * step 2, doc/protocol/payload.md §5): spool mode hands its workers (and the server) the
  * relay's own refs instead of the source's.

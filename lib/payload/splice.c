@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* splice.c — TASK_READY / SUBMIT_UPDATE splices and small payload builders (see splice.h). */
 #include "payload/splice.h"
 

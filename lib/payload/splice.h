@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* splice.h — the payloads the relay builds: TASK_READY from a get_task reply
  * (doc/protocol/payload.md §7.2), SUBMIT_UPDATE from a worker's result (§7.3), and the small
  * Shareables it writes from scratch (get_task request, aux requests; §7.4).

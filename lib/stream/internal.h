@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* internal.h — state shared by the files of lib/stream (not for other layers).
  *
  *   stream.c  endpoint, handler registry, ids, message building/sending helpers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* reqrep.c — request/reply over streams (doc/protocol/streaming.md §6, §7, §8).
  *
  * A request is a stream carrying a fresh uuid4 sm__ri.  The reply is another

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rx.c — the receiver (doc/protocol/streaming.md §4, §5, §6).
  *
  * One struct rx_stream per (cn__origin, sm__id) in a chained hash table.  In-order

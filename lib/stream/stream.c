@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream.c — the streaming endpoint: limits, handler registry, stream ids,
  * auth headers, the helpers that build and send every message the layer
  * originates, and the dispatch of incoming sm__STREAM messages to the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream.h — the sm__ streaming layer for the relay's own traffic (doc/protocol/streaming.md).
  *
  * One struct cj_stream_ep per cell.  It is a sender (a blob cut into chunks,

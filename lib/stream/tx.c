@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tx.c — the sender (doc/protocol/streaming.md §3, §5, §6).
  *
  * A blob is cut into chunks of exactly chunk_size bytes (the last one holds

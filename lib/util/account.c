@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* account.c — resolving a worker account and switching to it in a child. */
 #include "util/account.h"
 

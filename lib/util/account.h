@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* account.h — the account launched workers run as: a user and group given
  * by name or number, resolved once (when the job starts) into the ids and
  * supplementary groups the launcher's child switches to before exec. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* clock.h — the monotonic clock every timer, age and deadline is measured on,
  * the conversion of a delay in seconds to the timeval libevent takes, and the
  * one way status shows a wall-clock time. */

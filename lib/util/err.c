@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* err.c — filling struct cj_err. */
 #include "util/err.h"
 

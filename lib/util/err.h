@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* err.h — one error record shared by every decoder.
  *
  * A decoder that fails fills a struct cj_err: a code, the byte offset where the

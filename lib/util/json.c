@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* json.c — the bounded JSON cursor (see json.h). */
 #include "util/json.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* json.h — a small bounded JSON cursor (RFC 8259) for the JSON that arrives
  * inside binary formats: the safetensors item header, read by the worker and
  * the simulator (payload/items.c) and checked by the spool (dl/itemcheck.c);

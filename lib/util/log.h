@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.h — the daemon's log: stderr, optionally syslog(3).
  *
  * Under systemd (JOURNAL_STREAM set) each line starts with a "<N>" priority

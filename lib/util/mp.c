@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mp.c — the msgpack cursor, and handing packed bytes on (see mp.h). */
 #include "util/mp.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mp.h — a bounds-checked, zero-copy msgpack cursor.
  *
  * Why not msgpack-c's unpacker for reading: the relay must splice raw byte spans

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mpdump.c — structural text dump of LOBS containers (see mpdump.h). */
 #include "util/text.h"
 #include "util/mpdump.h"

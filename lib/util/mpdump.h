@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mpdump.h — structural text dump of a LOBS container and its msgpack body.
  *
  * The output reproduces, line for line, the dumps beside the vectors

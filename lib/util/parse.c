@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* parse.c — strict value parsers (durations, sizes, booleans, modes, endpoints).
  *
  * Hand-written on purpose: strtod/strtoll accept blanks, signs, hex, exponents,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* parse.h — strict parsers for configuration values and command-line options.
  *
  * Every parser takes the whole string (no leading or trailing blanks, no trailing

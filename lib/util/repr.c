@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* repr.c — Python's repr() of str and float (see repr.h). */
 #include "util/repr.h"
 

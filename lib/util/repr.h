@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* repr.h — text of values as Python prints them, for messages that must read as
  * FLARE's Python would write them (Client API refusal reasons) and for values
  * shown back to the operator (worker metrics). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stats.h — a relay cell's shared counters.
  *
  * One struct cj_stats per relay cell; the layers below ops increment its fields

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* text.c — UTF-8 checks and random bytes (see text.h). */
 #include "util/text.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* text.h — UTF-8 checks and random bytes, shared by the codecs that validate
  * peer text (Client API, download service, bootstrap and credential files). */
 #ifndef CJ_UTIL_TEXT_H

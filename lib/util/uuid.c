@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* uuid.c — random uuid4s and their text form (see uuid.h). */
 #include "util/uuid.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* uuid.h — random uuid4s and the 8-4-4-4-12 text form, shared by every layer
  * that names something with a uuid (download datum ids, stream request ids,
  * FL message roots, DXO datums). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* version.h — the one place the version lives. */
 #ifndef CJ_UTIL_VERSION_H
 #define CJ_UTIL_VERSION_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fqcn.c — FQCN validation and tree relations (see fqcn.h). */
 #include "wire/fqcn.h"
 

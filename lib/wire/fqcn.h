@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fqcn.h — fully qualified cell names (doc/protocol/cellnet.md §5).
  *
  * An FQCN is a dot-joined path of parts: "server", "site-1", "site-1.J1",

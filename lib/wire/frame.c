@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frame.c — SFM prefix codec, stream splitter, HELLO/READY/PING/PONG (see frame.h). */
 #include "wire/frame.h"
 

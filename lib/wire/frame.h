@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frame.h — the SFM frame layer: the 16-byte prefix, stream splitting, and the
  * control frames (HELLO, READY, PING, PONG).  See doc/protocol/sfm.md.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* header.c — cellnet header block: decode, forward rewrite, build (see header.h). */
 #include "wire/header.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* header.h — the cellnet header block of an SFM DATA frame (doc/protocol/cellnet.md §1, doc/protocol/sfm.md §2).
  *
  * The block is one msgpack map with str keys, at most 65 535 bytes.  The raw

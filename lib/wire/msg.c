@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* msg.c — the cellnet message object (see msg.h). */
 #include "wire/msg.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* msg.h — one cellnet message in flight (doc/design.md "The message object").
  *
  * The raw header block is the truth and is owned by the message (a malloc'd

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cjhostile — a hostile peer for the fault and hostile-input end-to-end tests.
  * Plain blocking sockets and hand-made bytes: it says what a broken or malicious
  * peer says, not what the library would let it say.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cjpeer — a test worker cell for the transport end-to-end tests.
  *
  *   cjpeer freeport [N]                       print N (default 1) free loopback TCP ports

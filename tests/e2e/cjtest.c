@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cjtest — small tools the shell end-to-end tests need and the shell lacks.
  *
  *   cjtest notify-sink PATH            bind a Unix datagram socket at PATH and print

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # lib.sh — shared by the shell end-to-end tests (sourced).  Each test prints
 # "ok - name" / "not ok - name" and ends with finish, which writes the counts.
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* linkshaper — a TCP proxy that makes loopback look like a slow or faulty WAN link.
  *
  * The e2e suites put it between the relay and the simulator: the relay connects to the

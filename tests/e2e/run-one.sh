@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs one e2e test script with a time limit; its summary goes to $SUMMARY_FILE.
 # With CJ_SAN=1 (binaries from build/san, see lib.sh) any sanitizer report a
 # process wrote during the script fails the suite and is printed here.

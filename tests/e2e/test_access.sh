@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Access to the status and worker sockets: each is created with its socket_mode and
 # the kernel enforces it; of status clients let in, only root and the daemon's uid
 # may change things; SO_PEERCRED (pid, uid) is logged for both; [status] socket_group

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cjrelayd --check-config finds what a start would refuse, every problem
 # with FILE:LINE and the key, all of them in one run, and exits 1; a start refuses the certain ones
 # the same way (exit 1, not a restart loop's runtime failure):

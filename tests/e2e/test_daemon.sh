@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The daemon shell, with the real cjrelayd and cjrelayctl:
 # --check-config errors with file:line, reload good and bad, every status command
 # in text and JSON, socket mode, abusive status clients, signals, notify datagrams.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The man pages and the Debian packages:
 # (a) the generated pages list every config key, status command, show target, stats field,
 #     exit status and job outcome, checked against the generator's table dump and the binaries' own output

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Every log line the documentation quotes is one the code writes.
 # The quotes: in README.md, doc/*.md and integrations/flare/README.md, the backquoted spans of a
 # table column headed "what the log says", the spans a "where to look" cell calls "the log's …

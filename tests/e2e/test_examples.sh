@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The example configurations in conf/examples/ work as shipped, once their site-specific
 # values point at this test's machine: every file passes --check-config as it is written
 # apart from paths, addresses and the trainer command, and each deployment runs a round

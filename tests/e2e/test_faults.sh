@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Fault injection with the real binaries:
 #   cjrelay-sim (FL server) <- cjrelayd (site-1.J1) <- workers (cjrelay-worker, or
 #   tests/e2e/cjpeer playing a hostile Client API worker)

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The whole job end to end with the real binaries:
 #   cjrelay-sim (FL server) <- cjrelayd (site-1.J1) <- cjrelay-worker x N (launched by the relay)
 # (a) several rounds verified by the sim, numpy and safetensors items; every task ref is

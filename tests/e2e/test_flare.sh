@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # FLARE's side: the client parent's job launcher (integrations/flare, cjrelay_flare) against the
 # real cjrelayd (a site daemon) and cjrelay-sim, with FLARE replaced by the stand-in in
 # tests/flare (tests/flare/README.md). tests/flare/drive.py plays the CP's launch steps on a

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Hostile input on every socket with the real binaries:
 # cjrelayd (site-1.J1) between a fake or real upstream and tests/e2e/cjhostile peers.
 #   (u) upstream: a fake "server" answering the relay's HELLO with garbage, an oversized

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # A job's FLARE log files: a job started with a workspace leaves log.txt, error_log.txt,
 # log.json and log_fl.txt in <workspace>/<job_id>/, in the line formats of FLARE's
 # default log configuration, as FLARE's own client job does.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The site daemon: one cjrelayd with no [relay] job_id runs the jobs `job start` hands it.
 #   3 simulators (server.J1 over tcp, server.J2 over http, server.J3 over grpc in spool mode)
 #   <- cjrelayd (site-1) <- a cjrelay-worker per job, launched in the job's own directory

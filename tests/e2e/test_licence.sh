@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The licence (Apache-2.0) is stated wherever a site that ships cjrelay looks for it:
 # (a) LICENSE at the root is the Apache License 2.0's full text, and the launcher's own
 #     integrations/flare/LICENSE (its wheel's licence file) is the same file;

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # [metrics] listen: the daemon's Prometheus endpoint, scraped by a real Prometheus server.
 #   cjrelay-sim (server.J1) <- cjrelayd (site-1, [metrics] listen = 127.0.0.1:0) <- a cjrelay-worker
 # (a) port 0: the port the kernel gave is logged and in show info

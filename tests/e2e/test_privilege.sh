@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Least privilege: the site daemon runs as a service account (uid 4242 here, as the
 # packaged units run it as cjrelay) holding only CAP_SETUID, CAP_SETGID and CAP_CHOWN,
 # given the way systemd's AmbientCapabilities gives them (setpriv --ambient-caps here,

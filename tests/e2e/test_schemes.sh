@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # FLARE's transports on the upstream link (doc/protocol/sfm.md §1), with the real
 # binaries: for each of tcp, stcp, http, https, grpc and grpcs the simulator listens
 # with that scheme (the TLS ones with certificates made here, client certificates

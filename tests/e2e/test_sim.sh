@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cjrelay-sim on its own, without cjrelayd: the FL server is driven by
 # `cjrelay-sim --drive`, a stand-in site playing relay and worker in one cell that
 # speaks the same protocol (sync, poll, download, +1.0 result, task check, submit).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cjrelay-sim serving several jobs at once and playing the site's client parent
 # (--parent: the cell <site>, doc/protocol/site.md §3), driven by stand-in sites
 # (`cjrelay-sim --drive ... --drive-parent ...`), one per job:

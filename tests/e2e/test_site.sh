@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The whole real site: FLARE's own POC project, server and client parent (CP), the launcher
 # (integrations/flare), a site cjrelayd, set up as the README's "At a FLARE site" says, and jobs
 # submitted through FLARE's admin API (tests/site/admin.py).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Spool mode end to end with the real binaries:
 #   cjrelay-sim --isolate (FL server) <- cjrelayd mode = spool (site-1.J1) <- cjrelay-worker x N
 # (1) rounds verified; only the relay downloads task refs from the server (no REFUSED line);

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # What the kernel is asked to do: a count, not a timing, so a fast machine cannot hide a
 # return to small reads (lib/net/conn.c reads up to CJ_CONN_BLOCK = 1 MiB per read(2)).
 #   cjrelay-sim (FL server) <- cjrelayd (site-1.J1, pass_through) <- one launched cjrelay-worker

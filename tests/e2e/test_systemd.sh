@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # systemd-analyze verify on both units, with ExecStart pointed at the built binary; their
 # sandbox's exposure score; the shipped GPU, worker-accounts and FLARE-workspace drop-ins applied
 # to the unit; the FLARE-workspace one makes the workspace writable and nothing else.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # TLS on the upstream link (doc/protocol/cellnet.md §9) with the real binaries and certificates
 # made by openssl here (tests/unit/tls_certs.sh): cjrelay-sim listens on stcp://
 # and requires client certificates; cjrelayd connects with mtls.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Transport end to end with the real binaries: cjrelay-sim as the server
 # (cells server and server.J1), cjrelayd as site-1.J1, tests/e2e/cjpeer as workers.
 #   (a) a worker's stream request and direct ping reach the sim with exactly the

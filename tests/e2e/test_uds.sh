@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Stock trainers over a Unix socket: cjrelay_flare's FLARE comm driver for uds://
 # (integrations/flare/cjrelay_flare/comm_drivers/uds_driver.py), loaded from
 # NVFLARE_COMM_DRIVER_PATH the way FLARE loads one, with FLARE replaced by the stand-in in

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # What the relay does when the far end goes away, and the timeouts an operator sets per phase.
 #   cjrelay-sim (server.J*) <- cjrelayd (site-1, jobs from job start) <- cjrelay-worker x2 per job
 # (a) the server job cell vanishes after round 2's task (cjrelay-sim --vanish-job): the relay logs

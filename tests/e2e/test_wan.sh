@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The relay's upstream over a slow or faulty WAN link, with the real binaries:
 #   cjrelay-sim (FL server) <- linkshaper <- cjrelayd (site-1.J1) <- cjrelay-worker (launched)
 # tests/e2e/linkshaper is a byte-transparent TCP proxy, so each scenario runs over any scheme;

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cjrelay-worker without a relay: the bootstrap file is refused
 # with a clear message and exit 2 when absent or invalid; a dead connect_url is
 # retried for the connect window, then exit 3; a vanished relay pid ends the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # wait.sh — wait_for, sourced by the e2e suites (lib.sh), make bench and make wan.
 # wait_for SECS CMD...: polls CMD (output discarded) every 0.1 s; 1 when it never succeeded
 wait_for() {

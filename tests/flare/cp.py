@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stand-in for the few steps of FLARE's client parent (CP) that involve the job launcher.
 
 What FLARE's ClientExecutor.start_app and fed_utils do around a launcher, done here for the

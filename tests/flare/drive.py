@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Drives CJRelayJobLauncher through one job's life, as FLARE's CP would; prints TAP lines.
 
 Run by tests/e2e/test_flare.sh with PYTHONPATH = tests/flare (the FLARE stand-in) and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stock FLARE trainer's start, up to its link to the job's cell, with FLARE's stand-in; then
 the reference worker runs the job.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A trainer's link to cjrelayd over cjrelay_flare's uds driver, with FLARE's stand-in.
 
 The driver is found as FLARE finds it (DriverManager.search_folder on each folder of

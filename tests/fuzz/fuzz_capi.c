@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_capi.c — Client API decoders, the bootstrap JSON parser and the
  * credentials parser on arbitrary input.
  *

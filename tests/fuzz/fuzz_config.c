@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_config.c — the config loader: a failed load leaves the config
  * untouched, messages start with the file path, and a loaded config written
  * back as INI loads to the same values (real files in a temporary directory:

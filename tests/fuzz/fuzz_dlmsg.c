@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_dlmsg.c — download-service decoders and the chunk grouping on
  * arbitrary input.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_dlreply.c — the download client's incremental reply reader
  * (lib/dl/replyparse.c), as the spool's streaming client drives it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_dxo.c — the DXO reader on arbitrary containers: every span it returns
  * lies inside the input, counts are consistent, and a DXO written back from what
  * was read (names, DOT, ref) reads again to the same names, DOT and ref. */

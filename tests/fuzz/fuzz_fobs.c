@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_fobs.c — the FOBS walker, ref datums, Shareable/headers lookup and the
  * __headers__ rewrite.
  *

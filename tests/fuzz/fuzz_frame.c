@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_frame.c — the SFM splitter, prefix codec and HELLO/PING decoders.
  *
  * Input: byte 0 picks the piece size (1..256), the rest is a byte stream.

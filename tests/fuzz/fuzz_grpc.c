@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_grpc.c — the gRPC carrier's input path (lib/net/grpc.c over nghttp2, and
  * lib/net/grpcmsg.c's message reader).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_header.c — the cellnet header block decoder, forward rewrite and encoder.
  *
  * Input: a whole SFM frame (the seeds are captured frames) whose DATA prefix

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_itemcheck.c — the spool's item header check (lib/dl/itemcheck.c).
  *
  * Input: byte 0 = flags (bit 0: safetensors, else npz; bit 1: the item is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_items.c — the safetensors and npz item parsers on arbitrary bytes.
  *
  * Invariants checked on whatever parses:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_jobdesc.c — the job description (lib/ops/jobdesc.c).  A refusal is one
  * line "<field>: <reason>" and leaves the description cleared; an accepted
  * description keeps its bounds, written back as JSON it parses to the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_lobs.c — the LOBS iterator, validator and writers.
  *
  * Input: a payload.  Invariants checked:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_mpdump.c — the structural dumper on arbitrary containers: no crash, and a
  * successful dump is text with no NUL and no raw control bytes except newlines
  * (a hostile TEXT datum must not forge lines). */

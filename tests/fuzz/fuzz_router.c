@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_router.c — a real router (cell site-1.J1, no upstream) fed the input as
  * one worker link's byte stream: HELLO, then frames with header blocks and
  * payloads.  The worker side is a raw socketpair end; a second worker

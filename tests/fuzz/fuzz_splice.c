@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_splice.c — TASK_READY and SUBMIT_UPDATE splices on arbitrary payloads.
  *
  * Input: a payload, used as a get_task reply and as a result_ready payload.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_status.c — the status socket's line protocol (cj_status_dispatch, the
  * real command table) with dummy ops, fed lines carved from the input.
  *

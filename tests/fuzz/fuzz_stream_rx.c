@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_stream_rx.c — the streaming receiver (and the ACK / error paths of
  * the sender and requester) driven by a sequence of messages carved from
  * the input.

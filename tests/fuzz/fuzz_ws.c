@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_ws.c — the WebSocket carrier's input path (lib/net/ws.c, wsupgrade.c).
  *
  * Input: byte 0 = flags (bit 0: we are the server; bits 1-7: piece size - 1),

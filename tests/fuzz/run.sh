@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs each libFuzzer target for $1 seconds with its seed corpus
 # (tests/fuzz/corpus/<target>/ seeded from tests/vectors by seed.sh).
 secs=$1; shift

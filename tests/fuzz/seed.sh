@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Builds tests/fuzz/seeds/<target>/ from the vectors (idempotent).
 cd "$(dirname "$0")/../.." || exit 2
 V=tests/vectors

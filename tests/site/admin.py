@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # admin.py — FLARE's side of tests/e2e/test_site.sh: makes the test's jobs with FLARE's own job
 # API and talks to the FLARE server through FLARE's admin API (nvflare.fuel.flare_api), as the
 # project admin of the POC startup kit.

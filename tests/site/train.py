@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # train.py — the trainer of tests/e2e/test_site.sh's jobs: a stock FLARE Client API script
 # (nvflare.client: init / receive / send), NumPy only. Each round adds 1 to every weight and
 # sleeps SLEEP seconds (argv[1], default 0) so that a test can catch the job mid-run; it

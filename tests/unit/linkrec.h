@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* linkrec.h — what the link and router unit tests share: a monotonic clock,
  * RUN_UNTIL over one event loop, a link owner that records what its link did
  * (struct rec with rec_ops), and a raw peer that writes and reads frames by

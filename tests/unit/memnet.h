@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* memnet.h — an in-memory network for the unit tests: up to MEMNET_MAX sm__
  * stream endpoints (lib/stream) in one event loop, joined by an io that
  * delivers each message through the loop (never from inside a send), records

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mpbody.h — msgpack built by hand for the decoder tests of the payload
  * formats: a body (a map being packed) with string keys and values, the body
  * wrapped in a LOBS MAIN section, and built bytes compared with a vector.

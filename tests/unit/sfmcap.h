@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sfmcap.h — shared by the transport tests (test_ws, test_grpc, test_carrier):
  * the frame lists of tests/vectors/transports/ (frames-*.jsonl: length and
  * sha256 of every SFM frame a FLARE cell sent), a check of unwrapped SFM bytes

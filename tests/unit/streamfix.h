@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* streamfix.h — fixtures shared by the test_stream*.c suites of the sm__
  * streaming layer: what was sent (captured headers by topic, keys and error
  * messages), owners that record blobs, replies and completions, crafted chunks,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_account.c — a worker account from names or ids, and the switch in a
  * child (lib/util/account.c). */
 #include "testutil.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_bootstrap.c — bootstrap file (write: mode 0600, atomic, read back equal;
  * parse: required keys, types, hostile JSON), launch tokens, the JSON object
  * reader, and credentials loading (owner-only file, both formats, env fallback,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_capi.c — Client API bodies: byte parity with vectors 20-28, decode of
  * each back to its fields, generic re-encode parity, HELLO checks in NVFlare's
  * order, hello_accepted checks, hostile inputs. */

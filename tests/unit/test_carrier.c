@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_carrier.c — conn.c with a carrier (lib/net/carrier.c) on a real
  * socketpair: two conns, a client and a server side, exchange SFM frames over
  * WebSocket and over gRPC; the owner's pause holds a gRPC sender at the flow-

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_commands.c — the status command table (lib/ops/commands.c) and the line
  * protocol that walks it (cj_status_dispatch in lib/ops/status.c): names, access
  * levels, argument counts, help, and what reaches the daemon's handlers. */

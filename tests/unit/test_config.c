@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_config.c — the key table, conf/cjrelay.ini, loading with FILE:LINE
  * problems, cross-key rules, reload diff/apply, show config. */
 #include "testutil.h"

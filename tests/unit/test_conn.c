@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_conn.c — lib/net/conn.c over a real socketpair: big reads, a read cut
  * at the low watermark (so a frame's end is a chain end), the high watermark
  * and the owner's switch stopping reads, batched writes, EOF. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_dl.c — the download service: producer (lib/dl/producer.c) and client
  * (lib/dl/client.c) on stream endpoints in one event loop, joined by an
  * in-memory io (memnet.h) that can drop replies and taps what is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_dlmsg.c — download-service messages: byte parity with vectors 30-37 and
  * tool_wire_examples.txt (10 MiB BLOB datum vs 10 MiB - 1 inline included),
  * decode of each back to its fields, the producer flow 30 -> 31 -> 32 -> 33,

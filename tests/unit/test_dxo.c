@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_dxo.c — the DXO helper (lib/payload/dxo.h): writer parity with the
  * server task vector 02, reading vectors 02/03/04, write -> read round trips
  * in both formats (and inline), decoding the output with the generic walker

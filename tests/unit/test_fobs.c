@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_fobs.c — FOBS body walker: Shareable/headers lookup, ref datums and their JSON,
  * ref wrappers, the __headers__ rewrite, writers; vectors 00-04, 08-10, 12, 14, 16. */
 #include "testutil.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_fqcn.c — FQCN rules (doc/protocol/cellnet.md §5). */
 #include "testutil.h"
 #include "wire/fqcn.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_frame.c — SFM prefix codec, stream splitter, HELLO/READY/PING/PONG, counters. */
 #include "testutil.h"
 #include "wire/frame.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_grpc.c — the gRPC carrier (lib/net/grpc.c, grpcmsg.c): FLARE's own grpc
  * driver's bytes (tests/vectors/transports/grpc) in pieces of any size give
  * exactly the captured SFM frames; our client and server carry frames of every

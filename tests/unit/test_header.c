@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_header.c — cellnet header block: decode of every captured DATA frame,
  * the five captured forwarding rewrites (byte-identical), builder parity with
  * the captures, RETURN headers, round trips and hostile input. */

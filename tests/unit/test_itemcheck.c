@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_itemcheck.c — the spool's item header check (lib/dl/itemcheck.c) on the
  * item vectors 40-43, fed the way the spool feeds it: a buffer of the bytes
  * it may look at, of which only the first `have` have arrived (the rest is

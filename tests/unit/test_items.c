@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_items.c — safetensors / npz item parsers and writers: the vectors
  * (11, 40, 41, 42, 43, tool_npz_example.txt) parse to the documented tensors and
  * are reproduced byte for byte by the writers; hostile items fail cleanly. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_jobdesc.c — the job description (lib/ops/jobdesc.c): a full description
  * read field by field and turned into the job's configuration, the minimal one
  * taking the site's defaults, every kind of mistake refused with its field

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_joblog.c — a job's FLARE log files (lib/ops/joblog.c): the four files and
  * their line formats, the daemon's lines that name the job (through the log
  * tap), a disk that does not take the lines (a FIFO nobody reads: the caller

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_json.c — the bounded JSON cursor (lib/util/json.c): strings and their
  * escapes, integers, skipping with the nesting cap, error texts and offsets. */
 #include "testutil.h"

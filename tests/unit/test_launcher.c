@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_launcher.c — worker processes (lib/fl/launcher.c) with /bin/sh scripts as
  * workers: bootstrap file and environment, output logged per line with the
  * worker's name, restart with back-off, staged stop up to SIGKILL, the stop and

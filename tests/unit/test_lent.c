@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_lent.c — lib/dl/lent.c: an item lent to replies by reference lives
  * until its owner released it and the last reply holding it is gone. */
 #include "testutil.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_link.c — lib/net: addresses, listeners, links (handshake both ways,
  * refusals, PING/PONG, heartbeat and dead peer, frame splitting, control vs
  * bulk output), TLS (mtls, wrong CA, expired, missing client certificate; the files' texts

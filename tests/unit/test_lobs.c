@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_lobs.c — LOBS container: vector layouts, validator rules, hostile framing, writer. */
 #include "testutil.h"
 #include "payload/lobs.h"

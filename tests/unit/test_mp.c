@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_mp.c — the msgpack cursor: every type, skipping, lying counts, truncation. */
 #include "testutil.h"
 #include "util/mp.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_parse.c — the strict value parsers: durations, sizes, integers, booleans,
  * modes, text, edit distance, endpoints. */
 #include "testutil.h"

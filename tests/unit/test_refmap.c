@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_refmap.c — rewriting download-ref datums (lib/payload/refmap.c) on the vectors. */
 #include "testutil.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_repr.c — Python's repr() of str and float (lib/util/repr.c); every expected
  * text is what python3 -c 'print(repr(...))' prints. */
 #include "testutil.h"

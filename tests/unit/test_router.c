@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_router.c — lib/cell/router: forwarding with FLARE's header rewrite,
  * RETURN, forwarder notices, loop refusal, anti-spoofing, local dispatch and
  * built-ins, child registration (a live name refused, a silent one replaced), backpressure without

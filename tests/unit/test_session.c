@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_session.c — the relay's worker sessions (lib/fl/session.c): the relay's
  * stream endpoint and fake worker endpoints in one event loop, joined by an
  * in-memory io; a fake upstream loop records the submit ops. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_splice.c — TASK_READY and SUBMIT_UPDATE splices (vectors 07, 12, 13), the
  * small payload builders (14, 15), hostile inputs, and decode-back checks. */
 #include "testutil.h"

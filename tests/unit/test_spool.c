@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_spool.c — the spool store (lib/dl/spool.c) with the streaming download
  * client (sink mode) and the producer's item_read mode, on three stream
  * endpoints in one event loop joined by the in-memory io of memnet.h:

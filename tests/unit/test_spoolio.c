@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_spoolio.c — the spool's disk I/O thread: ordered writes and exact reads
  * back, callbacks on the loop (never inside the queuing call), forget, free
  * with jobs queued, rmtree without following symlinks, EFBIG instead of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_spoolstage.c — spool mode's FL stage (lib/fl/spoolstage.c) against a fake
  * spool store and fake upstream / sessions ops.
  *

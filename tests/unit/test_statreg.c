@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_statreg.c — the stats registry (lib/ops/statreg.c): every field names a
  * counter inside its source's struct, names are unique, sums add up, and a
  * field whose object does not exist (the spool outside spool mode) is left out. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_stream.c — the sm__ streaming layer, blobs one way: endpoints in one
  * event loop joined by memnet.h, which can drop, duplicate, hold and reorder
  * messages; single and multi-chunk blobs, the empty blob, reordering and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_stream_capture.c — the sm__ streaming layer against captured frames:
  * the chunk, ACK and reply our builders make carry the keys and values of
  * the ones captured between stock FLARE cells (but for ids and times). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_stream_progressive.c — the sm__ streaming layer, progressive blobs:
  * sink replies (reordered, duplicated, hold_acks, sink failures) and source
  * replies (odd feed sizes, parity with a blob reply, limits, an owner that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_stream_reqrep.c — the sm__ streaming layer, request and reply: a
  * request answered with a blob reply, request errors and timeouts, the
  * authentication headers a request carries, and edges of the API. */

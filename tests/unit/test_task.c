@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_task.c — the task table (add / find / states / expire / count), bad
  * payloads refused with a reason, and the payload helpers of the upstream loop
  * checked against vectors 02, 09, 13, 14, 15 and 16. */

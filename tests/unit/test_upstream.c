@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_upstream.c — the FL loop toward the server: a relay endpoint
  * (site-1.job-7f3a) and a scripted fake server job cell (server.job-7f3a) in one
  * event loop, joined by an in-memory io; a fake dispatch on the worker side.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_uuid.c — uuid4 generation and the 8-4-4-4-12 text form (lib/util/uuid.c). */
 #include "testutil.h"
 #include "util/err.h"

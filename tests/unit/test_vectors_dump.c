@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_vectors_dump.c — every payload vector decodes exactly as FLARE wrote it.
  *
  * Each tests/vectors/NN_*.txt was printed by a Python script from NVFlare's own

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_ws.c — the WebSocket carrier (lib/net/ws.c, wsupgrade.c): FLARE's own
  * http driver's bytes (tests/vectors/transports/http) in pieces of any size give
  * exactly the captured SFM frames; what we send re-parses; frame headers decode

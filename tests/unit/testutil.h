@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* testutil.h — helpers shared by the cmocka unit tests. */
 #ifndef CJ_TESTUTIL_H
 #define CJ_TESTUTIL_H

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # tls_certs.sh DIR — makes the certificates the TLS link tests use, with openssl:
 #   rootCA.pem rootCA.key          the provisioning CA
 #   server.crt server.key          CN=server, SAN server/localhost/127.0.0.1/::1, signed by rootCA (key in

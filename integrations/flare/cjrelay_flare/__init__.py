@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cjrelay_flare: hands a FLARE site's client jobs to the cjrelayd site daemon.
 
 The client parent (CP) loads ``CJRelayJobLauncher`` from ``local/resources.json`` as its one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a job's client app asks for: its ClientAPIExecutor in external_process mode.
 
 The app's ``config/config_fed_client.{json,conf,yml}`` is read with FLARE's own config loader,

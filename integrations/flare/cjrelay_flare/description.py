@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ``job start`` description of a job: what a stock CJ would have received from the CP.
 
 Everything comes from what the CP put in ``fl_ctx`` before calling the launcher

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The JobHandleSpec of a job cjrelayd runs: poll, wait and terminate over the status socket.
 
 ``poll()`` reads ``show jobs json``; ``wait()`` sends ``job wait`` (answered at the job's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """CJRelayJobLauncher: the site's one job launcher; cjrelayd runs the jobs it can serve.
 
 Registered in the site's ``local/resources.json``. On BEFORE_JOB_LAUNCH it registers itself for

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The client side of cjrelayd's status socket.
 
 One AF_UNIX stream connection per call; one command per line. An answer is lines ending with

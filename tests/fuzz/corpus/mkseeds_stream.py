@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # mkseeds_stream.py — wrote the crafted records in corpus/fuzz_stream_rx (layout: fuzz_stream_rx.c header comment).
 # Kept for regenerating them; the records themselves are committed, so a build needs no Python.
 import os, sys

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # sitecustomize.py — test-only stand-ins for the few APIs FLARE (../shared/flare/<version>) uses
 # that Debian bookworm's python3-cryptography 38 and python3-aiohttp 3.8 lack. Loaded only by
 # tests/e2e/test_site.sh (this folder first on PYTHONPATH); FLARE's own files stay untouched.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A FLARE comm driver for ``uds://``: SFM frames over Unix-domain stream sockets.
 
 FLARE loads it from the folder ``NVFLARE_COMM_DRIVER_PATH`` names (this file's folder,

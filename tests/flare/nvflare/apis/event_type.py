@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.apis.event_type (the one event the launcher handles)."""
 
 

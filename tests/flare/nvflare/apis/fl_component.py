@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.apis.fl_component.FLComponent (a logger and handle_event)."""
 
 import logging

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.apis.fl_constant (the names the launcher and the tests use, FLARE's values)."""
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.apis.fl_context.FLContext (props only; no engine, no stickiness)."""
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.apis.job_def.get_custom_prop (a job meta's user-settable custom_props)."""
 
 

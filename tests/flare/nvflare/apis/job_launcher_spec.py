@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.apis.job_launcher_spec (the launcher API, FLARE's names and values)."""
 
 from abc import ABC, abstractmethod

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.apis.workspace.Workspace (the client layout: <root>/<job_id>/app_<site>)."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.utils.job_launcher_utils.add_custom_dir_to_path."""
 
 import os

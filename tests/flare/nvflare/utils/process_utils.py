@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.utils.process_utils.prepare_subprocess_command.
 
 Splits a command string (shlex, POSIX) or takes an argv list, then replaces each

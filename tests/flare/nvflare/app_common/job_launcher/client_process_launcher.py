@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.app_common.job_launcher.client_process_launcher.ClientProcessJobLauncher.
 
 Runs no FLARE client job: it records the job id in ``launched`` (the tests read it) and

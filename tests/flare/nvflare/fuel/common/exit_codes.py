@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.common.exit_codes (the values FLARE defines)."""
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.f3.connection (ConnState, FrameReceiver, the abstract Connection)."""
 
 import itertools

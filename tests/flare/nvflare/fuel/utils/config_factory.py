@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.utils.config_factory.ConfigFactory (JSON configs only)."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.utils.json_scanner.JsonScanner (holds the data; wfconf walks it)."""
 
 

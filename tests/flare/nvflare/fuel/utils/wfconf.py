@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.utils.wfconf.resolve_var_refs.
 
 As FLARE's: a string that is exactly "{NAME}" becomes the variable's value (any type); any

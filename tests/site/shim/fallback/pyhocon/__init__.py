@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # pyhocon/__init__.py — test-only stand-in for the pyhocon package (not packaged for Debian),
 # loaded only by tests/e2e/test_site.sh (tests/site/shim/sitecustomize.py puts this folder's parent
 # last on sys.path, so an installed pyhocon wins). FLARE's CLI

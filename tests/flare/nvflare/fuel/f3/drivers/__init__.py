@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.f3.drivers."""

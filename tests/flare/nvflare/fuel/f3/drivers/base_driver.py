@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.f3.drivers.base_driver.BaseDriver (the connections table; each
 change of a connection's state goes to the registered ConnMonitor)."""
 

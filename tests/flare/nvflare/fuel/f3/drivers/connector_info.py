@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.f3.drivers.connector_info.ConnectorInfo (a connector's fields)."""
 
 from dataclasses import dataclass

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.f3.drivers.driver (the Driver spec and ConnMonitor)."""
 
 from abc import ABC, abstractmethod

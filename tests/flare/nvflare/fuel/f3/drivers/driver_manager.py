@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.f3.drivers.driver_manager.DriverManager, the way FLARE finds a
 custom driver in a folder of NVFLARE_COMM_DRIVER_PATH: the folder goes on sys.path, every
 *.py under it is imported as a module named by its path relative to the folder, and each

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.f3.drivers.driver_params (the parameter and capability names)."""
 
 from enum import Enum

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.f3.drivers.net_utils (MAX_FRAME_SIZE and parse_url)."""
 
 from urllib.parse import parse_qsl, urlparse

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in: nvflare.fuel.f3.drivers.socket_conn (SocketConnection, ConnectionHandler).
 
 The framing FLARE's stream drivers share: each SFM frame is sent whole, and read back by its
