@@ -77,6 +77,11 @@ fi
 if git -C "$ROOT" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
     mkdir -p "$W/tree"
     (cd "$ROOT" && git ls-files -z | xargs -0 tar -cf - 2>/dev/null) | tar -xf - -C "$W/tree"
+    # the copy as it was before the line: taken out of every file, so that the fixer has work
+    (cd "$W/tree" && grep -rlZ 'SPDX-License-Identifier: Apache-2.0' . | xargs -0 -r sed -i \
+        -e '\|^/\* SPDX-License-Identifier: Apache-2.0 \*/$|d' -e '/^# SPDX-License-Identifier: Apache-2.0$/d' \
+        -e '/^\.\\" SPDX-License-Identifier: Apache-2.0$/d')
+    mkdir -p "$W/man.old" && cp "$W"/tree/doc/man/*.in "$W/man.old/"
     sh "$ROOT/tests/spdx-add.sh" --check "$W/tree" > "$W/before"
     (cd "$W/tree" && find . -type f -exec stat -c '%a %n' {} + | sort) > "$W/modes1"
     sh "$ROOT/tests/spdx-add.sh" "$W/tree" > "$W/fixed" 2>&1
@@ -113,7 +118,7 @@ if git -C "$ROOT" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
     if [ -x "$ROOT/build/mangen" ]; then
         for p in "$W"/tree/doc/man/*.in; do
             n=$(basename "$p" .in)
-            "$ROOT/build/mangen" page "$p" > "$W/$n.new" 2>&1 && "$ROOT/build/mangen" page "$ROOT/doc/man/$n.in" > "$W/$n.old" 2>&1
+            "$ROOT/build/mangen" page "$p" > "$W/$n.new" 2>&1 && "$ROOT/build/mangen" page "$W/man.old/$n.in" > "$W/$n.old" 2>&1
             check "the man page $n from its fixed source: the old page, the comment first" \
                 sh -c "head -n 1 '$W/$n.new' | grep -qxF '.\\\" SPDX-License-Identifier: Apache-2.0' && tail -n +2 '$W/$n.new' | cmp -s - '$W/$n.old'"
         done
