@@ -124,7 +124,7 @@ check "(b) the daemon keeps no descriptor of the kit's files" sh -c "! ls -l /pr
 wait_for 60 sh -c "grep -q '^SIM OK\|^SIM FAIL' $W/sim.out"
 check "(b) JF's round verified through the relay over mutual TLS: $(tail -1 "$W/sim.out")" grep -q '^SIM OK rounds=1' "$W/sim.out"
 check "(b) the link was TLS with the server's certificate" grep -q "TLS established: .*peer CN=server" "$W/relay.log"
-check "(b) the log says the job's TLS files came as open files" grep -q "job start: job JF .*tls_fds ca_file,cert_file,key_file" "$W/relay.log"
+check "(b) the log says the job's TLS files came as open files" grep -q "job JF started: .*tls_fds ca_file,cert_file,key_file" "$W/relay.log"
 
 # (d) the FLARE account as the client parent
 $S --listen "stcp://127.0.0.1:0" --tls-dir "$K" --job-id JG --rounds 1 --model-size 4M --tensors 2 \
