@@ -119,7 +119,13 @@ sim_ok() { [ "$rc" -eq 0 ] && grep -q "^SIM OK rounds=$1" "$R/sim.out"; }   # si
 # lost_before_end LOG: the relay lost its upstream before the run ended (the simulator's exit
 # closes the link after that)
 lost_before_end() { awk '/run over/ {exit 1} /upstream lost/ {found = 1; exit} END {exit !found}' "$1"; }
-one_conn_kept() { [ "$(grep -c ': accepted' "$R/shaper.log")" -eq 1 ] && ! lost_before_end "$R/relay.log"; }
+# the shaper's connections accepted before the relay's run was over (after it, the simulator's exit
+# closes the link and the idle relay may reconnect before it is stopped)
+accepted_before_end() {
+    awk -v end="$(awk '/run over/ {print $1; exit}' "$R/relay.log")" \
+        '/: accepted/ && (end == "" || $2 < end) {n++} END {print n + 0}' "$R/shaper.log"
+}
+one_conn_kept() { [ "$(accepted_before_end)" -eq 1 ] && ! lost_before_end "$R/relay.log"; }
 verified() { quote "$R/sim.out" '^ROUND .* verified'; }
 
 # ---- (1) 40 Mbit/s, 40 ms: a task and a result of 16 MiB ----------------------------------
