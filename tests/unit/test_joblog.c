@@ -160,11 +160,15 @@ static void test_stuck_disk(void **state)
     while (got < 200000 && (n = read(fd, buf, sizeof buf)) > 0) got += (size_t)n;   /* the waiting MiB, taken */
     cj_joblog_worker_line(jl, 1, "after the disk came back");
     cj_joblog_close(jl);
+    size_t tl = 0;                                  /* the last bytes read, over every read */
     while ((n = read(fd, buf, sizeof buf)) > 0) {   /* EOF when the writer closes the file */
         got += (size_t)n;
         size_t keep = (size_t)n < sizeof tail - 1 ? (size_t)n : sizeof tail - 1;
-        memcpy(tail, buf + n - keep, keep);
-        tail[keep] = 0;
+        size_t old = tl + keep > sizeof tail - 1 ? sizeof tail - 1 - keep : tl;   /* of the tail so far */
+        memmove(tail, tail + tl - old, old);
+        memcpy(tail + old, buf + n - keep, keep);
+        tl = old + keep;
+        tail[tl] = 0;
     }
     close(fd);
     assert_true(got > 250000 && got < CJ_JOBLOG_PENDING_MAX);   /* log.txt's share of the MiB (~30 %) */
