@@ -1,96 +1,110 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # make check's runner: every suite, then one closing line "N passed, M failed".
-# The e2e suites run twice: with build/ (plain) and with build/san/ (ASan+UBSan,
-# LeakSanitizer on: a sanitizer report in any process fails the suite; see
-# tests/e2e/lib.sh for CJ_BIN / CJ_SAN).  CJ_SAN_SUITES="fl tls ..." limits the
-# sanitized pass to those suites ("none" skips it); default "all": every suite
-# but test_systemd and test_licence (run no binary of ours), test_deb (the man pages and the
-# packages), test_site (FLARE's whole site: its time is FLARE's Python, one
-# pass of it is enough) and test_sim / test_worker (they test the simulator
-# and the reference worker, which run sanitized inside the fl, spool, faults
-# and hostile suites anyway).
 #
-# The two passes run side by side, as two lanes: the plain lane (unit tests,
-# then the plain e2e suites) prints as it goes; the sanitized lane (the unit
-# tests under ASan+UBSan, the sanitized suites, then the plain pass of the
-# suites that have no sanitized one) is kept in a file and printed when both
-# are done.  Every suite picks its own free ports and
-# temporary directory, so two never meet; most of their time is spent waiting
-# on timers and links, which is why two lanes keep make check within its 15
-# minutes on 2 cores.  CHECK_LANES=1 runs them one after the other.
+# What runs.  The unit tests run twice: built plain and built with ASan+UBSan
+# (build/san/).  Each e2e suite runs with the sanitized binaries (CJ_SAN=1,
+# CJ_BIN=build/san: LeakSanitizer on, a sanitizer report in any process fails the
+# suite; see tests/e2e/lib.sh), except those named in PLAIN_ONLY, which run with
+# the plain binaries only, for the reason given there.  The suites named in
+# PLAIN_TOO run with the plain binaries as well: they measure what the shipped
+# build pays (syscalls, bytes, timing-bound paths), which ASan's own allocator and
+# checks would change.  CJ_SAN_SUITES="fl tls ..." limits the sanitized passes to
+# those suites (the others then run plain; "none": every suite plain).
+#
+# How it runs.  Every pass is one entry in a queue, longest first by the costs in
+# COST (seconds, as measured on 2 cores; a suite not named there counts 60);
+# CHECK_LANES (default 3) lanes take entries from it until it is empty, so the
+# suites, which mostly wait on timers and links, overlap without one lane
+# finishing long after the others.  Each entry's output is printed whole when it
+# ends.  Every suite picks its own free ports and temporary directory, so two
+# never meet.  CHECK_LANES=1 runs them one after the other.
 cd "$(dirname "$0")/.." || exit 2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-: > "$tmp/names"
 
-run() {   # run <summary-name> <command...>: one suite; its summary goes to $tmp/<name>
-    name=$1; shift
-    echo "$name" >> "$tmp/names"
-    SUMMARY_FILE="$tmp/$name" "$@" || echo "$name" >> "$tmp/nonzero"
-}
-
-san_left_out() { # san_left_out <suite name>: prints why a suite skips the sanitized pass, if it does
-    case " ${CJ_SAN_SUITES:-all} " in
-        *" all "*|*" ${1#test_} "*|*" $1 "*) ;;
-        *) echo "not in CJ_SAN_SUITES"; return ;;
-    esac
-    [ "${CJ_SAN_SUITES:-all}" = all ] || return
+# Suites with no sanitized pass, and why.
+plain_only_why() {
     case $1 in
         test_systemd|test_licence|test_doclines) echo "runs no binary of ours" ;;
         test_deb) echo "checks the man pages and the packages; its daemon only answers show" ;;
         test_site) echo "runs FLARE's whole site, mostly Python; CJ_SAN_SUITES=site runs it sanitized" ;;
+        test_memory) echo "measures the relay's memory, which ASan's allocator would swamp" ;;
         test_sim|test_worker) echo "tests a tool binary that runs sanitized in the other suites; CJ_SAN_SUITES=${1#test_} runs it" ;;
     esac
 }
+# Suites that also run with the plain binaries (they count what the shipped build does).
+PLAIN_TOO=" test_syscalls test_wan test_transport "
 
-# A suite with no sanitized pass (san_left_out) runs its plain pass in the
-# sanitized lane, but for those named here, which run in the plain lane: the
-# split keeps the two lanes about as long.
-PLAIN_SIDE=" test_site test_licence test_doclines test_sim "
-on_plain_side() { case $PLAIN_SIDE in *" $1 "*) return 0 ;; esac; return 1; }
+# Seconds each pass took on 2 cores (the order of the queue; the first column).
+COST="
+unit 150
+unit-san 200
+san-test_wan 95
+san-test_faults 90
+san-test_fl 85
+plain-test_site 85
+plain-test_memory 80
+san-test_spool 80
+san-test_jobs 75
+san-test_transport 70
+plain-test_wan 60
+san-test_tls 60
+"
+cost_of() { c=$(printf '%s\n' "$COST" | awk -v k="$1" '$1 == k { print $2 }'); echo "${c:-60}"; }
 
-plain_lane() {
-    run unit sh tests/run-unit.sh unit build/tests/test_*
-    for s in tests/e2e/test_*.sh; do
-        [ -f "$s" ] || continue
-        n=$(basename "$s" .sh)
-        case $(san_left_out "$n") in ""|"not in CJ_SAN_SUITES") ;; *) on_plain_side "$n" || continue ;; esac
-        run "e2e-$n" sh tests/e2e/run-one.sh "$s"
-    done
+san_wanted() {
+    [ -n "$(plain_only_why "$1")" ] && return 1
+    case " ${CJ_SAN_SUITES:-all} " in *" all "*|*" ${1#test_} "*|*" $1 "*) return 0 ;; esac
+    return 1
 }
 
-san_lane() {
-    run unit-san sh tests/run-unit.sh asan+ubsan build/san/tests/test_*
+# The queue: "<cost> <entry>", entries unit, unit-san, plain-<suite>, san-<suite>.
+queue() {
+    echo "unit"; echo "unit-san"
     for s in tests/e2e/test_*.sh; do
         [ -f "$s" ] || continue
         n=$(basename "$s" .sh)
-        why=$(san_left_out "$n")
-        case $why in
-            "") run "e2e-san-$n" env CJ_SAN=1 CJ_BIN=build/san sh tests/e2e/run-one.sh "$s" ;;
-            "not in CJ_SAN_SUITES") ;;
-            *) if on_plain_side "$n"; then
-                   echo "== $n.sh under ASan+UBSan: left out ($why); its plain pass runs in the plain lane"
-               else
-                   echo "== $n.sh under ASan+UBSan: left out ($why); its plain pass runs here"
-                   run "e2e-$n" sh tests/e2e/run-one.sh "$s"
-               fi ;;
-        esac
+        if san_wanted "$n"; then
+            echo "san-$n"
+            case $PLAIN_TOO in *" $n "*) echo "plain-$n" ;; esac
+        else
+            echo "plain-$n"
+        fi
     done
-    echo "== sanitized lane done after $(( $(date +%s) - start )) s"
+}
+for e in $(queue); do echo "$(cost_of "$e") $e"; done | sort -k1,1nr -k2 > "$tmp/queue"
+: > "$tmp/names"
+
+take() {   # prints the next entry and removes it from the queue; nothing when it is empty
+    flock "$tmp/queue.lock" sh -c 'head -n 1 "$0" | cut -d" " -f2; sed -i 1d "$0"' "$tmp/queue"
+}
+
+run_entry() {   # run_entry <entry>: one pass; its summary goes to $tmp/<entry>
+    e=$1
+    flock "$tmp/queue.lock" sh -c 'echo "$1" >> "$0"' "$tmp/names" "$e"
+    case $e in
+        unit) set -- sh tests/run-unit.sh unit build/tests/test_* ;;
+        unit-san) set -- sh tests/run-unit.sh asan+ubsan build/san/tests/test_* ;;
+        san-*) set -- env CJ_SAN=1 CJ_BIN=build/san sh tests/e2e/run-one.sh "tests/e2e/${e#san-}.sh" ;;
+        plain-*) n=${e#plain-}; why=$(plain_only_why "$n")
+                 [ -n "$why" ] && echo "== $n.sh: plain binaries only ($why)"
+                 set -- sh tests/e2e/run-one.sh "tests/e2e/$n.sh" ;;
+    esac
+    SUMMARY_FILE="$tmp/$e" "$@" || echo "$e" >> "$tmp/nonzero"
+}
+
+lane() {
+    while e=$(take) && [ -n "$e" ]; do
+        run_entry "$e" > "$tmp/out.$e" 2>&1
+        flock "$tmp/print.lock" cat "$tmp/out.$e"
+    done
 }
 
 start=$(date +%s)
-if [ "${CHECK_LANES:-2}" = 1 ]; then
-    plain_lane; san_lane
-else
-    # Both lanes append their suites' names to one file (short O_APPEND writes).
-    san_lane > "$tmp/san.out" 2>&1 &
-    san_pid=$!
-    plain_lane
-    echo "== plain lane done after $(( $(date +%s) - start )) s; the sanitized lane:"
-    wait $san_pid
-    cat "$tmp/san.out"
-fi
+lanes=${CHECK_LANES:-3}
+i=1; pids=
+while [ "$i" -le "$lanes" ]; do lane & pids="$pids $!"; i=$((i + 1)); done
+wait $pids
 
 total_p=0; total_f=0
 for name in $(sort -u "$tmp/names"); do
@@ -105,6 +119,6 @@ for name in $(sort -u "$tmp/names"); do
     total_p=$((total_p + p)); total_f=$((total_f + f))
 done
 echo
-echo "check took $(( $(date +%s) - start )) s"
+echo "check took $(( $(date +%s) - start )) s in $lanes lanes"
 echo "$total_p passed, $total_f failed"
 [ $total_f -eq 0 ]

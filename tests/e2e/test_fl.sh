@@ -4,7 +4,8 @@
 #   cjrelay-sim (FL server) <- cjrelayd (site-1.J1) <- cjrelay-worker x N (launched by the relay)
 # (a) several rounds verified by the sim, numpy and safetensors items; every task ref is
 #     downloaded by a worker FQCN and none by the relay; __end_run__ ends the relay, exit 0
-# (b) a 1 GiB model round: the relay's peak RSS stays within 64 MiB of its idle RSS
+# (b) a 1 GiB model round: the relay's peak RSS stays within 64 MiB of its idle RSS (make check
+#     runs this suite sanitized only, 256 MiB without the figures; test_memory checks them)
 #     (under ASan+UBSan a 256 MiB round, its memory figures not checked)
 # (c) a worker killed mid-download: the task fails upstream with a log line naming it,
 #     the relay restarts the worker and the round is served again; the launch token and

@@ -6,7 +6,8 @@
 #     the server downloads the results from the relay
 # (2) a worker killed mid-download from the relay: the launcher restarts it, the relay serves
 #     the same task again from its spool, the round verifies without a failed round
-# (3) a 1 GiB-model round: the relay's peak RSS stays within 40 MiB of its idle RSS (12-19 MiB seen)
+# (3) a 1 GiB-model round: the relay's peak RSS stays within 40 MiB of its idle RSS (12-19 MiB seen;
+#     make check runs this suite sanitized only, 256 MiB without the figures; test_memory checks them)
 # (4) the spool directory is gone after each run
 # (5) a spool too small (a loop-mounted ext4 filled up, or else RLIMIT_FSIZE): the task fails
 #     upstream with a clear line and no file left behind; with room again the next round
