@@ -118,11 +118,15 @@ class CP:
 
         return get_job_launcher(meta, self.engine.new_context())
 
-    def deploy(self, job_id, app_dir, change=None, conf_name=None):
-        """<ws>/<job_id>/app_site-1 from an exported app, its client config changed by ``change``."""
+    def deploy(self, job_id, app_dir, change=None, conf_name=None, custom=True):
+        """<ws>/<job_id>/app_site-1 from an exported app, its client config changed by ``change``
+        (``custom`` false: without its custom folder); the meta's byoc as FLARE's server derives
+        it (job_meta_validator.py: the app has a custom folder)."""
         dest = self.ws.get_app_dir(job_id)
         shutil.rmtree(self.ws.get_run_dir(job_id), ignore_errors=True)
         shutil.copytree(app_dir, dest)
+        if not custom:
+            shutil.rmtree(os.path.join(dest, "custom"), ignore_errors=True)
         path = os.path.join(dest, "config", "config_fed_client.json")
         with open(path) as f:
             config = json.load(f)
@@ -133,6 +137,8 @@ class CP:
             path = os.path.join(dest, "config", conf_name)
         write_json(path, config)
         meta = {"job_id": job_id, "name": job_id, "deploy_map": {"app_" + SITE: [SITE]}}
+        if os.path.isdir(os.path.join(dest, "custom")):
+            meta["byoc"] = True
         write_json(self.ws.get_job_meta_path(job_id), meta)
         return meta
 
@@ -193,7 +199,7 @@ def wire(launcher):
 
 def launch(cp, launcher, job_id, app, change=None, **kw):
     """Deploy and launch; (the description sent, or None; whether the stock launcher got it; the log)."""
-    meta = cp.deploy(job_id, app, change, kw.pop("conf_name", None))
+    meta = cp.deploy(job_id, app, change, kw.pop("conf_name", None), kw.pop("custom", True))
     sent, stock, rec = wire(launcher)
     launcher.launch_job(meta, cp.launch_context(job_id, **kw))
     launcher.logger.removeHandler(rec)
@@ -521,6 +527,27 @@ def main():
           stock and d is None and any("F10: not for cjrelay (the site has a privacy policy" in ln for ln in log), log)
     d, stock, log = launch(cp, launcher, "F11", app)
     check(f"{L}: without it, the same job goes to cjrelayd again", d is not None and not stock, log)
+    try:
+        import nvflare.app_common.widgets.component_path_authorizer  # noqa: F401  (FLARE 2.8.1 and later)
+        res = cp.ws.get_resources_file_path()
+        with open(res) as f:
+            saved = f.read()
+        resources = json.loads(saved)
+        resources.update({"class_list_enforcement_mode": "enforce", "class_allow_list": [
+            "nvflare.app_common.executors", "nvflare.fuel.utils.pipe", "nvflare.app_common.widgets"]})
+        write_json(res, resources)
+        d, stock, log = launch(cp, launcher, "F12", app, custom=False)
+        d2, stock2, log2 = launch(cp, launcher, "F13", app)
+        with open(res, "w") as f:
+            f.write(saved)
+        check(f"{L}: a class allow-list without SubprocessLauncher, a job without custom code: the stock launcher (which refuses the job as "
+              f"FLARE does), the reason logged", stock and d is None and any(
+                  "F12: not for cjrelay (the site's class allow-list refuses it" in ln and "SubprocessLauncher" in ln
+                  for ln in log), log)
+        check(f"{L}: the same list, the job with its custom folder (BYOC, exempt in FLARE): cjrelayd",
+              d2 is not None and not stock2, log2)
+    except ImportError:
+        print(f"skip - {L}: the site's class allow-list: this FLARE has none")
     return 1 if _out["fail"] else 0
 
 

@@ -109,6 +109,30 @@ def check_servable(data: dict):
         raise NotServable(f"the client app has {len(found)} executors ({', '.join(map(str, names))}); cjrelay serves one")
 
 
+def check_allowed(data: dict, job_meta: dict, fl_ctx, workspace):
+    """NotServable when the site's class allow-list (``class_allow_list`` in local/resources.json,
+    FLARE 2.8.1 and later) refuses one of the client app's classes: FLARE's client job would
+    refuse to build it, and cjrelayd builds none, so FLARE's own ComponentPathAuthorizer is asked
+    here. A BYOC job (custom code) is exempt, as in FLARE. FLARE without the allow-list: no check."""
+    try:
+        from nvflare.apis.fl_exception import UnsafeComponentError
+        from nvflare.app_common.widgets.component_path_authorizer import ComponentPathAuthorizer
+    except ImportError:
+        return
+    if (job_meta or {}).get("byoc"):
+        return
+    authorizer = ComponentPathAuthorizer()
+    items = executors(data) + [c for c in data.get("components") or [] if isinstance(c, dict)]
+    for key in ("task_data_filters", "task_result_filters"):
+        for entry in data.get(key) or []:
+            items += [f for f in (entry or {}).get("filters") or [] if isinstance(f, dict)]
+    for item in items:
+        try:
+            authorizer.authorize_component_config(item, fl_ctx=fl_ctx, workspace=workspace)
+        except UnsafeComponentError as e:
+            raise NotServable(f"the site's class allow-list refuses it: {e}") from None
+
+
 def load_trainer_spec(data: dict) -> TrainerSpec:
     """Find the app's one external-process ClientAPIExecutor; raise NotServable otherwise."""
     found = [e for e in executors(data) if _is_client_api(e)]

@@ -29,7 +29,7 @@ from nvflare.apis.job_launcher_spec import JobLauncherSpec, JobProcessArgs, JobR
 from nvflare.app_common.job_launcher.client_process_launcher import ClientProcessJobLauncher
 
 from . import description, pipe_job, tlsfiles
-from .app_config import NotServable, check_servable, executors, load_client_config, load_trainer_spec, system_vars
+from .app_config import NotServable, check_allowed, check_servable, executors, load_client_config, load_trainer_spec, system_vars
 from .handle import CJRelayJobHandle, job_rows
 from .status import DaemonRefused, DaemonUnavailable, StatusClient
 
@@ -138,6 +138,7 @@ class CJRelayJobLauncher(JobLauncherSpec):
         _check_privacy(workspace)
         data = load_client_config(workspace.get_app_config_dir(job_id), sys_vars)
         check_servable(data)
+        check_allowed(data, job_meta, fl_ctx, workspace)
         opts = {
             "site": site,
             "workspace": arg(JobProcessArgs.WORKSPACE) or workspace.get_root_dir(),
