@@ -410,6 +410,15 @@ def main():
           f"({want.get('TASK_EXCHANGE', {}).get('submit_result_timeout')})",
           d and d["bootstrap"]["TASK_EXCHANGE"] == want["TASK_EXCHANGE"], (d or {}).get("bootstrap", log))
 
+    def log_streamer(config):  # as the CP's SiteLogStreamer injects it (2.8.x, allow_log_streaming)
+        config["components"].append({"id": "auto_log_streamer",
+                                     "path": "nvflare.app_common.logging.job_log_streamer.JobLogStreamer",
+                                     "args": {"target_parent_server": True, "log_file_name": "error_log.txt"}})
+        return config
+
+    d, stock, log = launch(cp, launcher, "J4s", app, log_streamer)
+    check(f"{L}: a job with the JobLogStreamer a site injects goes to cjrelayd", d is not None and not stock, log)
+
     def variables(config):
         config["app_script"] = "train.py"
         launcher_comp = next(c for c in config["components"] if c["id"] == "launcher")

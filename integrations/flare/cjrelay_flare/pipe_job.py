@@ -40,6 +40,10 @@ CELL_PIPE = ("nvflare.fuel.utils.pipe.cell_pipe", "CellPipe")
 SUBPROCESS_LAUNCHER = ("nvflare.app_common.launchers.subprocess_launcher", "SubprocessLauncher")
 METRIC_RELAY = ("nvflare.app_common.widgets.metric_relay", "MetricRelay")
 EXTERNAL_CONFIGURATOR = ("nvflare.app_common.widgets.external_configurator", "ExternalConfigurator")
+# components a job may carry whose work cjrelayd leaves undone, by design: the live streaming of
+# a job's log (the CP's SiteLogStreamer injects one into every job of a site that allows log
+# streaming, 2.8.x; the CP still uploads the file at the job's end)
+TOLERATED = (("nvflare.app_common.logging.job_log_streamer", "JobLogStreamer"),)
 # top-level keys of config_fed_client that override the executor's args (recipe.add_client_config;
 # client/constants.py, client/config.py ConfigKey): EXTERNAL_PRE_INIT_TIMEOUT in every release,
 # the others where the executor applies them (2.8.x: _apply_client_config_overrides)
@@ -262,6 +266,7 @@ def load_pipe_spec(data: dict, executor: dict) -> PipeSpec:
         if _is(comp, METRIC_RELAY) and cid not in used:
             # a relay no configurator exports: the trainer gets no METRICS_EXCHANGE, as stock
             used.update((cid, (comp.get("args") or {}).get("pipe_id")))
+    used.update(cid for cid, comp in components.items() if any(_is(comp, t) for t in TOLERATED))
     others = sorted(str(c) for c in set(components) - used)
     if others:
         raise NotServable(f"the client app has components cjrelay does not run: {', '.join(others)}")
