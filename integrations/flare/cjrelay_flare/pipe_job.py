@@ -193,7 +193,7 @@ class PipeSpec:
 def _component(components: dict, cid, role: str) -> dict:
     comp = components.get(cid) if isinstance(cid, str) else None
     if comp is None:
-        raise NotServable(f"the executor's {role} {cid!r} is not a component of the client app")
+        raise NotServable(f"the {role} {cid!r} is not a component of the client app")
     return comp
 
 
