@@ -325,6 +325,23 @@ def main():
           isinstance(launcher, cjrelay_flare.CJRelayJobLauncher), type(launcher))
     check(f"{L}: its fallback is this FLARE's ClientProcessJobLauncher", isinstance(launcher.stock, ClientProcessJobLauncher))
 
+    image_meta = dict(meta, deploy_map={"app_" + SITE: [{"sites": [SITE], "image": "cjtest/trainer:1"}]})
+    try:
+        other = cp.launcher(image_meta)
+    except RuntimeError as e:
+        other = e
+    from nvflare.apis.event_type import EventType
+    from nvflare.apis.fl_constant import FLContextKey
+
+    with cp.engine.new_context() as ctx:  # FLARE's own process launcher, asked about the same job
+        ctx.set_prop(FLContextKey.JOB_META, image_meta, private=True, sticky=False)
+        ClientProcessJobLauncher().handle_event(EventType.BEFORE_JOB_LAUNCH, ctx)
+        takes_images = bool(ctx.get_prop(FLContextKey.JOB_LAUNCHER))
+    check(f"{L}: a job with a job image for the site: the launcher registers as this FLARE's process launcher "
+          f"would ({'it does' if takes_images else 'it does not: no launcher'})",
+          isinstance(other, cjrelay_flare.CJRelayJobLauncher) if takes_images
+          else isinstance(other, RuntimeError) and "no job launcher" in str(other), other)
+
     app = export(os.path.join(a.work, "exp"), "ext")
     with open(os.path.join(app, "config", "config_fed_client.json")) as f:
         exported = json.load(f)

@@ -99,7 +99,7 @@ class CJRelayJobLauncher(JobLauncherSpec):
         self.stock = ClientProcessJobLauncher()
 
     def handle_event(self, event_type: str, fl_ctx):
-        if event_type == EventType.BEFORE_JOB_LAUNCH:
+        if event_type == EventType.BEFORE_JOB_LAUNCH and _process_launcher_takes(fl_ctx):
             add_launcher(self, fl_ctx)
 
     def launch_job(self, job_meta: dict, fl_ctx):
@@ -173,6 +173,17 @@ class CJRelayJobLauncher(JobLauncherSpec):
             return self.stock.launch_job(job_meta, fl_ctx)
         self.logger.error(f"job {job_id}: cjrelayd {what} ({e}); the launch fails (104)")
         return FailedLaunchHandle(job_id, f"cjrelayd {what}: {e}", logger=self.logger)
+
+
+def _process_launcher_takes(fl_ctx) -> bool:
+    """Whether the CP's FLARE would have its process launcher take the job: always, but in FLARE
+    2.7.2 a job whose deploy map gives this site a job image (extract_job_image), which is left
+    to a container launcher there; the launcher registers exactly when the stock one would."""
+    try:
+        from nvflare.utils.job_launcher_utils import extract_job_image
+    except ImportError:
+        return True
+    return not extract_job_image(fl_ctx.get_prop(FLContextKey.JOB_META) or {}, fl_ctx.get_identity_name())
 
 
 def _check_privacy(workspace):
