@@ -2,7 +2,7 @@
 """CJRelayJobLauncher: the site's one job launcher; cjrelayd runs the jobs it can serve.
 
 Registered in the site's ``local/resources.json``. On BEFORE_JOB_LAUNCH it registers itself for
-every job (FLARE wants exactly one launcher), then ``launch_job`` picks (with ``job_property``
+every job the stock process launcher it replaces would take (FLARE wants exactly one launcher), then ``launch_job`` picks (with ``job_property``
 set, only among jobs whose ``custom_props`` set that property true):
 
 * the job's client app runs one ClientAPIExecutor in external_process mode (FLARE's development
@@ -29,7 +29,8 @@ from nvflare.apis.job_launcher_spec import JobLauncherSpec, JobProcessArgs, JobR
 from nvflare.app_common.job_launcher.client_process_launcher import ClientProcessJobLauncher
 
 from . import description, pipe_job, tlsfiles
-from .app_config import NotServable, check_allowed, check_servable, executors, load_client_config, load_trainer_spec, system_vars
+from .app_config import (NotServable, check_allowed, check_servable, executors, load_client_config,
+                         load_trainer_spec, system_vars)
 from .handle import CJRelayJobHandle, job_rows
 from .status import DaemonRefused, DaemonUnavailable, StatusClient
 
