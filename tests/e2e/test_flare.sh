@@ -28,6 +28,14 @@
 # (i) python3 -m cjrelay_flare.configure (the README's "At a FLARE site") on a workspace as FLARE
 #     provisions it: the README's job_launcher entry in place of process_launcher, the rest kept;
 #     again: unchanged; --undo: the stock launcher back; a site it cannot change: refused
+# (j) FLARE's releases, the real code ($FLARE_DIR/2.8.1 and 2.7.2, FLARE_DIR default
+#     ../shared/flare; each skipped when absent): the installed package imports and registers on that
+#     version's CP set-up (FLARE's FLClientStarterConfiger and get_job_launcher), recognises a job
+#     exported at test time with that version's FedJob + ScriptRunner, and builds the pipe dialect's
+#     description (argv, cwd, env, credentials from JOB_PROCESS_ARGS, flare_version, TASK_EXCHANGE
+#     and METRICS_EXCHANGE as that version's executor writes them); each job it cannot serve goes to
+#     FLARE's ClientProcessJobLauncher with the reason logged (tests/flare/releases.py; cjrelayd is
+#     not asked)
 . "$(dirname "$0")/lib.sh"
 D=$BUILD/cjrelayd; C=$BUILD/cjrelayctl; S=$BUILD/cjrelay-sim
 PY=/usr/bin/python3
@@ -159,6 +167,19 @@ kill -TERM "$PG" 2>/dev/null
 
 # ---- (i) the configure command ----------------------------------------------------------------
 drive configure --ws "$W/k" --target 127.0.0.1:1 --readme "$ROOT/integrations/flare/README.md"
+
+# ---- (j) FLARE's releases: the real 2.8.1 and 2.7.2 trees --------------------------------------
+for v in 2.8.1 2.7.2; do
+    FLV=${FLARE_DIR:-$ROOT/../shared/flare}/$v
+    if [ ! -d "$FLV/nvflare" ]; then skip "(j) FLARE $v: no FLARE tree ($FLV)"; continue; fi
+    if ! $PY -c 'import msgpack, numpy, yaml' 2>/dev/null; then
+        skip "(j) FLARE $v: Debian's python3 packages for FLARE are missing (tests/deps.sh installs them)"; continue
+    fi
+    mkdir -p "$W/j$v"
+    PYTHONPATH="$ROOT/tests/site/shim:$(cd "$FLV" && pwd):$PKG" $PY "$ROOT/tests/flare/releases.py" \
+        --tree "$FLV" --work "$W/j$v" --label "$v" > "$W/j$v.tap" 2> "$W/j$v.log"
+    tap_results "releases $v" $? "$W/j$v.tap" "$W/j$v.log" releases.py
+done
 
 # ---- (c) jobs cjrelay does not serve -------------------------------------------------------
 mkdir -p "$W/c" "$W/c2"

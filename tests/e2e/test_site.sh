@@ -214,8 +214,16 @@ check "the section's configure command: $(echo "$CONF" | sed "s|$W|W|g")" sh -c 
 note "$W/configure.log"
 check "local/resources.json: made from resources.json.default, the launcher in place of process_launcher" sh -c \
     "grep -q cjrelay_flare.CJRelayJobLauncher $SITE/local/resources.json && ! grep -q '\"process_launcher\"' $SITE/local/resources.json"
-check "local/resources.json: the provisioned keys kept (class_allow_list, site_log_streamer)" sh -c \
-    "grep -q class_allow_list $SITE/local/resources.json && grep -q site_log_streamer $SITE/local/resources.json"
+# (FLARE main and 2.8.x provision class_allow_list and a site_log_streamer; 2.7.2 neither)
+check "local/resources.json: the provisioned keys and components kept ($(cd "$SITE/local" && $PY -c '
+import json; d = json.load(open("resources.json.default"))
+print(", ".join(sorted(set(d) - {"components"}) + [c["id"] for c in d["components"] if c["id"] != "process_launcher"]))'))" \
+    "$PY" -c '
+import json, sys
+d, r = (json.load(open(sys.argv[1] + n)) for n in (".default", ""))
+ids = {c["id"] for c in r["components"]}
+sys.exit(any(r.get(k) != v for k, v in d.items() if k != "components")
+         or any(c["id"] not in ids for c in d["components"] if c["id"] != "process_launcher"))' "$SITE/local/resources.json"
 check "the configure command again: already configured, nothing changed" sh -c \
     "cp $SITE/local/resources.json $W/res.1 && $CONF | grep -q 'already configured' && cmp -s $SITE/local/resources.json $W/res.1"
 start_cp "cjrelay launcher"

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What a job's client app asks for: its ClientAPIExecutor in external_process mode.
+"""What a job's client app asks for: on FLARE's development tree, its ClientAPIExecutor in
+external_process mode (this module); on FLARE's releases, its ClientAPILauncherExecutor
+(pipe_job.py). What neither serves is said here too: task filters, several executors.
 
 The app's ``config/config_fed_client.{json,conf,yml}`` is read with FLARE's own config loader,
 and its variable references (``{JOB_ID}``, ``{SITE_NAME}``, ``{WORKSPACE}``, ``{JOB_CUSTOM_DIR}``,
@@ -16,7 +18,11 @@ from nvflare.apis.fl_constant import JobConstants, SystemVarName
 from nvflare.fuel.utils.config_factory import ConfigFactory
 from nvflare.fuel.utils.json_scanner import JsonScanner
 from nvflare.fuel.utils.wfconf import resolve_var_refs
-from nvflare.utils.process_utils import prepare_subprocess_command
+
+try:  # FLARE's development tree; its releases (2.7.2, 2.8.x) have no ClientAPIExecutor either
+    from nvflare.utils.process_utils import prepare_subprocess_command
+except ImportError:
+    prepare_subprocess_command = None
 
 EXECUTOR_CLASS = "ClientAPIExecutor"
 EXTERNAL_PROCESS = "external_process"
@@ -78,8 +84,8 @@ def _enum_value(v):
     return getattr(v, "value", v)
 
 
-def load_trainer_spec(app_config_dir: str, sys_vars: dict) -> TrainerSpec:
-    """Find the app's one external-process ClientAPIExecutor; raise NotServable otherwise."""
+def load_client_config(app_config_dir: str, sys_vars: dict) -> dict:
+    """The app's client config, its variables resolved (secrets not); NotServable without one."""
     path = os.path.join(app_config_dir, JobConstants.CLIENT_JOB_CONFIG)
     conf = ConfigFactory.load_config(path, [app_config_dir])
     if conf is None:
@@ -88,13 +94,57 @@ def load_trainer_spec(app_config_dir: str, sys_vars: dict) -> TrainerSpec:
     variables = dict(data)
     variables.update(sys_vars)
     resolve_var_refs(JsonScanner(data), variables)
-    found = [e for e in _executors(data) if _is_client_api(e)]
+    return data
+
+
+def check_servable(data: dict):
+    """NotServable for what FLARE's client job does around the trainer and cjrelayd does not:
+    task filters on the client (they run on the decoded task and result), several executors."""
+    for key in ("task_data_filters", "task_result_filters"):
+        if data.get(key):
+            raise NotServable(f"the client app has {key}, which run in FLARE's client job")
+    found = executors(data)
+    if len(found) > 1:
+        names = [e.get("path") or e.get("name") for e in found]
+        raise NotServable(f"the client app has {len(found)} executors ({', '.join(map(str, names))}); cjrelay serves one")
+
+
+def check_allowed(data: dict, job_meta: dict, fl_ctx, workspace):
+    """NotServable when the site's class allow-list (``class_allow_list`` in local/resources.json,
+    FLARE 2.8.1 and later) refuses one of the client app's classes: FLARE's client job would
+    refuse to build it, and cjrelayd builds none, so FLARE's own ComponentPathAuthorizer is asked
+    here. A BYOC job (custom code) is exempt, as in FLARE. FLARE without the allow-list: no check."""
+    try:
+        from nvflare.apis.fl_exception import UnsafeComponentError
+        from nvflare.app_common.widgets.component_path_authorizer import ComponentPathAuthorizer
+    except ImportError:
+        return
+    if (job_meta or {}).get("byoc"):
+        return
+    authorizer = ComponentPathAuthorizer()
+    items = executors(data) + [c for c in data.get("components") or [] if isinstance(c, dict)]
+    for key in ("task_data_filters", "task_result_filters"):
+        for entry in data.get(key) or []:
+            items += [f for f in (entry or {}).get("filters") or [] if isinstance(f, dict)]
+    for item in items:
+        try:
+            authorizer.authorize_component_config(item, fl_ctx=fl_ctx, workspace=workspace)
+        except UnsafeComponentError as e:
+            raise NotServable(f"the site's class allow-list refuses it: {e}") from None
+
+
+def load_trainer_spec(data: dict) -> TrainerSpec:
+    """Find the app's one external-process ClientAPIExecutor; raise NotServable otherwise."""
+    found = [e for e in executors(data) if _is_client_api(e)]
     if not found:
-        raise NotServable(f"the client app has no {EXECUTOR_CLASS}")
+        raise NotServable(f"the client app has no {EXECUTOR_CLASS} (FLARE's development tree) and no "
+                          f"ClientAPILauncherExecutor (FLARE 2.7, 2.8): its trainer runs in FLARE's client job")
     external = [e for e in found if (e.get("args") or {}).get("execution_mode") == EXTERNAL_PROCESS]
     if len(external) != 1 or len(found) != 1:
         modes = [(e.get("args") or {}).get("execution_mode") for e in found]
         raise NotServable(f"the client app's {EXECUTOR_CLASS}s run in {modes}; cjrelay serves exactly one, external_process")
+    if prepare_subprocess_command is None:
+        raise NotServable(f"this FLARE has no {EXECUTOR_CLASS} (nvflare.utils.process_utils.prepare_subprocess_command)")
     args = dict(external[0].get("args") or {})
     command = args.get("command")
     if not command or (isinstance(command, str) and not command.strip()):
@@ -102,7 +152,8 @@ def load_trainer_spec(app_config_dir: str, sys_vars: dict) -> TrainerSpec:
     return TrainerSpec(command=command, args=args)
 
 
-def _executors(data: dict) -> list:
+def executors(data: dict) -> list:
+    """The executor entries of a client config."""
     out = []
     for entry in data.get("executors") or []:
         if isinstance(entry, dict) and isinstance(entry.get("executor"), dict):

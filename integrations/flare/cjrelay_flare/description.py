@@ -16,6 +16,7 @@ from nvflare.apis.job_launcher_spec import JobProcessArgs
 from nvflare.utils.job_launcher_utils import add_custom_dir_to_path
 
 from .app_config import NotServable, TrainerSpec
+from .pipe_job import PipeSpec
 
 # FLARE's secure schemes for each clear one: with connection_security tls or mtls, FLARE's
 # drivers run TLS on the provisioned scheme; cjrelayd names the TLS variant in the URL.
@@ -129,11 +130,12 @@ def check_env_bounds(env: dict):
                           f"takes ({ENV_MAX}, {ENV_TEXT} bytes); name the ones it needs in the launcher's pass_env")
 
 
-def launch_timeout(spec: TrainerSpec):
-    """The executor's launch_timeout for cjrelayd (FLARE's default 300 when the config has none),
-    within [workers] launch_timeout's range; None (FLARE's "no bound") or <= 0: not sent, so the
-    site's [workers] launch_timeout applies and a trainer that cannot start still ends its job."""
-    value = spec.arg("launch_timeout")
+def launch_timeout(spec):
+    """The executor's launch_timeout for cjrelayd (FLARE's default 300 when the config has none;
+    a release's ClientAPILauncherExecutor: its external_pre_init_timeout), within [workers]
+    launch_timeout's range; None (FLARE's "no bound") or <= 0: not sent, so the site's [workers]
+    launch_timeout applies and a trainer that cannot start still ends its job."""
+    value = spec.pre_init_timeout() if isinstance(spec, PipeSpec) else spec.arg("launch_timeout")
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -191,10 +193,8 @@ def absolute_program(argv: list) -> list:
     return argv
 
 
-def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
-    """The whole description. ``opts``: site, workspace, app_dir, custom_dir, parent_url,
-    pass_env, worker_listen, mode, and for a trainer over the uds driver uds_driver and
-    status_socket. Resolves the trainer's secrets (last step before sending)."""
+def _upstream(job_id: str, fl_ctx, opts: dict) -> dict:
+    """What every description has: the job, the site, the server link, the CP, the workspace."""
     desc = {"job_id": job_id, "site": opts["site"]}
     desc.update(server_link(fl_ctx))
     if opts.get("parent_url"):
@@ -202,6 +202,15 @@ def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
     if opts.get("mode"):
         desc["mode"] = opts["mode"]
     desc["workspace"] = opts["workspace"]
+    return desc
+
+
+def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
+    """The whole description of a development-tree job (cellapi dialect). ``opts``: site,
+    workspace, app_dir, custom_dir, parent_url, pass_env, worker_listen, mode, and for a trainer
+    over the uds driver uds_driver and status_socket. Resolves the trainer's secrets (last step
+    before sending)."""
+    desc = _upstream(job_id, fl_ctx, opts)
     creds = credentials(fl_ctx)
     worker = {"cwd": opts["app_dir"], "count": 1,
               "env": trainer_env(opts["custom_dir"], opts.get("pass_env"), tuple((creds or {}).values()))}
@@ -228,6 +237,32 @@ def build(job_id: str, fl_ctx, spec: TrainerSpec, opts: dict) -> dict:
         "memory_gc_rounds": int(spec.arg("memory_gc_rounds") or 0),
         "cuda_empty_cache": bool(spec.arg("cuda_empty_cache")),
     }
+    if creds:
+        desc["credentials"] = creds
+    worker["argv"] = absolute_program(spec.trainer_argv())
+    desc["worker"] = worker
+    return desc
+
+
+def build_pipe(job_id: str, fl_ctx, spec: PipeSpec, opts: dict) -> dict:
+    """The whole description of a release job (2.7.2, 2.8.x: cjrelayd's pipe dialect). ``opts``
+    as for build, plus flare_version. The trainer's command is the SubprocessLauncher's script
+    split as it splits it, run in the app dir with the CP's environment and the app's custom dir on
+    PYTHONPATH (CLIENT_API_TYPE and client_api_config.json are cjrelayd's to set); its listener is
+    a loopback TCP port (a release trainer has only FLARE's own drivers); ``bootstrap`` carries the
+    job's TASK_EXCHANGE and METRICS_EXCHANGE for the trainer's client_api_config.json."""
+    desc = _upstream(job_id, fl_ctx, opts)
+    desc["flare_version"] = opts["flare_version"]
+    creds = credentials(fl_ctx)
+    worker = {"cwd": opts["app_dir"], "count": 1,
+              "env": trainer_env(opts["custom_dir"], opts.get("pass_env"), tuple((creds or {}).values()))}
+    timeout = launch_timeout(spec)
+    if timeout is not None:
+        worker["launch_timeout"] = timeout
+    listen = (opts.get("worker_listen") or "").split(",")[0].strip()
+    worker["listen"] = listen if listen.startswith("tcp://") else LOOPBACK_ANY_PORT
+    check_env_bounds(worker["env"])
+    desc["bootstrap"] = spec.bootstrap()
     if creds:
         desc["credentials"] = creds
     worker["argv"] = absolute_program(spec.trainer_argv())

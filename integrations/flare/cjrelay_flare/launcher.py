@@ -2,12 +2,17 @@
 """CJRelayJobLauncher: the site's one job launcher; cjrelayd runs the jobs it can serve.
 
 Registered in the site's ``local/resources.json``. On BEFORE_JOB_LAUNCH it registers itself for
-every job (FLARE wants exactly one launcher), then ``launch_job`` picks:
+every job the stock process launcher it replaces would take (FLARE wants exactly one launcher), then ``launch_job`` picks (with ``job_property``
+set, only among jobs whose ``custom_props`` set that property true):
 
-* the job's client app runs one ClientAPIExecutor in external_process mode (and, with
-  ``job_property`` set, the job's ``custom_props`` set that property true): cjrelayd gets
-  ``job start``;
-* any other job: FLARE's stock ClientProcessJobLauncher, unchanged.
+* the job's client app runs one ClientAPIExecutor in external_process mode (FLARE's development
+  tree): cjrelayd gets ``job start`` with the cellapi description (description.build);
+* the job's client app runs one ClientAPILauncherExecutor with a SubprocessLauncher and
+  CellPipes (FLARE 2.7.2, 2.8.x; pipe_job.py): ``job start`` with the pipe description
+  (description.build_pipe), which names the CP's FLARE version;
+* any other job (task filters on the client, several executors, a site privacy policy, a
+  FilePipe, a launcher of its own, ...): FLARE's stock ClientProcessJobLauncher, unchanged, the
+  reason in the CP's log.
 
 cjrelayd down or refusing a job it should serve: the reason goes to FLARE's log, then per
 ``on_daemon_error`` the job falls back to the stock launcher (``"fallback"``) or the launch
@@ -15,6 +20,7 @@ fails with INFRASTRUCTURE_ERROR (``"fail"``, a handle whose poll() is 104).
 """
 
 import json
+import os
 
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import FLContextKey, JobConstants
@@ -22,8 +28,9 @@ from nvflare.apis.job_def import get_custom_prop
 from nvflare.apis.job_launcher_spec import JobLauncherSpec, JobProcessArgs, JobReturnCode, add_launcher
 from nvflare.app_common.job_launcher.client_process_launcher import ClientProcessJobLauncher
 
-from . import description, tlsfiles
-from .app_config import NotServable, load_trainer_spec, system_vars
+from . import description, pipe_job, tlsfiles
+from .app_config import (NotServable, check_allowed, check_servable, executors, load_client_config,
+                         load_trainer_spec, system_vars)
 from .handle import CJRelayJobHandle, job_rows
 from .status import DaemonRefused, DaemonUnavailable, StatusClient
 
@@ -93,7 +100,7 @@ class CJRelayJobLauncher(JobLauncherSpec):
         self.stock = ClientProcessJobLauncher()
 
     def handle_event(self, event_type: str, fl_ctx):
-        if event_type == EventType.BEFORE_JOB_LAUNCH:
+        if event_type == EventType.BEFORE_JOB_LAUNCH and _process_launcher_takes(fl_ctx):
             add_launcher(self, fl_ctx)
 
     def launch_job(self, job_meta: dict, fl_ctx):
@@ -129,7 +136,10 @@ class CJRelayJobLauncher(JobLauncherSpec):
         link = description.server_link(fl_ctx)
         sys_vars = system_vars(job_id, site, workspace, link["server_url"], arg(JobProcessArgs.PARENT_URL),
                                bool(fl_ctx.get_prop(FLContextKey.SECURE_MODE)))
-        spec = load_trainer_spec(workspace.get_app_config_dir(job_id), sys_vars)
+        _check_privacy(workspace)
+        data = load_client_config(workspace.get_app_config_dir(job_id), sys_vars)
+        check_servable(data)
+        check_allowed(data, job_meta, fl_ctx, workspace)
         opts = {
             "site": site,
             "workspace": arg(JobProcessArgs.WORKSPACE) or workspace.get_root_dir(),
@@ -142,7 +152,12 @@ class CJRelayJobLauncher(JobLauncherSpec):
             "uds_driver": self.uds_driver,
             "status_socket": self.socket_path,
         }
-        return description.build(job_id, fl_ctx, spec, opts)
+        found = executors(data)
+        if found and pipe_job.is_launcher_executor(found[0]):
+            spec = pipe_job.load_pipe_spec(data, found[0])
+            opts["flare_version"] = pipe_job.flare_version()
+            return description.build_pipe(job_id, fl_ctx, spec, opts)
+        return description.build(job_id, fl_ctx, load_trainer_spec(data), opts)
 
     def _started_anyway(self, job_id) -> bool:
         """Whether a job start whose answer was lost started the job (never start it twice)."""
@@ -159,6 +174,26 @@ class CJRelayJobLauncher(JobLauncherSpec):
             return self.stock.launch_job(job_meta, fl_ctx)
         self.logger.error(f"job {job_id}: cjrelayd {what} ({e}); the launch fails (104)")
         return FailedLaunchHandle(job_id, f"cjrelayd {what}: {e}", logger=self.logger)
+
+
+def _process_launcher_takes(fl_ctx) -> bool:
+    """Whether the CP's FLARE would have its process launcher take the job: always, but in FLARE
+    2.7.2 a job whose deploy map gives this site a job image (extract_job_image), which is left
+    to a container launcher there; the launcher registers exactly when the stock one would."""
+    try:
+        from nvflare.utils.job_launcher_utils import extract_job_image
+    except ImportError:
+        return True
+    return not extract_job_image(fl_ctx.get_prop(FLContextKey.JOB_META) or {}, fl_ctx.get_identity_name())
+
+
+def _check_privacy(workspace):
+    """NotServable when the site has a privacy policy (local/privacy.json): FLARE's client job
+    applies its scopes' filters to the decoded tasks and results."""
+    get = getattr(workspace, "get_site_privacy_file_path", None)
+    path = get() if get else os.path.join(workspace.get_root_dir(), "local", "privacy.json")
+    if path and os.path.exists(path):
+        raise NotServable(f"the site has a privacy policy ({path}), whose filters run in FLARE's client job")
 
 
 def _one_line_json(obj) -> str:
