@@ -280,11 +280,17 @@ static struct cj_dl_fetch_cfg fast_cfg(void)
     return c;
 }
 
+static void fetch_cfg(struct net *n, int from, const char *ref, struct fetchrec *r, const struct cj_dl_fetch_cfg *cp)
+{
+    struct cj_dl_fetch_cfg c = *cp;
+    r->f = cj_dl_fetch(n->m.base, n->m.ep[from], NAMES[S], ref, &c, on_item, on_fetch_done, r);
+    assert_non_null(r->f);
+}
+
 static void fetch(struct net *n, int from, const char *ref, struct fetchrec *r)
 {
     struct cj_dl_fetch_cfg c = fast_cfg();
-    r->f = cj_dl_fetch(n->m.base, n->m.ep[from], NAMES[S], ref, &c, on_item, on_fetch_done, r);
-    assert_non_null(r->f);
+    fetch_cfg(n, from, ref, r, &c);
 }
 
 /* ---- raw requests ------------------------------------------------------------------------------------- */
@@ -1246,8 +1252,10 @@ static void test_item_read(void **state)
     ar_ref(p, "async", &a);
     struct fetchrec fr;
     fetchrec_init(&fr, &it);
-    fetch(n, W1, "async", &fr);
-    RUN_UNTIL(n, fr.done && rd.n, 5.0);
+    struct cj_dl_fetch_cfg slow = fast_cfg();   /* no timeout test here: a loaded machine may stall 0.2 s */
+    slow.request_timeout = 5.0;
+    fetch_cfg(n, W1, "async", &fr, &slow);
+    RUN_UNTIL(n, fr.done && rd.n, 20.0);
     assert_true(fr.ok);
     assert_int_equal(fr.items, 3);
     assert_true(fr.content_ok);
