@@ -67,7 +67,7 @@ SCHEME   ?= tcp
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 
-.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench wan site man deb install install-relay install-flare wheel clean
+.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench bench-flare wan site man deb install install-relay install-flare wheel clean
 .DEFAULT_GOAL := all
 
 # Man pages: the hand-written doc/man/<page>.in with the tables filled in by
@@ -220,6 +220,12 @@ site: deps
 	@rc=0; for t in $(SITE_TREES); do \
 	    FLARE_TREE=$$t SITE_STOCK=1 E2E_TIMEOUT=600 sh tests/e2e/run-one.sh tests/e2e/test_site.sh || rc=1; \
 	done; exit $$rc
+
+# What a real FLARE site pays for one job, stock against cjrelayd, in one run (bench/flare.sh:
+# FLARE_TREE, default 2.8.1; SIZE, the model, default 512M).
+bench-flare: deps
+	$(MAKE) -j$(JOBS) all
+	@sh bench/flare.sh
 
 # The test tools are not commands an operator runs: they go to lib/cjrelay/.
 UNITDIR     ?= $(PREFIX)/lib/systemd/system

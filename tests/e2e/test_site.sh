@@ -32,6 +32,10 @@
 #                job's log files, 6 the warning at a job start, 8 the README's log line): their
 #                set-up step uses the marked workaround (# WORKAROUND(friction N)) and their
 #                check reports skip, saying whether it passes already. SITE_OPEN= checks all.
+#   SITE_BENCH=SIZE  bench/flare.sh's run: the external job's model is one float32 tensor of SIZE
+#                (512M, 1G), and what the site's processes pay for it (CPU, peak RSS: tests/site/
+#                sampler.py) is printed as "# BENCH <run> ..." lines, for the stock run too
+#                (with SITE_STOCK=1); the lines are also appended to SITE_BENCH_OUT if set
 #   KEEP=1       keep the temporary directory
 # FLARE's Python dependencies come from Debian (tests/deps.sh); what bookworm lacks is stood in
 # by tests/site/shim (first on PYTHONPATH, loaded only here; see its files).
@@ -107,6 +111,12 @@ check "FLARE's POC default: scheme http, connection_security mtls" sh -c \
 
 # ---- the jobs, made with FLARE's job API --------------------------------------------------------
 J=$W/jobs
+if [ -n "${SITE_BENCH:-}" ]; then   # the external job's model: one float32 tensor of SITE_BENCH bytes
+    export SITE_MODEL_NPY="$W/model.npy"
+    $SYSPY -c 'import sys, numpy as np
+n = int(sys.argv[2].rstrip("MG")) << (20 if sys.argv[2].endswith("M") else 30)
+np.save(sys.argv[1], np.zeros(n // 4, dtype=np.float32))' "$SITE_MODEL_NPY" "$SITE_BENCH"
+fi
 $ADMIN job "$J" ext external 2 0 inproc in_process 2 0 long external 60 1 > /dev/null 2> "$W/job.log"
 # (FLARE main: a ClientAPIExecutor, execution_mode external_process or in_process; 2.8.1 and 2.7.2: a
 # ClientAPILauncherExecutor with a SubprocessLauncher, or an InProcessClientAPIExecutor)
@@ -130,6 +140,21 @@ stop_cp() {
     eval "_g=\$PG_cp$CPN"
     kill -TERM -"$_g"; wait_for 20 sh -c "! kill -0 -$_g" || kill -KILL -"$_g" 2>/dev/null
 }
+# bench_start PID...: samples the site's processes under PID... (SITE_BENCH only)
+bench_start() {
+    [ -n "${SITE_BENCH:-}" ] || return 0
+    $SYSPY "$ROOT/tests/site/sampler.py" 0.1 train.py "$@" > "$W/bench.json" & BENCH_PID=$!
+    BENCH_T0=$(date +%s.%N)
+}
+# bench_stop RUN: prints the "# BENCH RUN ..." line of what was sampled since bench_start
+bench_stop() {
+    [ -n "${SITE_BENCH:-}" ] || return 0
+    kill -TERM "$BENCH_PID"; wait "$BENCH_PID"
+    _l=$($SYSPY "$ROOT/tests/site/sampler.py" report "$W/bench.json" "$1" "$SITE_BENCH" "$FLARE_TREE" "$BENCH_T0")
+    echo "$_l"
+    [ -n "${SITE_BENCH_OUT:-}" ] && echo "$_l" >> "$SITE_BENCH_OUT"
+    return 0
+}
 # submit NAME: submits job NAME, sets JID
 submit() { JID=$($ADMIN submit "$KIT" "$J/$1" 2>> "$W/admin.log"); }
 job_status() { $ADMIN wait "$KIT" "$1" "$2" 2>> "$W/admin.log"; }
@@ -138,8 +163,10 @@ STOCK_FILES="audit.log error_log.txt fl_app.txt log.json log.txt log_fl.txt meta
 
 if [ "${SITE_STOCK:-0}" = 1 ]; then
     start_cp "stock launcher"
+    bench_start $PG_cp1
     submit ext
-    ST=$(job_status "$JID" 120)
+    ST=$(job_status "$JID" 600)
+    bench_stop stock
     check "(stock) the external-process job completes with FLARE's stock launcher (FLARE: $ST)" test "$ST" = FINISHED:COMPLETED
     STOCK_FILES=$(cd "$SITE/$JID" && ls | grep -v '^app_' | tr '\n' ' ')
     echo "# a stock job's folder: $STOCK_FILES"
@@ -229,9 +256,11 @@ check "the configure command again: already configured, nothing changed" sh -c \
 start_cp "cjrelay launcher"
 
 # ---- (a) the external-process job, served by cjrelayd ---------------------------------------------
+eval "bench_start \$PG_cp$CPN $PG_relay"
 submit ext; A=$JID
 check "(a) submitted through FLARE's admin API" test -n "$A"
-ST=$(job_status "$A" 120)
+ST=$(job_status "$A" 600)
+bench_stop cjrelayd
 check "(a) the external-process job completes (FLARE: $ST)" test "$ST" = FINISHED:COMPLETED
 $CTL show jobs > "$W/jobs.a" 2>&1
 note "$W/jobs.a"

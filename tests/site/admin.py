@@ -5,7 +5,8 @@
 #   admin.py job DIR NAME MODE ROUNDS SLEEP...  export DIR/NAME, a NumPy FedAvg job: a FedJob with
 #                                             FedAvg + NPModelPersistor on the server and a
 #                                             ScriptRunner running tests/site/train.py on site-1,
-#                                             launch_external_process = (MODE == external)
+#                                             launch_external_process = (MODE == external);
+#                                             the job "ext" starts from $SITE_MODEL_NPY if set
 #   admin.py submit KIT DIR                   submit the job folder DIR, print the job id
 #   admin.py wait KIT JOB SECS                wait for the job's end, print its status
 #   admin.py abort KIT JOB                    abort_job
@@ -30,7 +31,9 @@ def make_job(out, name, mode, rounds, sleep):
     from nvflare.job_config.script_runner import ScriptRunner
 
     job = FedJob(name=name, min_clients=1)
-    job.to_server(NPModelPersistor(model=[0.0, 0.0, 0.0, 0.0]), id="persistor")
+    # SITE_MODEL_NPY (bench/flare.sh): the ext job's initial model, a .npy file on this machine
+    ckpt = os.environ.get("SITE_MODEL_NPY") if name == "ext" else None
+    job.to_server(NPModelPersistor(model=[0.0, 0.0, 0.0, 0.0], source_ckpt_file_full_name=ckpt), id="persistor")
     job.to_server(FedAvg(num_clients=1, num_rounds=int(rounds), persistor_id="persistor"))
     # the script named relative to this folder: FLARE 2.8.1's command is custom/<script> as given
     os.chdir(HERE)

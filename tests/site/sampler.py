@@ -10,6 +10,9 @@
 # CPU is the delta from the first sample (a process born later counts from 0); a
 # process that exits loses at most its last SECS of CPU.
 #   python3 sampler.py SECS TRAINER PID...
+#   python3 sampler.py report FILE RUN SIZE FLARE T0: that JSON (FILE) as bench/flare.sh's
+#       "# BENCH ..." lines: the run's name, FLARE's version, the model's SIZE (512M, 1G), the
+#       job's time since T0 (seconds since the epoch), the site's CPU per GiB of model
 import json
 import os
 import signal
@@ -93,6 +96,22 @@ def main(argv):
     print(json.dumps(out))
 
 
+def report(path, run, size, flare, t0):
+    import time
+    d = json.load(open(path))
+    s, t = d["site"], d["trainer"]
+    gib = int(size.rstrip("MG")) / (1024 if size.endswith("M") else 1)
+    print(f"# BENCH {run} FLARE {flare} model {size}: job {time.time() - float(t0):.1f} s; "
+          f"site (all but the trainer) CPU {s['cpu_s']:.2f} s = {s['cpu_s'] / gib:.2f} s/GiB, "
+          f"peak RSS {s['rss_peak_kib'] // 1024} MiB ({s['pids']} processes); trainer CPU {t['cpu_s']:.2f} s")
+    for p in d["processes"]:
+        if not p["trainer"] and p["cpu_s"] > 0.05:
+            print(f"#   {p['cpu_s']:8.2f} s {p['rss_peak_kib'] // 1024:6d} MiB  {p['name'][:90]}")
+
+
 if __name__ == "__main__":
-    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
-    main(sys.argv)
+    if sys.argv[1] == "report":
+        report(*sys.argv[2:7])
+    else:
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+        main(sys.argv)
