@@ -12,6 +12,8 @@
  *     serve N      offers a ref of N bytes (1 MiB items) and asks the target to pull it
  *                  (request test/pull, body the ref id); success = the reply says N bytes and
  *                  the ref finished with every receiver served; then waits --linger
+ *   cjwire cpbody JOB STATUS                    print (hex) the payload of the job's
+ *                                              admin / train.notify_job_status to its client parent
  *   OPTIONS: --wire28 (cj_stream_set_wire CJ_STREAM_WIRE_2_8), --target FQCN (default
  *            server.<job of NAME>), --timeout SECS (default 60), --linger SECS (default 0: stay
  *            connected that long after the result, answering the target's requests)
@@ -30,6 +32,7 @@
 #include <event2/event.h>
 
 #include "dl/client.h"
+#include "fl/cpmsg.h"
 #include "dl/producer.h"
 #include "net/link.h"
 #include "stream/stream.h"
@@ -329,10 +332,23 @@ static int parse_args(struct wire *w, int argc, char **argv, const char **url)
     return 0;
 }
 
+/* The notify_job_status payload a job sends its CP (lib/fl/cpmsg.c), as hex. */
+static int cpbody(const char *job, const char *status)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    if (cj_cpmsg_admin_write(&sb, CJ_CPMSG_TP_NOTIFY, "", job, atol(status), NULL)) return 1;
+    for (size_t i = 0; i < sb.size; i++) printf("%02x", (unsigned char)sb.data[i]);
+    printf("\n");
+    msgpack_sbuffer_destroy(&sb);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static struct wire w;
     const char *url = NULL;
+    if (argc == 4 && !strcmp(argv[1], "cpbody")) return cpbody(argv[2], argv[3]);
     cj_log_init("cjwire");
     cj_log_set_level(CJ_LOG_WARNING);
     signal(SIGPIPE, SIG_IGN);

@@ -12,6 +12,8 @@
 # (d) FLARE's download_object pulls a ref from our producer
 # (e) FLARE's request to a topic we lack fails at once on our sm__ACK error, and FLARE logs no
 #     sm__ERROR without a handler; the development wire (control) sends one, which FLARE logs
+# (f) a job's train.notify_job_status payload (STARTED, STOPPED) decodes with FLARE's FOBS into the
+#     admin_defs.Message the CP reads (job_id, job_status)
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 if [ ! -x "$PY" ]; then skip "all: $PY missing (tests/deps.sh installs python3)"; finish; fi

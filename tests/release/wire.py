@@ -219,6 +219,23 @@ def main():
           "development wire (control): the same also sends sm__ERROR, which FLARE logs as an error",
           f"rc={rc} {dt:.2f} s, {logged} lines")
 
+    # (f) the job's train.notify_job_status payload to its CP (lib/fl/cpmsg.c), decoded by FLARE's FOBS
+    # as the CP's cell does, and read as its NotifyJobStatusProcessor reads it
+    from nvflare.fuel.f3.cellnet.utils import decode_payload
+    from nvflare.fuel.f3.message import Message as CellMessage
+    from nvflare.private.admin_defs import Message as AdminMessage
+    from nvflare.private.defs import RequestHeader, TrainingTopic
+
+    for status in (2, 3):
+        hexbody = subprocess.run([args.cjwire, "cpbody", "J1", str(status)], capture_output=True, text=True).stdout.strip()
+        m = CellMessage({MessageHeaderKey.PAYLOAD_ENCODING: "fobs"}, bytes.fromhex(hexbody))
+        decode_payload(m)
+        req = m.payload
+        check(isinstance(req, AdminMessage) and req.topic == TrainingTopic.NOTIFY_JOB_STATUS and req.body == ""
+              and req.get_header(RequestHeader.JOB_ID) == "J1" and req.get_header(RequestHeader.JOB_STATUS) == status,
+              f"notify_job_status {status}: FLARE decodes an admin_defs.Message with job_id and job_status",
+              repr(getattr(req, "__dict__", req)))
+
     print(f"# pulls {len(pulls)}, acks {len(acks)}", flush=True)
     root.stop()
     job.stop()
