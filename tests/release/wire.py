@@ -243,4 +243,14 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        rc = main()
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        print("not ok - the harness failed (traceback on stderr)", flush=True)
+        rc = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)   # FLARE's cell threads are not daemons: never wait for them
