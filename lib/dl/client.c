@@ -765,6 +765,6 @@ void cj_dl_fetch_get_progress(const struct cj_dl_fetch *f, struct cj_dl_fetch_pr
     double now = cj_now();
     *p = (struct cj_dl_fetch_progress){
         .items = f->items, .bytes = f->bytes, .requests = f->requests, .retries = f->retries,
-        .elapsed = now - f->t0, .idle = now - f->last,
+        .elapsed = now - f->t0, .idle = now - f->last, .request_timeout = f->cfg.request_timeout,
     };
 }

@@ -80,6 +80,7 @@ struct cj_dl_fetch_progress {
     uint64_t retries;
     double elapsed;           /* seconds since the start */
     double idle;              /* seconds since the last reply (or the start) */
+    double request_timeout;   /* the per-request timeout in force (cfg, capped on the 2.8 wire) */
 };
 
 void cj_dl_fetch_get_progress(const struct cj_dl_fetch *f, struct cj_dl_fetch_progress *p);
