@@ -17,7 +17,6 @@
 #define SM_DEFAULT_CHUNK (1u << 20)
 #define SM_DEFAULT_WINDOW ((uint64_t)64 << 20)
 #define SM_DEFAULT_ACK ((uint64_t)4 << 20)     /* receiver's interval before chunk 0 (§4.2) */
-#define SM_LEGACY_WINDOW ((uint64_t)16 << 20)   /* a sender without sm__ws: FLARE <= 2.8's window */
 #define SM_OOO_MIN 16                          /* FLARE's MAX_OUT_SEQ_CHUNKS */
 #define SM_OOO_MAX 1024
 #define SM_RELIABLE_KEEP_MAX 3600.0            /* cap of sm__rt + sm__rw (§4.9) */

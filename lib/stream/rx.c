@@ -409,8 +409,8 @@ static uint64_t rx_ack_interval(const struct rx_stream *s)
  * 16 for a sender that gives no sm__ws (FLARE <= 2.8, §11). */
 static size_t ooo_limit(const struct cj_hdr *h)
 {
-    if (!cj_hdr_has(h, CJ_HK_SM_WS) || h->sm_ws <= 0) return SM_OOO_MIN;
-    uint64_t ws = (uint64_t)h->sm_ws;
+    if (!cj_hdr_has(h, CJ_HK_SM_WS)) return SM_OOO_MIN;
+    uint64_t ws = h->sm_ws > 0 ? (uint64_t)h->sm_ws : SM_DEFAULT_WINDOW;
     uint64_t cs = cj_hdr_has(h, CJ_HK_SM_CS) && h->sm_cs > 0 ? (uint64_t)h->sm_cs : SM_DEFAULT_CHUNK;
     uint64_t n = ws / cs + (ws % cs != 0) + 1;
     if (n > SM_OOO_MAX) n = SM_OOO_MAX;
@@ -422,7 +422,7 @@ static size_t ooo_limit(const struct cj_hdr *h)
  * that offset never passes what was consumed.  Room for one more chunk. */
 static uint64_t sink_reserve(const struct cj_hdr *h, uint64_t sz)
 {
-    uint64_t ws = cj_hdr_has(h, CJ_HK_SM_WS) && h->sm_ws > 0 ? (uint64_t)h->sm_ws : SM_LEGACY_WINDOW;
+    uint64_t ws = cj_hdr_has(h, CJ_HK_SM_WS) && h->sm_ws > 0 ? (uint64_t)h->sm_ws : SM_DEFAULT_WINDOW;
     uint64_t cs = cj_hdr_has(h, CJ_HK_SM_CS) && h->sm_cs > 0 ? (uint64_t)h->sm_cs : SM_DEFAULT_CHUNK;
     if (ws > CJ_STREAM_MAX_BLOB) ws = CJ_STREAM_MAX_BLOB;
     if (cs > CJ_STREAM_MAX_BLOB) cs = CJ_STREAM_MAX_BLOB;
