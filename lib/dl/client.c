@@ -723,6 +723,8 @@ static struct cj_dl_fetch *fetch_start(struct event_base *base, struct cj_stream
     if (cfg) f->cfg = *cfg;
     else cj_dl_fetch_cfg_default(&f->cfg);
     if (!(f->cfg.request_timeout > 0)) f->cfg.request_timeout = 600.0;
+    if (cj_stream_get_wire(ep) == CJ_STREAM_WIRE_2_8 && f->cfg.request_timeout > CJ_DL_REF_IDLE_2_8)
+        f->cfg.request_timeout = CJ_DL_REF_IDLE_2_8;
     if (f->cfg.max_retries < 0) f->cfg.max_retries = 0;
     if (!(f->cfg.backoff_base >= 0)) f->cfg.backoff_base = 2.0;
     if (!(f->cfg.backoff_cap >= 0)) f->cfg.backoff_cap = 60.0;
@@ -763,6 +765,6 @@ void cj_dl_fetch_get_progress(const struct cj_dl_fetch *f, struct cj_dl_fetch_pr
     double now = cj_now();
     *p = (struct cj_dl_fetch_progress){
         .items = f->items, .bytes = f->bytes, .requests = f->requests, .retries = f->retries,
-        .elapsed = now - f->t0, .idle = now - f->last,
+        .elapsed = now - f->t0, .idle = now - f->last, .request_timeout = f->cfg.request_timeout,
     };
 }

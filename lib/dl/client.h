@@ -41,6 +41,14 @@ struct cj_dl_fetch_cfg {
 
 void cj_dl_fetch_cfg_default(struct cj_dl_fetch_cfg *c);
 
+/* A FLARE 2.7.2 / 2.8.x producer drops a transaction idle this long (its
+ * min_download_timeout; doc/protocol/download.md §10).  On an endpoint set to
+ * CJ_STREAM_WIRE_2_8 the request timeout is capped at it: a request waiting
+ * longer can only be retried into invalid_request.  Confirm and cancel need no
+ * switch: the client sends them only to a producer that asked (confirm_expected,
+ * cancel_capable), which a 2.8.x producer never does. */
+#define CJ_DL_REF_IDLE_2_8 300.0
+
 /* One item, in order (index 0, 1, ... across the whole ref).  The callback
  * owns item (frees it with evbuffer_free).  Return 0, or -1 to abort the
  * download ("exception when consuming data: ..."; a cancel is sent).  May call
@@ -72,6 +80,7 @@ struct cj_dl_fetch_progress {
     uint64_t retries;
     double elapsed;           /* seconds since the start */
     double idle;              /* seconds since the last reply (or the start) */
+    double request_timeout;   /* the per-request timeout in force (cfg, capped on the 2.8 wire) */
 };
 
 void cj_dl_fetch_get_progress(const struct cj_dl_fetch *f, struct cj_dl_fetch_progress *p);

@@ -154,6 +154,11 @@ void cj_fl_srcfail_send(struct cj_fl_srcfail *sf, const char *source, const stru
         cj_log_info("task %s: no live result refs of %s: no source_failure notice", t->id, source);
         return;
     }
+    if (cj_stream_get_wire(sf->ep) == CJ_STREAM_WIRE_2_8) {   /* no handler there: a stream error back */
+        cj_log_info("task %s: %s died holding live result refs; FLARE 2.8 receivers take no source_failure notice, "
+                    "their downloads end by their own timeout", t->id, source);
+        return;
+    }
     char reason[512];
     snprintf(reason, sizeof reason, "source %s died before its result was downloaded: %s", source, why);
     msgpack_sbuffer sb;

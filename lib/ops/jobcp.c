@@ -27,6 +27,8 @@ struct cj_jobcp {
     struct event *tick;           /* STARTED once both links are up */
     struct event *abort_ev;       /* abort from the loop */
     struct cj_link *started_on;   /* the parent link STARTED went out on */
+    double repeat;                /* send STARTED again this often (0: never) */
+    double started_at;            /* when it last went out */
     bool stopped;
 };
 
@@ -53,15 +55,16 @@ static int send_request(struct cj_jobcp *cp, const char *channel, const char *to
     return rc;
 }
 
-static int notify(struct cj_jobcp *cp, long status)
+static int notify(struct cj_jobcp *cp, long status, bool again)
 {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     int rc = cj_cpmsg_admin_write(&sb, CJ_CPMSG_TP_NOTIFY, "", cp->job_id, status, NULL);
     if (!rc) rc = send_request(cp, CJ_CPMSG_CH_ADMIN, CJ_CPMSG_TP_NOTIFY, &sb);
     msgpack_sbuffer_destroy(&sb);
-    if (!rc) cj_log_info("job %s: told the client parent %s the job is %s", cp->job_id, cp->parent,
-                         status == CJ_CPMSG_STARTED ? "STARTED" : "STOPPED");
+    if (!rc && again) cj_log_debug("job %s: told the client parent %s again the job is STARTED", cp->job_id, cp->parent);
+    else if (!rc) cj_log_info("job %s: told the client parent %s the job is %s", cp->job_id, cp->parent,
+                              status == CJ_CPMSG_STARTED ? "STARTED" : "STOPPED");
     return rc;
 }
 
@@ -69,8 +72,18 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct cj_jobcp *cp = arg;
     struct cj_link *pl = cj_router_parent(cp->r);
-    if (cp->stopped || !pl || pl == cp->started_on || cj_router_upstream_state(cp->r) != CJ_UP_UP) return;
-    if (notify(cp, CJ_CPMSG_STARTED) == 0) cp->started_on = pl;
+    if (cp->stopped || !pl || cj_router_upstream_state(cp->r) != CJ_UP_UP) return;
+    double now = cj_now();
+    if (pl == cp->started_on && !(cp->repeat > 0 && now - cp->started_at >= cp->repeat)) return;
+    if (notify(cp, CJ_CPMSG_STARTED, pl == cp->started_on) == 0) {
+        cp->started_on = pl;
+        cp->started_at = now;
+    }
+}
+
+void cj_jobcp_set_started_repeat(struct cj_jobcp *cp, double every)
+{
+    cp->repeat = every > 0 ? every : 0;
 }
 
 static void on_abort(evutil_socket_t fd, short what, void *arg)
@@ -149,7 +162,7 @@ void cj_jobcp_stopped(struct cj_jobcp *cp)
 {
     if (cp->stopped) return;
     cp->stopped = true;
-    if (cj_router_parent(cp->r)) notify(cp, CJ_CPMSG_STOPPED);
+    if (cj_router_parent(cp->r)) notify(cp, CJ_CPMSG_STOPPED, false);
 }
 
 size_t cj_jobcp_queued(const struct cj_jobcp *cp)

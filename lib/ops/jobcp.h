@@ -9,7 +9,8 @@
  * It answers the CP's client_command requests: abort (the job ends as
  * aborted), show_stats (the job's counters), show_errors (none kept),
  * reset_errors and configure_job_log (acknowledged), abort_task
- * (acknowledged; the task stays with its worker). */
+ * (acknowledged; the task stays with its worker).  For a 2.7.2 / 2.8.x CP,
+ * STARTED can be repeated (cj_jobcp_set_started_repeat). */
 #ifndef CJ_OPS_JOBCP_H
 #define CJ_OPS_JOBCP_H
 
@@ -35,6 +36,12 @@ struct cj_jobcp_cbs {
  * registers the client_command handlers.  NULL with err. */
 struct cj_jobcp *cj_jobcp_new(struct event_base *base, struct cj_router *r, const char *url, const char *job_id,
                               const struct cj_jobcp_cbs *cbs, struct cj_err *err);
+/* Sends STARTED again every `every` seconds while the job runs (0, the
+ * default: once per parent link).  For a FLARE 2.7.2 / 2.8.x CP: it records a
+ * status only once its launch bookkeeping for the job exists, answering ok
+ * either way, and it can abort only a job it saw STARTED
+ * (doc/protocol/site.md §3.1). */
+void cj_jobcp_set_started_repeat(struct cj_jobcp *cp, double every);
 /* STOPPED to the CP (when its link is up); no STARTED after this. */
 void cj_jobcp_stopped(struct cj_jobcp *cp);
 /* Bytes still queued toward the CP (a job waits for them before its cell goes). */

@@ -17,7 +17,7 @@
 #define SM_DEFAULT_CHUNK (1u << 20)
 #define SM_DEFAULT_WINDOW ((uint64_t)64 << 20)
 #define SM_DEFAULT_ACK ((uint64_t)4 << 20)     /* receiver's interval before chunk 0 (§4.2) */
-#define SM_OOO_MIN 16
+#define SM_OOO_MIN 16                          /* FLARE's MAX_OUT_SEQ_CHUNKS */
 #define SM_OOO_MAX 1024
 #define SM_RELIABLE_KEEP_MAX 3600.0            /* cap of sm__rt + sm__rw (§4.9) */
 #define SM_RELIABLE_KEEP_DEFAULT 65.0
@@ -50,6 +50,7 @@ struct cj_stream_ep {
     char me[CJ_HDR_STR_MAX + 1];
     struct cj_stream_io io;
     struct cj_stream_limits lim;
+    enum cj_stream_wire wire;         /* the peers' FLARE generation (cj_stream_set_wire) */
     struct sm_hlist auth;
     struct sm_handler *handlers;
     struct evbuffer *scratch;         /* payload of the message being sent */
@@ -151,7 +152,8 @@ void req_on_rx_failed(struct sm_req *r, const char *why);
 void req_on_tx_progress(struct sm_req *r);
 void req_on_tx_done(struct sm_req *r);
 void req_on_tx_failed(struct sm_req *r, const char *why);
-/* An sm__ERROR / sm__ACK-with-sm__em carrying sm__ri: true when it failed a request. */
+/* An sm__ERROR / sm__ACK-with-sm__em naming a request by sm__ri, or by the sm__id
+ * of its stream when it has no sm__ri: true when it failed the request. */
 bool req_input_error(struct cj_stream_ep *ep, const struct cj_hdr *h);
 void req_free_all(struct cj_stream_ep *ep);
 

@@ -37,6 +37,7 @@ struct sm_req {
     double timeout;
     int stage;
     struct tx_stream *tx;
+    uint64_t sid;                       /* sm__id of the request stream (error notices without sm__ri) */
     struct rx_stream *rx;
     struct event *timer;
     cj_stream_reply_fn fn;
@@ -137,6 +138,7 @@ int cj_stream_request_sink(struct cj_stream_ep *ep, const char *destination, con
     r->tx = tx_start(ep, destination, channel, topic, m, r->ri, false, NULL, blob, NULL, NULL, NULL);
     blob = NULL;   /* taken by tx_start, even on failure */
     if (!r->tx) goto fail;
+    r->sid = tx_id(r->tx);
     tx_set_req(r->tx, r);
     TAILQ_INSERT_TAIL(&ep->reqs, r, link);
     ep->n_req++;
@@ -258,13 +260,28 @@ void req_on_rx_failed(struct sm_req *r, const char *why)
     req_fail(r, "comm_error", "reply stream failed: %s", why);
 }
 
+/* The request a notice names: by sm__ri, or, without one, by the sm__id of the
+ * request's stream (FLARE <= 2.8 sends receiver errors as an sm__ACK with only
+ * sm__id and sm__em, also after the stream completed, e.g. when the handler
+ * could not decode it: streaming.md §11). */
+static struct sm_req *req_of_notice(struct cj_stream_ep *ep, const struct cj_hdr *h)
+{
+    struct sm_req *r;
+    if (cj_hdr_has(h, CJ_HK_SM_RI)) {
+        TAILQ_FOREACH(r, &ep->reqs, link)
+            if (strcmp(r->ri, h->sm_ri) == 0) return r;
+        return NULL;
+    }
+    if (!cj_hdr_has(h, CJ_HK_SM_ID) || h->sm_id_neg) return NULL;
+    TAILQ_FOREACH(r, &ep->reqs, link)
+        if (r->sid == h->sm_id) return r;
+    return NULL;
+}
+
 /* §6: accepted only from the target, or from a forwarder naming the target in sm__fd. */
 bool req_input_error(struct cj_stream_ep *ep, const struct cj_hdr *h)
 {
-    if (!cj_hdr_has(h, CJ_HK_SM_RI)) return false;
-    struct sm_req *r;
-    TAILQ_FOREACH(r, &ep->reqs, link)
-        if (strcmp(r->ri, h->sm_ri) == 0) break;
+    struct sm_req *r = req_of_notice(ep, h);
     if (!r) return false;
     if (strcmp(h->origin, r->target) != 0 && !(cj_hdr_has(h, CJ_HK_SM_FD) && strcmp(h->sm_fd, r->target) == 0)) {
         cj_log_warning("stream: error notice for request %s from %s, not its target %s; ignored", r->ri, h->origin,

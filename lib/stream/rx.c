@@ -225,8 +225,9 @@ static void send_one_error(struct cj_stream_ep *ep, const char *topic, const cha
 void rx_send_error(struct cj_stream_ep *ep, const char *origin, uint64_t id, bool id_neg, const char *ch,
                    const char *tp, const char *ri, const char *et, const char *em)
 {
-    /* On sm__ERROR, and again on sm__ACK for older senders (§6). */
-    send_one_error(ep, CJ_STREAM_TOPIC_ERROR, origin, id, id_neg, ch, tp, ri, et, em);
+    /* On sm__ERROR, and again on sm__ACK for older senders (§6); a 2.8.x cell
+     * has no handler for sm__ERROR and would log each one as an error (§11). */
+    if (ep->wire != CJ_STREAM_WIRE_2_8) send_one_error(ep, CJ_STREAM_TOPIC_ERROR, origin, id, id_neg, ch, tp, ri, et, em);
     send_one_error(ep, CJ_STREAM_TOPIC_ACK, origin, id, id_neg, ch, tp, ri, et, em);
 }
 
@@ -404,10 +405,12 @@ static uint64_t rx_ack_interval(const struct rx_stream *s)
     return ai;
 }
 
-/* max(16, min(ceil(window / chunk) + 1, 1024)) from the sender's sm__ws / sm__cs. */
+/* max(16, min(ceil(window / chunk) + 1, 1024)) from the sender's sm__ws / sm__cs;
+ * 16 for a sender that gives no sm__ws (FLARE <= 2.8, §11). */
 static size_t ooo_limit(const struct cj_hdr *h)
 {
-    uint64_t ws = cj_hdr_has(h, CJ_HK_SM_WS) && h->sm_ws > 0 ? (uint64_t)h->sm_ws : SM_DEFAULT_WINDOW;
+    if (!cj_hdr_has(h, CJ_HK_SM_WS)) return SM_OOO_MIN;
+    uint64_t ws = h->sm_ws > 0 ? (uint64_t)h->sm_ws : SM_DEFAULT_WINDOW;
     uint64_t cs = cj_hdr_has(h, CJ_HK_SM_CS) && h->sm_cs > 0 ? (uint64_t)h->sm_cs : SM_DEFAULT_CHUNK;
     uint64_t n = ws / cs + (ws % cs != 0) + 1;
     if (n > SM_OOO_MAX) n = SM_OOO_MAX;

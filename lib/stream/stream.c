@@ -306,6 +306,25 @@ void cj_stream_free(struct cj_stream_ep *ep)
     free(ep);
 }
 
+void cj_stream_set_wire(struct cj_stream_ep *ep, enum cj_stream_wire wire)
+{
+    ep->wire = wire;
+    if (wire != CJ_STREAM_WIRE_2_8) return;
+    /* A 2.8.x receiver ACKs once more than 4 MiB are consumed (and not after
+     * the FINAL chunk): a smaller window would wait for an ACK that never comes. */
+    uint64_t min = SM_DEFAULT_ACK + 2 * (uint64_t)ep->lim.chunk_size;
+    if (ep->lim.window < min) {
+        cj_log_info("stream %s: window raised from %llu to %llu bytes for FLARE 2.8 peers", ep->me,
+                    (unsigned long long)ep->lim.window, (unsigned long long)min);
+        ep->lim.window = min;
+    }
+}
+
+enum cj_stream_wire cj_stream_get_wire(const struct cj_stream_ep *ep)
+{
+    return ep->wire;
+}
+
 const char *cj_stream_me(const struct cj_stream_ep *ep)
 {
     return ep->me;

@@ -198,6 +198,20 @@ void cj_stream_free(struct cj_stream_ep *ep);
  * -1 on a bad list (empty key, key starting cn__/sm__) or no memory. */
 int cj_stream_set_auth(struct cj_stream_ep *ep, const struct cj_stream_kv *kv, size_t n);
 
+/* The FLARE generation of the peers this endpoint talks to
+ * (doc/protocol/streaming.md §11).  CJ_STREAM_WIRE_DEV, the default: FLARE's
+ * development tree (2.9 and later).  CJ_STREAM_WIRE_2_8: FLARE 2.7.2 and 2.8.x,
+ * whose cells have no handler for sm__ERROR (a receiver error notice goes on
+ * sm__ACK only) and whose receivers ACK only after more than 4 MiB (the window
+ * is raised to at least 4 MiB + 2 chunks).  What every peer gets either way:
+ * non-reliable sends, ACKs with or without sm__sq, an ACK every 4 MiB of a
+ * stream without sm__ai, at most 16 chunks held out of order for a stream
+ * without sm__ws, and an error notice without sm__ri failing the request whose
+ * stream had its sm__id.  Set it before the first send. */
+enum cj_stream_wire { CJ_STREAM_WIRE_DEV = 0, CJ_STREAM_WIRE_2_8 = 1 };
+void cj_stream_set_wire(struct cj_stream_ep *ep, enum cj_stream_wire wire);
+enum cj_stream_wire cj_stream_get_wire(const struct cj_stream_ep *ep);
+
 /* Registers fn for blobs on (sm__ch, sm__tp); replaces an earlier one; fn NULL
  * removes.  return_only is reserved for replies (-1). */
 int cj_stream_on(struct cj_stream_ep *ep, const char *channel, const char *topic, cj_stream_handler_fn fn,

@@ -248,6 +248,7 @@ struct spec {
     int64_t cs, ws, ai;
     bool rs;
     double rw, rt;
+    bool bare;      /* as FLARE <= 2.8 sends: no sm__rs, sm__cs, sm__ws, sm__ai */
 };
 
 static inline void inject(struct memnet *n, int to, const struct spec *s, const uint8_t *data, size_t len)
@@ -266,11 +267,11 @@ static inline void inject(struct memnet *n, int to, const struct spec *s, const 
     cj_hb_int(&b, "sm__dt", s->dt ? s->dt : CJ_SM_CHUNK);
     cj_hb_uint(&b, "sm__sq", s->sq);
     cj_hb_uint(&b, "sm__os", s->os);
-    cj_hb_bool(&b, "sm__rs", s->rs);
+    if (!s->bare) cj_hb_bool(&b, "sm__rs", s->rs);
     cj_hb_bool(&b, "sm__op", false);
-    cj_hb_int(&b, "sm__cs", s->cs ? s->cs : 1048576);
-    cj_hb_int(&b, "sm__ws", s->ws ? s->ws : 67108864);
-    if (s->sq == 0) {
+    if (!s->bare) cj_hb_int(&b, "sm__cs", s->cs ? s->cs : 1048576);
+    if (!s->bare) cj_hb_int(&b, "sm__ws", s->ws ? s->ws : 67108864);
+    if (s->sq == 0 && !s->bare) {
         cj_hb_int(&b, "sm__ai", s->ai ? s->ai : 4194304);
         if (s->rs) {
             cj_hb_float(&b, "sm__rw", s->rw);

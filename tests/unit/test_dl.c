@@ -844,6 +844,34 @@ static void test_unknown_ref(void **state)
     net_free(n);
 }
 
+/* A fetch through an endpoint on the 2.8 wire waits at most the 2.8.x
+ * producer's transaction lifetime (300 s) per request; the development wire
+ * keeps the configured 600 s.  Either way no confirm or cancel goes to a
+ * producer that never asked for one (doc/protocol/download.md §10). */
+static void test_wire28_request_timeout(void **state)
+{
+    for (int wire = 0; wire < 2; wire++) {
+        reset();
+        struct net *n = net_new(2);
+        if (wire) cj_stream_set_wire(n->m.ep[W1], CJ_STREAM_WIRE_2_8);
+        struct fetchrec fr;
+        fetchrec_init(&fr, NULL);
+        struct cj_dl_fetch_cfg c;
+        cj_dl_fetch_cfg_default(&c);
+        fr.f = cj_dl_fetch(n->m.base, n->m.ep[W1], NAMES[S], "no-such-ref", &c, on_item, on_fetch_done, &fr);
+        assert_non_null(fr.f);
+        struct cj_dl_fetch_progress pr;
+        cj_dl_fetch_get_progress(fr.f, &pr);
+        assert_true(pr.request_timeout == (wire ? CJ_DL_REF_IDLE_2_8 : 600.0));
+        n->drop_all = true;   /* nobody answers: abort it */
+        cj_dl_fetch_cancel(fr.f);
+        settle(n, 0.05);
+        const struct tap *rq[4];
+        assert_int_equal(tap_requests(n, W1, rq, 4), 1);   /* the pull only: no cancel (never cancel_capable) */
+        net_free(n);
+    }
+}
+
 /* Idle expiry: activity resets the timer; expiry fails the pending receivers
  * closed, reports TIMEOUT and leaves no tombstone. */
 static void test_idle_expiry(void **state)
@@ -1346,6 +1374,7 @@ int main(void)
         cmocka_unit_test(test_retry_recovered),
         cmocka_unit_test(test_retry_exhausted),
         cmocka_unit_test(test_unknown_ref),
+        cmocka_unit_test(test_wire28_request_timeout),
         cmocka_unit_test(test_idle_expiry),
         cmocka_unit_test(test_nonce_mismatch),
         cmocka_unit_test(test_identity_mode),

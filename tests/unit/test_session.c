@@ -990,6 +990,26 @@ static void test_barrier_death(void **state)
     fx_free(f);
 }
 
+/* On the 2.8 wire (FLARE 2.7.2 / 2.8.x receivers have no source_failure handler;
+ * doc/protocol/download.md §10) no notice is sent, and the log says so. */
+static void test_barrier_death_wire28(void **state)
+{
+    struct fx *f = fx_new(5.0, 30.0, false);
+    cj_stream_set_wire(f->net.ep[R], CJ_STREAM_WIRE_2_8);
+    connect_worker(f);
+    struct cj_task *t = deliver_task(f);
+    result_ready(f, f->session_id, t->id, NULL, NULL);
+    tu_logcap_begin();
+    assert_int_equal(cj_fl_sessions_worker_exited(f->s, W1, "killed by signal 9"), 2);
+    RUN_UNTIL(f, false, 0.5);
+    char *log = tu_logcap_end();
+    assert_int_equal(f->notices, 0);
+    assert_int_equal(t->result_refs[0].state, CJ_REF_FAILED);
+    assert_non_null(strstr(log, "FLARE 2.8 receivers take no source_failure notice"));
+    free(log);
+    fx_free(f);
+}
+
 /* A notice nobody answers (the server unreachable): 4 attempts at most, then
  * given up; freeing the sessions with a notice under way is clean. */
 static void test_barrier_death_notice_retries(void **state)
@@ -1207,6 +1227,7 @@ int main(void)
         cmocka_unit_test(test_worker_exited_during_task),
         cmocka_unit_test(test_worker_exited_requeue),
         cmocka_unit_test(test_barrier_death),
+        cmocka_unit_test(test_barrier_death_wire28),
         cmocka_unit_test(test_barrier_death_notice_retries),
         cmocka_unit_test(test_barrier_death_notice_free),
         cmocka_unit_test(test_log_metrics),
