@@ -41,6 +41,9 @@ struct cj_fl_workers_cfg {
     struct cj_task_table *tt;
     const struct cj_fl_submit_ops *submit;
     const struct cj_fl_sessions_cfg *sc;   /* site, job, heartbeats, credentials, callbacks */
+    /* The job's own credentials ("NA" or "" when it has none), whatever the
+     * upstream's security: a release trainer stamps them on every request. */
+    const char *site_token, *site_signature;
 };
 
 /* The worker side: each dialect's sessions behind the same operations.  w is

@@ -31,6 +31,7 @@
 #include <event2/event.h>
 
 #include "cell/router.h"
+#include "fl/creds.h"
 #include "fl/pipemsg.h"
 #include "payload/splice.h"
 #include "stream/stream.h"
@@ -61,6 +62,8 @@ struct pp {
     struct cj_task_table *tt;
     struct cj_fl_submit_ops sub;
     struct cj_fl_sessions_cfg cfg;
+    char token[CJ_CREDS_VALUE_MAX + 1], signature[CJ_CREDS_VALUE_MAX + 1];   /* "" when the job has none */
+    uint64_t creds_refused;
     char site[NAME_MAX_LEN + 1], job[NAME_MAX_LEN + 1];
     char trainer[NAME_MAX_LEN + 1];    /* <site>.<job>.<site>_<job>_active */
     char passive[NAME_MAX_LEN + 1];
@@ -234,13 +237,26 @@ static void heard(struct pp *p)
     }
 }
 
+/* A pipe request counts when it comes from the trainer's cell and, when the
+ * job has credentials, carries them (CellPipe stamps the site's token and
+ * signature on every request; the file that gave them to the trainer is 0600). */
 static bool from_trainer(struct pp *p, const struct cj_stream_blob *b)
 {
-    if (!strcmp(b->origin, p->trainer)) return true;
-    p->st.bad_requests++;
-    cj_log_warning("pipe: %s/%s from %s, not the trainer %s: ignored", b->req.channel, b->req.topic, b->origin,
-                   p->trainer);
-    return false;
+    if (strcmp(b->origin, p->trainer)) {
+        p->st.bad_requests++;
+        cj_log_warning("pipe: %s/%s from %s, not the trainer %s: ignored", b->req.channel, b->req.topic, b->origin,
+                       p->trainer);
+        return false;
+    }
+    if (p->token[0] && !cj_pipemsg_creds_ok(b->hdr, p->token, p->signature)) {
+        p->st.bad_requests++;
+        if (p->creds_refused++ % 100 == 0)
+            cj_log_warning("pipe: %s/%s from %s without the site's credentials (__token__, __token_signature__): "
+                           "ignored (%llu so far)", b->req.channel, b->req.topic, b->origin,
+                           (unsigned long long)p->creds_refused);
+        return false;
+    }
+    return true;
 }
 
 /* The pipe ACK: an empty reply, sm__pe none (make_reply(OK)). */
@@ -517,6 +533,8 @@ static void pp_destroy(void *w)
     if (p->tick) event_free(p->tick);
     if (p->drain_ev) event_free(p->drain_ev);
     if (p->pep) cj_stream_free(p->pep);
+    explicit_bzero(p->token, sizeof p->token);
+    explicit_bzero(p->signature, sizeof p->signature);
     free(p);
 }
 
@@ -540,6 +558,11 @@ static void *pp_create(const struct cj_fl_workers_cfg *c, struct cj_err *err)
         (size_t)snprintf(p->passive, sizeof p->passive, "%s.%s.%s", p->site, p->job, leaf) >= sizeof p->passive) {
         cj_fail(err, CJ_E_INVALID, 0, "pipe: site and job id too long for CellPipe's names");
         goto fail;
+    }
+    if (c->site_token && c->site_token[0] && strcmp(c->site_token, "NA") && c->site_signature &&
+        c->site_signature[0] && strcmp(c->site_signature, "NA")) {
+        snprintf(p->token, sizeof p->token, "%s", c->site_token);
+        snprintf(p->signature, sizeof p->signature, "%s", c->site_signature);
     }
     p->peer_timeout = sc->heartbeat_timeout > PEER_TIMEOUT_MIN ? sc->heartbeat_timeout : PEER_TIMEOUT_MIN;
     struct cj_stream_io io = {.ctx = p, .send = pep_send, .next_hop = pep_next_hop,

@@ -67,6 +67,35 @@ int cj_pipemsg_read(const struct cj_hdr *h, struct cj_pipe_hdrs *out, struct cj_
     return 0;
 }
 
+/* a == b[0..n) without an early exit on the first difference */
+static bool same_secret(const uint8_t *a, uint32_t n, const char *b)
+{
+    size_t bl = strlen(b);
+    unsigned char d = (unsigned char)(n != bl);
+    for (size_t i = 0; i < n && i < bl; i++) d |= (unsigned char)(a[i] ^ (uint8_t)b[i]);
+    return d == 0;
+}
+
+bool cj_pipemsg_creds_ok(const struct cj_hdr *h, const char *token, const char *signature)
+{
+    struct cj_hdr_iter it;
+    struct cj_hdr_entry e;
+    bool tok = false, sig = false;
+    cj_hdr_iter_init(&it, h);
+    while (cj_hdr_iter_next(&it, &e, NULL) == 1) {
+        bool is_tok = key_is(&e, "__token__"), is_sig = key_is(&e, "__token_signature__");
+        if (!is_tok && !is_sig) continue;
+        struct mp_cur c;
+        const uint8_t *p;
+        uint32_t n;
+        mp_cur_init(&c, e.val.p, e.val.len);
+        if (mp_read_str(&c, &p, &n, NULL)) return false;
+        if (is_tok) tok = same_secret(p, n, token);
+        else sig = same_secret(p, n, signature);
+    }
+    return tok && sig;
+}
+
 int cj_pipemsg_build(msgpack_sbuffer *vals, struct cj_stream_hv hv[CJ_PIPE_HDRS], size_t *n,
                      const struct cj_pipe_hdrs *in)
 {

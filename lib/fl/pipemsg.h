@@ -37,6 +37,11 @@ struct cj_pipe_hdrs {
  * 0, or <0 with err naming the header. */
 int cj_pipemsg_read(const struct cj_hdr *h, struct cj_pipe_hdrs *out, struct cj_err *err);
 
+/* True when h carries __token__ == token and __token_signature__ == signature
+ * (str values; compared without an early exit), as CellPipe's outgoing filter
+ * stamps the site's credentials on every request of a release trainer. */
+bool cj_pipemsg_creds_ok(const struct cj_hdr *h, const char *token, const char *signature);
+
 /* The headers of a message the relay sends: their raw values packed into vals
  * (cleared first) and hv[0..*n) pointing into it (valid while vals is).
  * req_id NULL or "" and hb_seq 0 leave those out.  0 or -1 (no memory). */

@@ -295,7 +295,7 @@ static int make_sessions(struct cj_flrun *f, struct cj_stream_ep *ep, const stru
     cj_fl_up_submit_ops(f->up, &so);
     if (f->stage) cj_spool_stage_submit_ops(f->stage, &so);
     struct cj_fl_workers_cfg wc = {.base = f->base, .ep = ep, .router = f->router, .tt = f->tasks, .submit = &so,
-                                   .sc = &sc};
+                                   .sc = &sc, .site_token = f->creds.token, .site_signature = f->creds.signature};
     if (!(f->sessions = WS(f)->create(&wc, err))) return -1;
     WS(f)->dispatch_ops(f->sessions, &f->dispatch);
     if (f->stage) {   /* upstream -> stage -> sessions */

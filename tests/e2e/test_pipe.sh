@@ -9,7 +9,8 @@
 #     trainer's cell, none by the relay (the download log's requester); the result pulled from
 #     the trainer through the relay; the trainer's cell <site>.<job>.<site>_<job>_active is a
 #     child of the job's cell (its HELLO, its READY); the config file 0600 with the relay's
-#     conn props; CLIENT_API_TYPE=EX_PROCESS_API and no bootstrap variable; the metric pipe
+#     conn props and the job's token (every pipe request carries it, the relay checks it);
+#     CLIENT_API_TYPE=EX_PROCESS_API and no bootstrap variable; the metric pipe
 #     taken; _END_ at the end and the trainer gone by itself; job wait gives 0; show jobs
 #     names the generation
 # (b) launch_once false: one trainer process per round, each exits once the server pulled
@@ -44,11 +45,15 @@ relay_ini "$W/site.ini" relay.job_id= relay.max_jobs=4 relay.job_linger=120 work
 CJTEST_DAEMON_ONLY=1 $D -c "$W/site.ini" > "$W/relay.log" 2>&1 & RELAY=$!
 wait_for 10 test -S "$W/status.sock"
 
-# desc JOB VERSION PORT LAUNCH_ONCE: the description cjrelay_flare sends for a ScriptRunner job
+TOKEN=cjtest-pipetoken-41c7e2; SIG=cjtest-pipesig-9d03aa
+# desc JOB VERSION PORT LAUNCH_ONCE [creds]: the description cjrelay_flare sends for a ScriptRunner job
 desc() {
     app=$W/ws/$1/app_site-1
     printf '{"job_id": "%s", "flare_version": "%s", "server_url": "tcp://127.0.0.1:%s", "workspace": "%s/ws",' \
         "$1" "$2" "$3" "$W"
+    if [ -n "$5" ]; then
+        printf ' "credentials": {"token": "%s", "token_signature": "%s", "ssid": "s1"},' "$TOKEN" "$SIG"
+    fi
     printf ' "worker": {"argv": ["%s", "-u", "custom/train.py"], "cwd": "%s", "env": {"PYTHONPATH": "%s/%s:%s/custom",' \
         "$SYSPY" "$app" "$TREES" "$2" "$app"
     printf ' "PATH": "/usr/bin:/bin"}, "count": 1, "listen": "tcp://127.0.0.1:0", "launch_timeout": 120},'
@@ -60,9 +65,9 @@ desc() {
     printf ' "HEARTBEAT_TIMEOUT": 60}}}\n'
 }
 
-# run LABEL JOB VERSION LAUNCH_ONCE ROUNDS: one job through to its end, then its checks
+# run LABEL JOB VERSION LAUNCH_ONCE ROUNDS [creds]: one job through to its end, then its checks
 run() {
-    label=$1; job=$2; ver=$3; once=$4; rounds=$5
+    label=$1; job=$2; ver=$3; once=$4; rounds=$5; creds=$6
     trainer=site-1.$job.site-1_${job}_active
     if [ ! -d "$TREES/$ver/nvflare" ]; then skip "($label) no FLARE $ver tree in $TREES"; return; fi
     mkdir -p "$W/ws/$job/app_site-1/custom"
@@ -71,7 +76,7 @@ run() {
         --download-log "$W/$job.dl" > "$W/$job.sim" 2> "$W/$job.simlog" &
     sim=$!; SIMS="$SIMS $sim"
     port=$(sim_port "$W/$job.sim")
-    desc "$job" "$ver" "$port" "$once" > "$W/$job.json"
+    desc "$job" "$ver" "$port" "$once" "$creds" > "$W/$job.json"
     a=$($CTL job start - < "$W/$job.json")
     check "($label) job start: $a" [ "$a" = "OK job $job started" ]
     check "($label) show jobs: the job runs FLARE generation 2.7-2.8" \
@@ -102,6 +107,10 @@ run() {
 sys.exit(not (p['fqcn'] == 'site-1.$job' and p['url'].startswith('tcp://127.0.0.1:') and a['root_url'] == p['url']
  and c['root_conn_props']['fqcn'] == 'server' and a['token'] == '$job' and c['METRICS_EXCHANGE']['pipe']['ARG']['mode'] == 'ACTIVE'
  and c['TASK_EXCHANGE']['launch_once'] == $( [ "$once" = true ] && echo True || echo False)))"
+    if [ -n "$creds" ]; then
+        check "($label) the config holds the job's token; every pipe request carried it (none refused)" \
+            sh -c "grep -q '\"auth_token\": \"$TOKEN\"' $cfgf && ! grep -q 'without the site.s credentials' $W/relay.log"
+    fi
     check "($label) the metric pipe's messages were taken (flare.log returned every round)" \
         sh -c "[ \$(grep -c 'trainer: round' $W/$job.trainer) -eq $rounds ]"
     check "($label) _END_ sent at the end of the run" grep -q "pipe: _END_ (end_of_job) sent to $trainer" "$W/relay.log"
@@ -123,9 +132,9 @@ sys.exit(not (p['fqcn'] == 'site-1.$job' and p['url'].startswith('tcp://127.0.0.
     fi
 }
 
-run "2.8.1 a" P281 2.8.1 true 3
+run "2.8.1 a" P281 2.8.1 true 3 creds
 run "2.8.1 b" Q281 2.8.1 false 2
-run "2.7.2 a" P272 2.7.2 true 3
+run "2.7.2 a" P272 2.7.2 true 3 creds
 run "2.7.2 b" Q272 2.7.2 false 2
 check "no Python traceback from any trainer" sh -c "! grep -q 'Traceback' $W/relay.log"
 if [ "$_f" -gt 0 ]; then grep -v 'status: pid' "$W/relay.log" | tail -60 | note; fi

@@ -64,6 +64,9 @@ static void test_roundtrip(void **state)
     assert_string_equal(out.req_id, in.req_id);
     assert_true(out.start == in.start);
     assert_int_equal(out.hb_seq, 0);
+    struct cj_hdr hd;
+    assert_int_equal(cj_hdr_decode(&hd, blk, len, &e), 0);
+    assert_false(cj_pipemsg_creds_ok(&hd, "NA", "NA"));   /* none stamped */
 
     struct cj_pipe_hdrs hb = {.rep = false, .start = 2.5, .hb_seq = 41};
     strcpy(hb.msg_id, "m");
@@ -191,6 +194,11 @@ static void test_stock_trainer(void **state)
     assert_string_equal(h.msg_id, "b1fa7095-7120-4e8b-a1e3-843f6ea6e41e");
     assert_true(h.start > 1.7e9);
     assert_string_equal(hd.origin, "site-1.J1.site-1_J1_active");
+    /* the site's credentials, stamped by CellPipe's outgoing filter ("NA": the job had none) */
+    assert_true(cj_pipemsg_creds_ok(&hd, "NA", "NA"));
+    assert_false(cj_pipemsg_creds_ok(&hd, "NA", "NAX"));
+    assert_false(cj_pipemsg_creds_ok(&hd, "N", "NA"));
+    assert_false(cj_pipemsg_creds_ok(&hd, "tok", "NA"));
     assert_int_equal(f.payload_len, sizeof empty);   /* the heartbeat body, as releases.md §4.4 gives it */
     assert_memory_equal(f.payload, empty, sizeof empty);
     free(f.buf);
