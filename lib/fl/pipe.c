@@ -50,6 +50,7 @@
 #define NAME_MAX_LEN 255
 #define CH_TASK CJ_PIPE_CH_PREFIX "task"
 #define CH_METRIC CJ_PIPE_CH_PREFIX "metric"
+#define PIPE_METRICS 16
 
 enum pstate { P_NONE, P_EXPECTED, P_READY, P_BUSY, P_RESULT, P_LOST };
 static const char *const state_names[] = {"none", "expected", "ready", "busy", "result", "lost"};
@@ -89,8 +90,12 @@ struct pp {
     bool draining, drained_fired;
     struct event *tick, *drain_ev;
     struct cj_fl_sessions_stats st;
-    char metric_name[CJ_FL_METRIC_NAME_MAX + 1];
-    char metric_value[CJ_FL_METRIC_VALUE_MAX + 1];
+    struct {                           /* the latest value per metric name (oldest replaced) */
+        char name[CJ_FL_METRIC_NAME_MAX + 1];
+        char value[CJ_FL_METRIC_VALUE_MAX + 1];
+        uint64_t seq;
+    } metrics[PIPE_METRICS];
+    uint64_t metric_seq;
 };
 
 static const struct cj_stream_msg NONE_MSG = {.encoding = "none"};
@@ -280,18 +285,34 @@ static int on_heartbeat(void *arg, struct cj_stream_blob *b)
     return 0;
 }
 
-/* "metric": an analytics DXO; the relay keeps that it came (the values stay the trainer's). */
+static void set_metric(struct pp *p, const char *name, const char *value)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < PIPE_METRICS; i++) {
+        if (!strcmp(p->metrics[i].name, name)) { at = i; break; }
+        if (p->metrics[i].seq < p->metrics[at].seq) at = i;
+    }
+    snprintf(p->metrics[at].name, sizeof p->metrics[at].name, "%s", name);
+    snprintf(p->metrics[at].value, sizeof p->metrics[at].value, "%s", value);
+    p->metrics[at].seq = ++p->metric_seq;
+}
+
+/* "metric": an analytics DXO (flare.log); ACKed at once, its key and value kept
+ * as the worker's metrics (show metrics), as client_api.log's are. */
 static int on_metric(void *arg, struct cj_stream_blob *b)
 {
     struct pp *p = arg;
+    char key[CJ_FL_METRIC_NAME_MAX + 1], val[CJ_FL_METRIC_VALUE_MAX + 1];
     if (!from_trainer(p, b)) return 0;
     p->metric_pipe = true;
     heard(p);
     ack(p, b);
     p->st.logs++;
     p->bytes += b->size;
-    snprintf(p->metric_name, sizeof p->metric_name, "metric.messages");
-    snprintf(p->metric_value, sizeof p->metric_value, "%llu", (unsigned long long)p->st.logs);
+    size_t n = b->data ? evbuffer_get_length(b->data) : 0;
+    const uint8_t *body = n ? evbuffer_pullup(b->data, -1) : NULL;
+    if (body && cj_pipemsg_metric(body, n, key, sizeof key, val, sizeof val) == 0) set_metric(p, key, val);
+    else p->st.logs_dropped++;
     return 0;
 }
 
@@ -703,9 +724,10 @@ static size_t pp_workers(const void *w, cj_fl_worker_fn fn, void *arg)
 static size_t pp_metrics(const void *w, cj_fl_metric_fn fn, void *arg)
 {
     const struct pp *p = w;
-    if (!p->metric_name[0]) return 0;
-    fn(arg, p->trainer, p->metric_name, p->metric_value);
-    return 1;
+    size_t k = 0;
+    for (size_t i = 0; i < PIPE_METRICS; i++)
+        if (p->metrics[i].name[0]) fn(arg, p->trainer, p->metrics[i].name, p->metrics[i].value), k++;
+    return k;
 }
 
 static void pp_stats(const void *w, struct cj_fl_sessions_stats *st) { *st = ((const struct pp *)w)->st; }

@@ -8,6 +8,7 @@
 #include "payload/fobs.h"
 #include "payload/lobs.h"
 #include "util/mp.h"
+#include "util/repr.h"
 
 #define K_TYPE "cell_pipe.msg_type"
 #define K_ID "cell_pipe.msg_id"
@@ -141,4 +142,30 @@ int cj_pipemsg_str_body(msgpack_sbuffer *out, const char *s)
     if (cj_fobs_write_str(&pk, s)) return -1;
     cj_lobs_end_main(out, hdr);
     return 0;
+}
+
+int cj_pipemsg_metric(const uint8_t *body, size_t n, char *key, size_t ksz, char *val, size_t vsz)
+{
+    struct mp_cur c;
+    struct mp_val v;
+    int want = 0;   /* 1: the next value is the key's, 2: the value's */
+    bool have_k = false, have_v = false;
+    if (n <= CJ_LOBS_HDR_LEN || !ksz || !vsz) return -1;
+    mp_cur_init(&c, body + CJ_LOBS_HDR_LEN, n - CJ_LOBS_HDR_LEN);   /* past the LOBS MAIN header */
+    for (int guard = 0; guard < 4096 && mp_left(&c) && mp_next(&c, &v, NULL) == 0; guard++) {
+        if (want == 1 && v.kind == MP_STR) {
+            snprintf(key, ksz, "%.*s", (int)(v.len < ksz ? v.len : ksz - 1), (const char *)v.ptr);
+            have_k = true;
+        } else if (want == 2) {
+            if (v.kind == MP_FLOAT) cj_repr_float(val, vsz, v.f);
+            else if (v.kind == MP_UINT) snprintf(val, vsz, "%llu", (unsigned long long)v.u);
+            else if (v.kind == MP_INT) snprintf(val, vsz, "%lld", (long long)v.i);
+            else if (v.kind == MP_BOOL) snprintf(val, vsz, "%s", v.b ? "True" : "False");
+            have_v = have_v || v.kind == MP_FLOAT || v.kind == MP_UINT || v.kind == MP_INT || v.kind == MP_BOOL;
+        }
+        want = v.kind == MP_STR && v.len == 9 && !memcmp(v.ptr, "track_key", 9)     ? 1
+               : v.kind == MP_STR && v.len == 11 && !memcmp(v.ptr, "track_value", 11) ? 2
+                                                                                      : 0;
+    }
+    return have_k && have_v ? 0 : -1;
 }

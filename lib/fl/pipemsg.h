@@ -48,6 +48,13 @@ bool cj_pipemsg_creds_ok(const struct cj_hdr *h, const char *token, const char *
 int cj_pipemsg_build(msgpack_sbuffer *vals, struct cj_stream_hv hv[CJ_PIPE_HDRS], size_t *n,
                      const struct cj_pipe_hdrs *in);
 
+/* The key and value of a "metric" message's analytics DXO (flare.log: data
+ * {track_key, track_value}): key as written, value as Python prints it (a
+ * float, an int, True/False), each cut to its buffer.  A flat walk of the
+ * body's msgpack (no recursion, at most 4096 items).  0, or -1 when the body
+ * has no such pair. */
+int cj_pipemsg_metric(const uint8_t *body, size_t n, char *key, size_t ksz, char *val, size_t vsz);
+
 /* The FOBS body of a heartbeat, "" (LOBS of a msgpack empty string), and of
  * _END_ / _ABORT_ with a string: out += 64 00 <len> <str>.  0 or -1. */
 int cj_pipemsg_str_body(msgpack_sbuffer *out, const char *s);

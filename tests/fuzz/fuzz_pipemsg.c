@@ -12,7 +12,8 @@
  *  - an accepted id is NUL-terminated within CJ_PIPE_ID_MAX bytes;
  *  - cj_splice_wrap_result accepts exactly the payloads the LOBS validator
  *    accepts, and its output validates with the same datums after it;
- *  - cj_splice_task_body's output, when it succeeds, validates. */
+ *  - cj_splice_task_body's output, when it succeeds, validates;
+ *  - cj_pipemsg_metric never writes past its buffers. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,8 @@ static void check_splices(const uint8_t *data, size_t size)
     } else {
         CHECK(out.size == 0);
     }
+    char key[16], val[16];
+    if (cj_pipemsg_metric(data, size, key, sizeof key, val, sizeof val) == 0) CHECK(strlen(key) < 16 && strlen(val) < 16);
     out.size = 0;
     if (cj_splice_task_body(data, size, "J1", "site-1", &out, NULL, NULL) == 0)
         CHECK(cj_lobs_validate((const uint8_t *)out.data, out.size, &m, NULL, 0, &nd2, NULL) == 0 && nd2 == nd);

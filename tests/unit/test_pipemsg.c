@@ -215,6 +215,11 @@ static void test_stock_trainer(void **state)
     assert_false(h.rep);
     assert_int_equal(h.hb_seq, 0);
     assert_string_equal(h.req_id, "");
+    char key[64], val[64];   /* flare.log("round", 1.0, SCALAR) */
+    assert_int_equal(cj_pipemsg_metric(f.payload, f.payload_len, key, sizeof key, val, sizeof val), 0);
+    assert_string_equal(key, "round");
+    assert_string_equal(val, "1.0");
+    assert_int_equal(cj_pipemsg_metric(f.payload, 40, key, sizeof key, val, sizeof val), -1);   /* cut */
     free(f.buf);
 
     /* the REP: its result Shareable's refs to the trainer's cell, wrapped for the submission verbatim */
