@@ -18,6 +18,8 @@
 #     right away (the stock executor starts it with the next task), so the last one gets _END_
 #     without a task (2.8.1's then exits; 2.7.2's keeps its non-daemon threads after leaving its
 #     loop until the staged stop's SIGTERM: no task is lost either way)
+# (c) the trainer SIGKILLed while it downloads its task: the task is reported failed upstream
+#     at once, the server re-issues it, the relaunched trainer serves both rounds
 # Skipped, with the reason, when ../shared/flare (FLARE_TREES) or Debian's python3-numpy and
 # python3-msgpack are missing.
 . "$(dirname "$0")/lib.sh"
@@ -141,6 +143,34 @@ run "2.8.1 a" P281 2.8.1 true 3 creds
 run "2.8.1 b" Q281 2.8.1 false 2
 run "2.7.2 a" P272 2.7.2 true 3 creds
 run "2.7.2 b" Q272 2.7.2 false 2
+# ---- (c) the trainer killed mid-download: the task fails upstream, a new trainer serves the next --------
+# (2.8.1; 128 MiB tasks so that the download is under way when the SIGKILL comes)
+if [ -d "$TREES/2.8.1/nvflare" ]; then
+    job=K281; trainer=site-1.$job.site-1_${job}_active
+    mkdir -p "$W/ws/$job/app_site-1/custom"
+    cp "$ROOT/tests/e2e/pipe/train.py" "$W/ws/$job/app_site-1/custom/"
+    $S --listen tcp://127.0.0.1:0 --job-id "$job" --rounds 2 --model-size 128M --tensors 4 --format numpy \
+        --download-log "$W/$job.dl" > "$W/$job.sim" 2> "$W/$job.simlog" &
+    sim=$!; SIMS="$SIMS $sim"
+    port=$(sim_port "$W/$job.sim")
+    desc "$job" 2.8.1 "$port" true > "$W/$job.json"
+    a=$($CTL job start - < "$W/$job.json")
+    check "(c) job start: $a" [ "$a" = "OK job $job started" ]
+    wait_for 60 grep -q "sent to $trainer on cell_pipe.task" "$W/relay.log"
+    pid=$(grep "worker $trainer launched: pid" "$W/relay.log" | head -1 | sed 's/.*launched: pid \([0-9]*\).*/\1/')
+    kill -KILL "$pid" 2>/dev/null
+    wait_for 180 sh -c "grep -q '^SIM OK\|^SIM FAIL' $W/$job.sim"
+    wait "$sim"; rc=$?
+    check "(c) the task it held failed upstream at once (EXECUTION_EXCEPTION), no wait for a timeout" \
+        grep -q "failure reported upstream as EXECUTION_EXCEPTION (process killed by signal 9)" "$W/relay.log"
+    check "(c) the server re-issued it and verified both rounds with the relaunched trainer (rc $rc): $(tail -1 "$W/$job.sim")" \
+        sh -c "[ $rc -eq 0 ] && grep -q '^SIM OK rounds=2' $W/$job.sim && [ \$(grep -c '^ROUND .* FAILED' $W/$job.sim) -eq 1 ]"
+    check "(c) two trainer processes ($(grep -c "worker $trainer launched" "$W/relay.log"))" \
+        [ "$(grep -c "worker $trainer launched" "$W/relay.log")" -eq 2 ]
+    check "(c) still no download by the relay" sh -c "! awk '{print \$2}' $W/$job.dl | grep -qx 'site-1.$job'"
+else
+    skip "(c) no FLARE 2.8.1 tree in $TREES"
+fi
 check "no Python traceback from any trainer" sh -c "! grep -q 'Traceback' $W/relay.log"
 if [ "$_f" -gt 0 ]; then grep -v 'status: pid' "$W/relay.log" | tail -60 | note; fi
 finish
