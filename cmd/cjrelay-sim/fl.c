@@ -447,12 +447,13 @@ static void reply_special(struct sim_fl *fl, const struct cj_stream_reqctx *rq, 
 }
 
 /* The task's __headers__: {__content_type__, current_round, __wait_time__, __cookie_jar__,
- * __task_id__, task_name, __peer_ctx__}. */
+ * __task_id__, __task_name__ (FLARE's server_runner sets both on the task data; a 2.7/2.8
+ * trainer's FlareAgent takes its task's name from it), task_name, __peer_ctx__}. */
 static int task_headers(msgpack_sbuffer *hb, struct sim_fl *fl, const struct task *t)
 {
     msgpack_packer pk;
     msgpack_packer_init(&pk, hb, msgpack_sbuffer_write);
-    if (msgpack_pack_map(&pk, 7) || pack_str(&pk, "__content_type__") || pack_str(&pk, "DXO") ||
+    if (msgpack_pack_map(&pk, 8) || pack_str(&pk, "__task_name__") || pack_str(&pk, TASK_NAME) || pack_str(&pk, "__content_type__") || pack_str(&pk, "DXO") ||
         pack_str(&pk, "current_round") || msgpack_pack_long(&pk, t->round) || pack_str(&pk, "__wait_time__") ||
         msgpack_pack_double(&pk, fl->o->wait_time) || pack_cookie_jar(&pk, t->id) || pack_str(&pk, "__task_id__") ||
         pack_str(&pk, t->id) || pack_str(&pk, "task_name") || pack_str(&pk, TASK_NAME))

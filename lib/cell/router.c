@@ -343,8 +343,32 @@ void cj_router_input(struct cj_router *r, struct cj_msg *m)
         cj_msg_free(m);
         return;
     }
-    if (!strcmp(m->hdr.destination, r->me)) local_dispatch(r, m);
-    else forward(r, m);
+    if (!strcmp(m->hdr.destination, r->me)) {
+        local_dispatch(r, m);
+        return;
+    }
+    for (int i = 0; i < ROUTER_VIRTUAL_MAX; i++)
+        if (r->virt[i].fn && !strcmp(m->hdr.destination, r->virt[i].fqcn)) {
+            r->c.local_msgs++;
+            r->virt[i].fn(r, m, r->virt[i].ctx);
+            return;
+        }
+    forward(r, m);
+}
+
+int cj_router_virtual(struct cj_router *r, const char *fqcn, cj_router_handler_fn fn, void *ctx)
+{
+    if (!cj_fqcn_is_direct_child(r->me, fqcn, NULL) || strlen(fqcn) > CJ_FQCN_MAX) return -1;
+    int free_at = -1;
+    for (int i = 0; i < ROUTER_VIRTUAL_MAX; i++) {
+        if (r->virt[i].fn && !strcmp(r->virt[i].fqcn, fqcn)) free_at = i;
+        else if (!r->virt[i].fn && free_at < 0) free_at = i;
+    }
+    if (free_at < 0) return fn ? -1 : 0;
+    snprintf(r->virt[free_at].fqcn, sizeof r->virt[free_at].fqcn, "%s", fqcn);
+    r->virt[free_at].fn = fn;
+    r->virt[free_at].ctx = ctx;
+    return 0;
 }
 
 /* ---- sending what this cell originates ------------------------------------------------- */

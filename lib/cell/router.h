@@ -168,6 +168,12 @@ struct event_base *cj_router_base(const struct cj_router *r);
 int cj_router_handle(struct cj_router *r, const char *channel, const char *topic, cj_router_handler_fn fn,
                      void *ctx);
 void cj_router_set_stamp(struct cj_router *r, cj_router_stamp_fn fn, void *ctx);
+/* A virtual cell: a direct child fqcn of me played in this process (the pipe
+ * peer of a release trainer, lib/fl/pipe.c).  Every message whose destination
+ * is fqcn is handed to fn (which takes it) instead of a child link; what it
+ * sends carries its own cn__origin (cj_router_send_block).  fn NULL removes it.
+ * At most 4.  0, or -1 (not a direct child, no room). */
+int cj_router_virtual(struct cj_router *r, const char *fqcn, cj_router_handler_fn fn, void *ctx);
 void cj_router_set_events(struct cj_router *r, const struct cj_router_events *ev, void *ctx);
 
 /* ---- links ----------------------------------------------------------------------- */

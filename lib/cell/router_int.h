@@ -90,9 +90,16 @@ struct outlink {
     uint64_t *reconnects;      /* counter of attempts after the first */
 };
 
+#define ROUTER_VIRTUAL_MAX 4
+
 struct cj_router {
     struct event_base *base;
     char me[CJ_FQCN_MAX + 1];
+    struct {                   /* virtual cells under me (cj_router_virtual) */
+        char fqcn[CJ_FQCN_MAX + 1];
+        cj_router_handler_fn fn;
+        void *ctx;
+    } virt[ROUTER_VIRTUAL_MAX];
     struct cj_link_cfg worker_cfg;
 
     struct cj_link **links;    /* every link, any state */

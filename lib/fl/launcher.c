@@ -90,6 +90,9 @@ struct cj_launcher {
     struct cj_account account;
     char *boot_extra;           /* boot_extrac pairs, see cj_launcher_cfg */
     int boot_extrac;
+    const struct cj_launch_style *style;
+    char *config_text;          /* style->config_file's text, NULL none */
+    size_t config_len;
     char connect_url[CJ_BOOTSTRAP_URL_MAX + 1];
     char site[NAME_MAX_LEN + 1], job[NAME_MAX_LEN + 1];
     bool secure;
@@ -297,8 +300,29 @@ static int outp_new(struct cj_launcher *l, struct slot *sl, int fd, int stream)
 
 /* ---- spawning ------------------------------------------------------------------------------ */
 
-static bool env_dropped(const char *e)
+/* ---- launch styles --------------------------------------------------------------------------- */
+
+static int bootstrap_leaf(char *out, size_t n, const char *site, const char *job, unsigned seq)
 {
+    (void)site;
+    (void)job;
+    return (size_t)snprintf(out, n, "%s%u", CJ_LAUNCHER_LEAF_PREFIX, seq) < n ? 0 : -1;
+}
+
+const struct cj_launch_style cj_launch_style_bootstrap = {
+    .name = "bootstrap", .leaf = bootstrap_leaf, .bootstrap = true,
+};
+
+/* True when e ("NAME=value") sets the name of set ("NAME=value"). */
+static bool same_name(const char *e, const char *set)
+{
+    const char *eq = set ? strchr(set, '=') : NULL;
+    return eq && !strncmp(e, set, (size_t)(eq - set) + 1);
+}
+
+static bool env_dropped(const struct cj_launcher *l, const char *e)
+{
+    if (same_name(e, l->style->env_set)) return true;
     static const char *const names[] = {
         "CLIENT_API_TYPE", CJ_BOOTSTRAP_ENV,
         /* the relay's own job credentials: workers get theirs from hello_accepted */
@@ -331,16 +355,21 @@ static char **make_env(const struct cj_launcher *l, const char *bootstrap)
     size_t k = 0;
     bool own_path = l->clean_env && job_sets_path(l);
     for (char **e = environ; e && *e; e++)
-        if (l->clean_env ? !own_path && !strncmp(*e, "PATH=", 5) : !env_dropped(*e)) env[k++] = *e;
+        if (l->clean_env ? !own_path && !strncmp(*e, "PATH=", 5) : !env_dropped(l, *e)) env[k++] = *e;
     const char *p = l->env_text;
-    for (int i = 0; l->clean_env && i < l->envc; i++, p += strlen(p) + 1) env[k++] = (char *)p;
-    size_t len = strlen(CJ_BOOTSTRAP_ENV) + 1 + strlen(bootstrap) + 1;
-    char *mine = malloc(len);
+    for (int i = 0; l->clean_env && i < l->envc; i++, p += strlen(p) + 1)
+        if (!same_name(p, l->style->env_set)) env[k++] = (char *)p;
+    char *mine;
+    if (l->style->bootstrap) {
+        size_t len = strlen(CJ_BOOTSTRAP_ENV) + 1 + strlen(bootstrap) + 1;
+        if ((mine = malloc(len))) snprintf(mine, len, "%s=%s", CJ_BOOTSTRAP_ENV, bootstrap);
+    } else {
+        mine = strdup(l->style->env_set);   /* checked in cj_launcher_new */
+    }
     if (!mine) {
         free(env);
         return NULL;
     }
-    snprintf(mine, len, "%s=%s", CJ_BOOTSTRAP_ENV, bootstrap);
     env[k++] = mine;
     env[k] = NULL;
     return env;
@@ -393,7 +422,7 @@ static void exec_on_path(char *const argv[], char *const env[])
 /* What a launched child tells its parent through the report pipe when it
  * cannot become the worker (the pipe is close-on-exec: a successful exec
  * leaves it empty).  The parent reads it once the child is reaped. */
-enum launch_stage { LAUNCH_ACCOUNT = 1, LAUNCH_CWD, LAUNCH_EXEC };
+enum launch_stage { LAUNCH_ACCOUNT = 1, LAUNCH_CWD, LAUNCH_CONFIG, LAUNCH_EXEC };
 struct launch_report {
     int32_t stage;
     int32_t err;   /* errno */
@@ -424,6 +453,43 @@ static void die_with_parent(pid_t parent, int err_fd)
     if (getppid() != parent) _exit(127);
 }
 
+/* In the child, as the worker's account in its cwd: the style's config file,
+ * 0600, through "<file>.tmp" and rename (a reader never sees half of it), its
+ * directory made 0700 when missing.  Async-signal-safe calls only.  0 or -1. */
+static int child_config(const struct cj_launcher *l)
+{
+    const char *file = l->style->config_file;
+    char dir[PATH_MAX], tmp[PATH_MAX];
+    size_t fl = strlen(file);
+    if (fl + 5 > sizeof tmp) return -1;
+    memcpy(tmp, file, fl);
+    memcpy(tmp + fl, ".tmp", 5);
+    const char *slash = strrchr(file, '/');
+    if (slash) {
+        memcpy(dir, file, (size_t)(slash - file));
+        dir[slash - file] = 0;
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) return -1;
+    }
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    for (size_t off = 0; off < l->config_len;) {
+        ssize_t n = write(fd, l->config_text + off, l->config_len - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            close(fd);
+            unlink(tmp);
+            return -1;
+        }
+        off += (size_t)n;
+    }
+    if (close(fd) != 0 || rename(tmp, file) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 /* In the child, between fork and exec: async-signal-safe calls only. */
 static void child_exec(const struct cj_launcher *l, pid_t parent, int out_fd, int err_fd, int report_fd, char **env)
 {
@@ -433,6 +499,8 @@ static void child_exec(const struct cj_launcher *l, pid_t parent, int out_fd, in
     die_with_parent(parent, err_fd);
     if (l->cwd[0] && chdir(l->cwd) != 0)
         CHILD_FAIL(report_fd, err_fd, LAUNCH_CWD, "cjrelay launcher: cannot enter the worker's directory");
+    if (l->style->config_file && child_config(l) != 0)
+        CHILD_FAIL(report_fd, err_fd, LAUNCH_CONFIG, "cjrelay launcher: cannot write the worker's config file");
     int nul = open("/dev/null", O_RDONLY);
     if (nul >= 0 && nul != 0) {
         dup2(nul, 0);
@@ -485,6 +553,8 @@ static void report_text(const struct cj_launcher *l, const struct launch_report 
     case LAUNCH_ACCOUNT: snprintf(out, n, "cannot switch to uid %u gid %u: %s", (unsigned)l->account.uid,
                                   (unsigned)l->account.gid, what); break;
     case LAUNCH_CWD: snprintf(out, n, "cannot enter %.150s: %s", l->cwd, what); break;
+    case LAUNCH_CONFIG: snprintf(out, n, "cannot write %.40s under %.100s: %s", l->style->config_file,
+                                 l->cwd[0] ? l->cwd : ".", what); break;
     default: snprintf(out, n, "cannot exec %.150s: %s", l->argv[0], what); break;
     }
 }
@@ -598,15 +668,19 @@ static int spawn(struct slot *sl)
     char **env = NULL;
 
     sl->seq = ++l->seq;
-    snprintf(sl->leaf, sizeof sl->leaf, "%s%u", CJ_LAUNCHER_LEAF_PREFIX, sl->seq);
+    int leaf_rc = l->style->leaf(sl->leaf, sizeof sl->leaf, l->site, l->job, sl->seq);
     start_waiting(sl);
     sl->waiting_launches++;
-    if ((size_t)snprintf(sl->fqcn, sizeof sl->fqcn, "%s.%s.%s", l->site, l->job, sl->leaf) >= sizeof sl->fqcn) {
+    sl->bootstrap[0] = 0;
+    token[0] = 0;
+    if (leaf_rc != 0 ||
+        (size_t)snprintf(sl->fqcn, sizeof sl->fqcn, "%s.%s.%s", l->site, l->job, sl->leaf) >= sizeof sl->fqcn) {
         sl->bootstrap[0] = 0;
         cj_log_error("worker %s: FQCN too long", sl->leaf);
         set_last_error(sl, "%s: FQCN too long", sl->leaf);
         goto fail;
     }
+    if (!l->style->bootstrap) goto launch;   /* no token, no bootstrap file */
     if ((size_t)snprintf(sl->bootstrap, sizeof sl->bootstrap, "%s/client_api_bootstrap_%u.json", l->runtime_dir,
                          sl->seq) >= sizeof sl->bootstrap) {
         sl->bootstrap[0] = 0;
@@ -630,6 +704,7 @@ static int spawn(struct slot *sl)
                        strerror(errno));
         goto fail;
     }
+launch:
     if (!(env = make_env(l, sl->bootstrap)) || pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) ||
         pipe2(pr, O_CLOEXEC | O_NONBLOCK)) {
         cj_log_error("worker %s: cannot prepare its launch: %s", sl->leaf, strerror(errno));
@@ -656,8 +731,13 @@ static int spawn(struct slot *sl)
     sl->stage = STOP_NONE;
     if (outp_new(l, sl, po[0], 1)) cj_log_warning("worker %s: its stdout is not captured", sl->leaf);
     if (outp_new(l, sl, pe[0], 2)) cj_log_warning("worker %s: its stderr is not captured", sl->leaf);
-    cj_log_info("worker %s launched: pid %d, %s (%d more args not shown), bootstrap %s", sl->fqcn, (int)pid,
-                l->argv[0], l->argc - 1, sl->bootstrap);
+    if (l->style->bootstrap)
+        cj_log_info("worker %s launched: pid %d, %s (%d more args not shown), bootstrap %s", sl->fqcn, (int)pid,
+                    l->argv[0], l->argc - 1, sl->bootstrap);
+    else
+        cj_log_info("worker %s launched: pid %d, %s (%d more args not shown), %s%s%s", sl->fqcn, (int)pid,
+                    l->argv[0], l->argc - 1, l->style->env_set ? l->style->env_set : "",
+                    l->style->config_file ? ", config " : "", l->style->config_file ? l->style->config_file : "");
     if (l->cbs.on_spawn) l->cbs.on_spawn(l->cbs.ctx, sl->fqcn, token, pid);
     explicit_bzero(token, sizeof token);
     return 0;
@@ -866,6 +946,8 @@ struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_lau
     else if (!cfg->site || !cfg->site[0] || !cfg->job_id || !cfg->job_id[0] ||
              strlen(cfg->site) + strlen(cfg->job_id) + 64 > NAME_MAX_LEN)
         bad = "site / job_id";
+    else if (cfg->style && (!cfg->style->leaf || (!cfg->style->bootstrap && !cfg->style->env_set)))
+        bad = "launch style (a leaf, and a bootstrap file or a variable)";
     if (bad) {
         cj_fail(err, CJ_E_INVALID, 0, "launcher: %s", bad);
         return NULL;
@@ -889,6 +971,11 @@ struct cj_launcher *cj_launcher_new(struct event_base *base, const struct cj_lau
     }
     if (cfg->boot_extrac > 0 && copy_pairs(cfg->boot_extra, cfg->boot_extrac, &l->boot_extra) != 0) goto nomem;
     l->boot_extrac = l->boot_extra ? cfg->boot_extrac : 0;
+    l->style = cfg->style ? cfg->style : &cj_launch_style_bootstrap;
+    if (l->style->config_file) {
+        l->config_len = cfg->config_text ? strlen(cfg->config_text) : 0;
+        if (!(l->config_text = strndup(cfg->config_text ? cfg->config_text : "", l->config_len))) goto nomem;
+    }
     l->clean_env = cfg->clean_env;
     if (cfg->clean_env && cfg->env && cfg->envc > 0) {
         size_t len = 0;
@@ -964,6 +1051,8 @@ void cj_launcher_free(struct cj_launcher *l)
     cj_launcher_argv_free(l->argv);
     free(l->env_text);
     free(l->boot_extra);
+    if (l->config_text) explicit_bzero(l->config_text, l->config_len);
+    free(l->config_text);
     free(l);
 }
 

@@ -6,7 +6,10 @@
  * <site>.<job>.client_api_trainer_<seq>, a fresh launch token and its own
  * bootstrap file <runtime_dir>/client_api_bootstrap_<seq>.json (0600, written
  * atomically), whose path is passed in NVFLARE_CLIENT_API_BOOTSTRAP;
- * CLIENT_API_TYPE is removed from the environment.  The command is split into
+ * CLIENT_API_TYPE is removed from the environment.  That is the default launch
+ * style; a release trainer's style (lib/fl/dialect.h, pipe) instead has a fixed
+ * leaf, no token nor bootstrap file, CLIENT_API_TYPE=EX_PROCESS_API and its
+ * config/client_api_config.json written by the forked child.  The command is split into
  * words like a POSIX shell would (quotes and backslashes, no expansions) and
  * exec'd without a shell after fork + setsid, so the worker leads its own
  * process group.  Its stdout and stderr are read without blocking and logged
@@ -43,6 +46,29 @@
 struct event_base;
 struct cj_launcher;
 
+/* How a worker is launched: a FLARE generation's way (lib/fl/dialect.h gives
+ * one per generation).  NULL in cj_launcher_cfg = cj_launch_style_bootstrap. */
+struct cj_launch_style {
+    const char *name;
+    /* The worker's leaf under <site>.<job> for launch seq (its FQCN is
+     * <site>.<job>.<leaf>).  0, or -1 when it does not fit n. */
+    int (*leaf)(char *out, size_t n, const char *site, const char *job, unsigned seq);
+    /* A launch token and a bootstrap file <runtime_dir>/client_api_bootstrap_<seq>.json
+     * whose path goes in NVFLARE_CLIENT_API_BOOTSTRAP (fl/bootstrap.h). */
+    bool bootstrap;
+    /* "NAME=value" put in the worker's environment (an inherited NAME is
+     * dropped first); NULL none. */
+    const char *env_set;
+    /* A file the worker's forked child writes, relative to the worker's cwd,
+     * before exec (0600, atomically: a .tmp beside it, then rename; its
+     * directory made 0700 if missing), from cj_launcher_cfg's config_text;
+     * NULL none. */
+    const char *config_file;
+};
+/* Today's development-tree workers: client_api_trainer_<seq>, a bootstrap file,
+ * CLIENT_API_TYPE removed. */
+extern const struct cj_launch_style cj_launch_style_bootstrap;
+
 #define CJ_LAUNCHER_LEAF_PREFIX "client_api_trainer_"
 #define CJ_LAUNCHER_MAX_WORKERS 64
 #define CJ_LAUNCHER_MAX_ARGS 256
@@ -76,6 +102,9 @@ struct cj_launcher_cfg {
      * as struct cj_bootstrap's extra. */
     const char *boot_extra;
     int boot_extrac;
+    const struct cj_launch_style *style;   /* NULL: cj_launch_style_bootstrap */
+    /* The text of style->config_file (copied), built before any fork; NULL for a style without one. */
+    const char *config_text;
 };
 
 struct cj_launcher_cbs {

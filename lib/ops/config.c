@@ -21,6 +21,7 @@
 #include <strings.h>
 
 #include "dl/spoolio.h"
+#include "fl/dialect.h"
 #include "net/addr.h"
 #include "ops/out.h"
 #include "util/err.h"
@@ -65,6 +66,10 @@ static const struct cj_cfg_key keys[] = {
      "jobs running at once; job start refuses more (ERR 503)", FIELD(relay.max_jobs)},
     {KEY("relay", "job_linger"), CJ_T_DURATION, "600", 0, 86400, NULL, RELOAD, 0,
      "how long an ended job's outcome stays for job wait and show jobs", FIELD(relay.job_linger)},
+    {KEY("relay", "flare_version"), CJ_T_STR, "2.9", 0, 0, NULL, RESTART, 0,
+     "the FLARE version of the jobs' sites (a job description's flare_version overrides it): 2.7.x and 2.8.x "
+     "run their trainers through FLARE's CellPipe, 2.9 and later through the client_api cell protocol",
+     FIELD(relay.flare_version)},
 
     {KEY("upstream", "url"), CJ_T_URL, "tcp://127.0.0.1:8002", 0, 0, NULL, RESTART, 0,
      "the FL server, with its project's scheme: tcp|http|grpc://HOST:PORT (clear), stcp|https|grpcs://HOST:PORT (TLS)",
@@ -938,6 +943,14 @@ static void rule_names(struct vctx *v)
         rule_fail(v, "relay.job_id", "relay.site", "site and job_id must differ (both '%s')", c->relay.site);
 }
 
+/* The FLARE version names a generation the relay serves (lib/fl/dialect.h). */
+static void rule_flare_version(struct vctx *v)
+{
+    struct cj_err e = {0};
+    if (is_bad(v, "relay.flare_version") || cj_fl_dialect_of(v->cfg->relay.flare_version, &e)) return;
+    rule_fail(v, "relay.flare_version", NULL, "%s", e.msg);
+}
+
 static void rule_heartbeat(struct vctx *v)
 {
     const struct cj_config *c = v->cfg;
@@ -1049,7 +1062,7 @@ static void rule_stream(struct vctx *v)
 int cj_config_check(const struct cj_config *cfg, cj_config_report_fn report, void *arg)
 {
     static void (*const rules[])(struct vctx *) = {
-        rule_required, rule_names, rule_heartbeat, rule_job_heartbeat, rule_idle_timeouts, rule_reconnect,
+        rule_required, rule_names, rule_flare_version, rule_heartbeat, rule_job_heartbeat, rule_idle_timeouts, rule_reconnect,
         rule_security, rule_spool, rule_stream,
     };
     struct vctx v = {cfg, report, arg, 0};

@@ -27,7 +27,7 @@
 
 #include "util/parse.h"
 
-#define CJ_CFG_NKEYS     52       /* rows in the key table (checked in config.c) */
+#define CJ_CFG_NKEYS     53       /* rows in the key table (checked in config.c) */
 #define CJ_CFG_PATH_MAX  1024
 #define CJ_CFG_NAME_MAX  64       /* site, job_id */
 #define CJ_LISTEN_MAX    4
@@ -67,6 +67,7 @@ struct cj_config {
         int on_end_run;                    /* enum cj_on_end_run */
         int max_jobs;                      /* jobs running at once (job start refuses more) */
         double job_linger;                 /* seconds an ended job's record stays for job wait, show jobs */
+        char flare_version[32];            /* the jobs' FLARE version (lib/fl/dialect.h), CJ_FL_VERSION_MAX */
     } relay;
     struct {
         struct cj_endpoint url;            /* any network scheme: tcp/http/grpc (clear), stcp/https/grpcs (TLS) */

@@ -15,7 +15,9 @@
 #include "dl/spool.h"
 #include "dl/spoolio.h"
 #include "fl/creds.h"
+#include "fl/dialect.h"
 #include "fl/launcher.h"
+#include "fl/pipe.h"
 #include "fl/session.h"
 #include "fl/spoolstage.h"
 #include "fl/task.h"
@@ -26,6 +28,7 @@
 #include "util/log.h"
 
 #define PROGRESS_TICK_SECS 1
+#define WS(f) ((f)->dialect->workers)
 #define STOP_POLL_SECS 0.5
 
 struct cj_flrun {
@@ -35,7 +38,8 @@ struct cj_flrun {
     struct cj_creds creds;
     struct cj_task_table *tasks;
     struct cj_fl_up *up;
-    struct cj_fl_sessions *sessions;
+    const struct cj_fl_dialect *dialect;    /* the job's FLARE generation (fl/dialect.h) */
+    void *sessions;                         /* its worker side, driven through dialect->workers */
     struct cj_launcher *launcher;
     struct cj_fl_dispatch_ops dispatch;     /* the sessions' ops (or the spool stage's), behind trampolines */
     /* spool mode (doc/protocol/download.md §8): disk I/O thread, the relay's producer, the
@@ -52,6 +56,7 @@ struct cj_flrun {
     bool secure;                            /* workers get the delegated token */
     bool ended;
     char end_why[256];
+    char *pipe_config;                      /* a launch style's config text (holds the token) */
     char runtime_dir[CJ_CFG_PATH_MAX];
     char connect_url[CJ_CFG_PATH_MAX + 16];
     uint64_t *last_bytes;                   /* per worker link index: bytes out at the last tick */
@@ -96,7 +101,7 @@ static void finish_if_stopped(struct cj_flrun *f)
 static void shutdown_one(void *arg, const struct cj_fl_worker_info *wi)
 {
     struct cj_flrun *f = arg;
-    if (wi->fqcn[0] && wi->link_up) cj_fl_sessions_shutdown(f->sessions, wi->fqcn, "end of run", NULL, NULL);
+    if (wi->fqcn[0] && wi->link_up) WS(f)->shutdown(f->sessions, wi->fqcn, "end of run", NULL, NULL);
 }
 
 /* The sessions report no task and no live result source left: SHUTDOWN to each
@@ -106,7 +111,7 @@ static void on_drained(void *arg)
     struct cj_flrun *f = arg;
     if (!f->ending) return;
     cj_log_info("all in-flight work settled; stopping the workers");
-    cj_fl_sessions_workers(f->sessions, shutdown_one, f);
+    WS(f)->workers(f->sessions, shutdown_one, f);
     if (f->launcher) cj_launcher_stop_all(f->launcher, false);
     finish_if_stopped(f);
 }
@@ -140,8 +145,8 @@ static void on_fatal(void *ctx, const char *why)
 static void on_spawn(void *ctx, const char *fqcn, const char *token, pid_t pid)
 {
     struct cj_flrun *f = ctx;
-    cj_fl_sessions_expect(f->sessions, fqcn, token);
-    cj_fl_sessions_set_pid(f->sessions, fqcn, pid);
+    WS(f)->expect(f->sessions, fqcn, token);
+    WS(f)->set_pid(f->sessions, fqcn, pid);
 }
 
 static void on_exit_cb(void *ctx, const char *fqcn, int status, bool stopping)
@@ -151,7 +156,7 @@ static void on_exit_cb(void *ctx, const char *fqcn, int status, bool stopping)
     if (WIFEXITED(status)) snprintf(why, sizeof why, "process exited with status %d", WEXITSTATUS(status));
     else if (WIFSIGNALED(status)) snprintf(why, sizeof why, "process killed by signal %d", WTERMSIG(status));
     else snprintf(why, sizeof why, "process ended (status 0x%x)", status);
-    cj_fl_sessions_worker_exited(f->sessions, fqcn, why);
+    WS(f)->worker_exited(f->sessions, fqcn, why);
     (void)stopping;         /* a worker that dies while the run ends is not replaced either */
     finish_if_stopped(f);   /* does something only once the run is ending */
 }
@@ -176,7 +181,7 @@ static void on_gave_up(void *ctx, const char *why)
 static bool in_barrier(void *ctx, const char *fqcn)
 {
     struct cj_flrun *f = ctx;
-    return cj_fl_sessions_in_barrier(f->sessions, fqcn);
+    return WS(f)->in_barrier(f->sessions, fqcn);
 }
 
 /* A worker the sessions gave up on (silent, hung, SIGSTOPped) may still run:
@@ -198,13 +203,13 @@ static void on_lost(void *arg, const char *fqcn, const char *why)
 static void ev_worker_up(struct cj_router *r, const char *fqcn, struct cj_link *l, void *ctx)
 {
     struct cj_flrun *f = ctx;
-    cj_fl_sessions_link_up(f->sessions, fqcn);
+    WS(f)->link_up(f->sessions, fqcn);
 }
 
 static void ev_worker_down(struct cj_router *r, const char *fqcn, const char *why, void *ctx)
 {
     struct cj_flrun *f = ctx;
-    cj_fl_sessions_link_down(f->sessions, fqcn, why);
+    WS(f)->link_down(f->sessions, fqcn, why);
 }
 
 static void ev_upstream_up(struct cj_router *r, const char *peer, void *ctx)
@@ -231,7 +236,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     size_t n = cj_router_children(f->router, links, CJ_FL_MAX_WORKERS);
     for (size_t i = 0; i < n && i < CJ_FL_MAX_WORKERS; i++) {
         uint64_t b = cj_link_counters(links[i])->bytes_out + cj_link_counters(links[i])->bytes_in;
-        if (b != f->last_bytes[i]) cj_fl_sessions_progress(f->sessions, cj_link_peer(links[i]));
+        if (b != f->last_bytes[i]) WS(f)->progress(f->sessions, cj_link_peer(links[i]));
         f->last_bytes[i] = b;
     }
     finish_if_stopped(f);
@@ -289,9 +294,10 @@ static int make_sessions(struct cj_flrun *f, struct cj_stream_ep *ep, const stru
     struct cj_fl_submit_ops so;
     cj_fl_up_submit_ops(f->up, &so);
     if (f->stage) cj_spool_stage_submit_ops(f->stage, &so);
-    if (!(f->sessions = cj_fl_sessions_new(f->base, ep, &sc, f->tasks, &so)))
-        return cj_fail(err, CJ_E_INVALID, 0, "cannot create the worker sessions");
-    cj_fl_sessions_dispatch_ops(f->sessions, &f->dispatch);
+    struct cj_fl_workers_cfg wc = {.base = f->base, .ep = ep, .router = f->router, .tt = f->tasks, .submit = &so,
+                                   .sc = &sc, .site_token = f->creds.token, .site_signature = f->creds.signature};
+    if (!(f->sessions = WS(f)->create(&wc, err))) return -1;
+    WS(f)->dispatch_ops(f->sessions, &f->dispatch);
     if (f->stage) {   /* upstream -> stage -> sessions */
         cj_spool_stage_set_workers(f->stage, &f->dispatch);
         cj_spool_stage_dispatch_ops(f->stage, &f->dispatch);
@@ -348,7 +354,7 @@ static int load_launch_tokens(struct cj_flrun *f, const struct cj_config *cfg, s
     if (!lt) return cj_fail(err, CJ_E_NOMEM, 0, "out of memory");
     int rc = cj_launcher_read_tokens(path, lt, err);
     for (size_t i = 0; rc == 0 && i < lt->n; i++)
-        if (cj_fl_sessions_expect(f->sessions, NULL, lt->tok[i]) != 0)
+        if (WS(f)->expect(f->sessions, NULL, lt->tok[i]) != 0)
             rc = cj_fail(err, CJ_E_LIMIT, 0, "launch_token_file %s: cannot register token %zu of %zu", path, i + 1,
                          lt->n);
     if (rc == 0)
@@ -366,6 +372,26 @@ static void on_line(void *ctx, const char *fqcn, int stream, const char *line)
     cj_joblog_worker_line(f->joblog, stream, line);
 }
 
+/* The launch style's config text (the pipe dialect's client_api_config.json),
+ * built here, before any fork, from the job's own values. */
+static int make_launch_config(struct cj_flrun *f, const struct cj_config *cfg, const struct cj_flrun_opts *opts,
+                              struct cj_err *err)
+{
+    static const char *const sec[] = {[CJ_SEC_CLEAR] = "clear", [CJ_SEC_TLS] = "tls", [CJ_SEC_MTLS] = "mtls"};
+    char server[CJ_CFG_PATH_MAX + 16];
+    cj_endpoint_format(&cfg->upstream.url, server, sizeof server);
+    struct cj_fl_launch_info li = {
+        .site = f->site, .job_id = f->job, .auth_token = f->creds.token, .auth_token_signature = f->creds.signature,
+        .worker_url = f->connect_url, .server_url = server,
+        .server_security = sec[cfg->upstream.connection_security == CJ_SEC_MTLS  ? CJ_SEC_MTLS
+                               : cfg->upstream.connection_security == CJ_SEC_TLS ? CJ_SEC_TLS
+                                                                                 : CJ_SEC_CLEAR],
+        .workspace_dir = opts && opts->workspace ? opts->workspace : "",
+        .extra = opts ? opts->boot_extra : NULL, .extrac = opts ? opts->boot_extrac : 0,
+    };
+    return f->dialect->launch_config(&li, &f->pipe_config, err);
+}
+
 static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, const struct cj_flrun_opts *opts,
                          struct cj_err *err)
 {
@@ -375,13 +401,22 @@ static int make_launcher(struct cj_flrun *f, const struct cj_config *cfg, const 
         snprintf(tmp, sizeof tmp, "%s", cfg->status.socket);
         snprintf(f->runtime_dir, sizeof f->runtime_dir, "%s", dirname(tmp));
     }
-    cj_endpoint_format(&cfg->workers.listen.ep[0], f->connect_url, sizeof f->connect_url);
+    const struct cj_listen_list *ls = &cfg->workers.listen;
+    int at = 0;
+    while (f->dialect->tcp_listener && at < ls->n && ls->ep[at].kind != CJ_EP_TCP) at++;
+    if (at == ls->n)
+        return cj_fail(err, CJ_E_INVALID, 0,
+                       "workers.listen: a FLARE %s trainer (flare_version %s) reaches only a tcp:// listener "
+                       "(e.g. tcp://127.0.0.1:0)", f->dialect->generation, cfg->relay.flare_version);
+    cj_endpoint_format(&ls->ep[at], f->connect_url, sizeof f->connect_url);
+    if (f->dialect->launch_config && make_launch_config(f, cfg, opts, err) != 0) return -1;
     struct cj_launcher_cfg lc = {
         .command = cfg->workers.command, .count = cfg->workers.count, .runtime_dir = f->runtime_dir,
         .connect_url = f->connect_url, .site = f->site, .job_id = f->job,
         .secure_mode = f->secure,   /* must match what hello_accepted announces */
         .shutdown_grace = cfg->workers.shutdown_grace,
         .launch_timeout = cfg->workers.launch_timeout,
+        .style = f->dialect->launch, .config_text = f->pipe_config,
     };
     if (opts) {
         lc.clean_env = opts->clean_env;
@@ -418,6 +453,9 @@ struct cj_flrun *cj_flrun_new(struct event_base *base, struct cj_stream_ep *ep, 
     if (opts && opts->runtime_dir) snprintf(f->runtime_dir, sizeof f->runtime_dir, "%s", opts->runtime_dir);
     char desc[256];
     cj_log_info("credentials: %s", cj_creds_describe(&f->creds, desc, sizeof desc));
+    if (!(f->dialect = cj_fl_dialect_of(cfg->relay.flare_version, err))) goto fail;
+    cj_log_info("FLARE %s: the %s dialect (generation %s)", cfg->relay.flare_version, f->dialect->name,
+                f->dialect->generation);
     if (!(f->tasks = cj_task_table_new())) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); goto fail; }
     if (make_upstream(f, ep, cfg, err) || make_spool(f, ep, cfg, err) || make_sessions(f, ep, cfg, err) ||
         load_launch_tokens(f, cfg, err) || make_launcher(f, cfg, opts, err))
@@ -458,7 +496,9 @@ void cj_flrun_free(struct cj_flrun *f)
         cj_launcher_stop_all(f->launcher, true);
         cj_launcher_free(f->launcher);
     }
-    cj_fl_sessions_free(f->sessions);
+    if (f->sessions) WS(f)->destroy(f->sessions);
+    if (f->pipe_config) explicit_bzero(f->pipe_config, strlen(f->pipe_config));
+    free(f->pipe_config);
     cj_fl_up_free(f->up);
     free_spool(f);
     cj_task_table_free(f->tasks);
@@ -480,7 +520,7 @@ void cj_flrun_drain(struct cj_flrun *f, const char *why)
     }
     start_ending(f, why);
     /* With no worker session at all there is nothing to settle. */
-    if (cj_fl_sessions_busy(f->sessions) == 0) on_drained(f);
+    if (WS(f)->busy(f->sessions) == 0) on_drained(f);
 }
 
 void cj_flrun_stop_now(struct cj_flrun *f)
@@ -495,6 +535,9 @@ const char *cj_flrun_state(const struct cj_flrun *f)
     cj_fl_up_get_status(f->up, &st);
     return cj_fl_up_state_name(st.state);
 }
+
+const char *cj_flrun_generation(const struct cj_flrun *f) { return f->dialect->generation; }
+const char *cj_flrun_dialect(const struct cj_flrun *f) { return f->dialect->name; }
 
 const char *cj_flrun_last_error(const struct cj_flrun *f, char *buf, size_t len)
 {
@@ -559,7 +602,7 @@ void cj_flrun_show_workers(struct cj_flrun *f, struct cj_out *o)
                                          {"task", 34}, {"bytes", 12}, {"last_error", 0}};
     struct worker_rows r = {.o = o, .f = f};
     cj_out_table_begin(o, "workers", cols, 7);
-    cj_fl_sessions_workers(f->sessions, worker_row, &r);
+    WS(f)->workers(f->sessions, worker_row, &r);
     if (f->launcher) cj_launcher_slots(f->launcher, failed_slot_row, &r);
     cj_out_table_end(o);
 }
@@ -685,7 +728,7 @@ void cj_flrun_show_metrics(struct cj_flrun *f, struct cj_out *o)
 {
     static const struct cj_col cols[] = {{"worker", 40}, {"name", 30}, {"value", 0}};
     cj_out_table_begin(o, "metrics", cols, 3);
-    cj_fl_sessions_metrics(f->sessions, metric_row, o);
+    WS(f)->metrics(f->sessions, metric_row, o);
     cj_out_table_end(o);
 }
 
@@ -695,7 +738,7 @@ void cj_flrun_stat_sources(struct cj_flrun *f, struct cj_stat_sources *s)
 {
     if (!f) return;
     if (f->sessions) {
-        cj_fl_sessions_get_stats(f->sessions, &s->sessions);
+        WS(f)->get_stats(f->sessions, &s->sessions);
         s->src[CJ_STAT_SESSIONS] = &s->sessions;
     }
     if (f->spool) {

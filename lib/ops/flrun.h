@@ -50,6 +50,7 @@ struct cj_flrun_opts {
     const char *boot_extra;         /* extra bootstrap keys: boot_extrac "key" NUL raw-JSON NUL pairs */
     int boot_extrac;
     const char *worker_cwd;         /* launched workers' working directory; NULL: the daemon's */
+    const char *workspace;          /* FLARE's workspace of the job's CP (the pipe trainer's workspace_dir); NULL none */
     struct cj_joblog *joblog;       /* the job's FLARE log files, for the workers' output; NULL none */
 };
 
@@ -67,6 +68,9 @@ void cj_flrun_drain(struct cj_flrun *f, const char *why);
 void cj_flrun_stop_now(struct cj_flrun *f);
 
 const char *cj_flrun_state(const struct cj_flrun *f);
+/* The FLARE generation the run's workers speak ("2.9", "2.7-2.8") and its dialect's name. */
+const char *cj_flrun_generation(const struct cj_flrun *f);
+const char *cj_flrun_dialect(const struct cj_flrun *f);
 /* The FL loop's last failure toward the server job ("" when none), into buf. */
 const char *cj_flrun_last_error(const struct cj_flrun *f, char *buf, size_t len);
 void cj_flrun_show_workers(struct cj_flrun *f, struct cj_out *o);

@@ -15,6 +15,7 @@
 
 #include "cell/router.h"
 #include "fl/creds.h"
+#include "fl/dialect.h"
 #include "net/link.h"
 #include "net/tls.h"
 #include "ops/flrun.h"
@@ -279,6 +280,7 @@ static int start_cell(struct cj_job *j, const struct cj_job_opts *opts, struct c
         fo.worker_env = opts->worker_env;
         fo.worker_envc = opts->worker_envc;
         fo.worker_cwd = opts->worker_cwd;
+        fo.workspace = opts->workspace;
         fo.worker_account = opts->worker_account;
         fo.boot_extra = opts->boot_extra;
         fo.boot_extrac = opts->boot_extrac;
@@ -505,6 +507,13 @@ const char *cj_job_fl_last_error(const struct cj_job *j, char *buf, size_t len)
     return buf;
 }
 const char *cj_job_upstream_url(const struct cj_job *j) { return j->upstream_url; }
+
+/* The FLARE generation the job's workers speak, from its configuration (also once the run is gone). */
+const char *cj_job_generation(const struct cj_job *j)
+{
+    const struct cj_fl_dialect *d = cj_fl_dialect_of(j->cfg.relay.flare_version, NULL);
+    return d ? d->generation : "?";
+}
 
 const char *cj_job_upstream_peer(const struct cj_job *j)
 {

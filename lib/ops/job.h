@@ -124,6 +124,8 @@ const char *cj_job_fl_state(const struct cj_job *j);
  * ended with when that was not a success ("" when none). */
 const char *cj_job_fl_last_error(const struct cj_job *j, char *buf, size_t len);
 const char *cj_job_upstream_url(const struct cj_job *j);
+/* The FLARE generation its workers speak: "2.7-2.8" (pipe) or "2.9+" (cellapi), lib/fl/dialect.h. */
+const char *cj_job_generation(const struct cj_job *j);
 const char *cj_job_upstream_peer(const struct cj_job *j);
 /* Its server link's last failure and next attempt (zeroed when it has no cell). */
 void cj_job_upstream_status(const struct cj_job *j, struct cj_outlink_status *st);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl/dialect.h"
 #include "util/err.h"
 #include "util/json.h"
 #include "util/parse.h"
@@ -426,11 +427,26 @@ static int on_worker(struct jd *p, const char *key)
 
 /* ---- bootstrap -------------------------------------------------------------------------------------- */
 
-/* Keys the relay writes itself into every bootstrap file (fl/bootstrap.h). */
-static const char *const boot_owned[] = {
-    "schema_version", "execution_mode", "connect_url", "cj_fqcn", "cj_pid", "trainer_fqcn",
-    "launch_token", "job_id", "site_name", "secure_mode", NULL,
-};
+/* A key the relay writes itself for a FLARE generation: its bootstrap file
+ * (cellapi) or the trainer's client_api_config.json (pipe). */
+static bool boot_owned(const char *key)
+{
+    size_t n;
+    const struct cj_fl_dialect *const *rows = cj_fl_dialects(&n);
+    for (size_t r = 0; r < n; r++)
+        for (int i = 0; rows[r]->owned_keys[i]; i++)
+            if (!strcmp(key, rows[r]->owned_keys[i])) return true;
+    return false;
+}
+
+/* The pipe dialect's exchanges carry the job's keys, never the relay's "pipe". */
+static int no_pipe_member(void *ud, const char *key, size_t key_len, const struct cj_json_val *v, struct cj_err *err)
+{
+    (void)ud;
+    (void)v;
+    if (key_len == 4 && !memcmp(key, "pipe", 4)) return cj_fail(err, CJ_E_INVALID, 0, "pipe: set by the relay");
+    return 0;
+}
 
 /* The bootstrap keys whose type the worker's reader checks: read with the
  * typed reader, then the cursor goes back, for the value is kept raw. */
@@ -440,7 +456,8 @@ static int boot_type(struct jd *p, const char *key)
     size_t at = p->j.pos;
     bool b;
     uint64_t v;
-    if (!strcmp(key, "task_exchange")) return want(p, '{', "an object");
+    if (!strcmp(key, "task_exchange") || !strcmp(key, "TASK_EXCHANGE") || !strcmp(key, "METRICS_EXCHANGE"))
+        return want(p, '{', "an object");
     if (!strcmp(key, "cuda_empty_cache") && cj_json_bool(&p->j, &b)) {
         p->j.pos = at;
         rc = want(p, 't', "true or false");
@@ -459,8 +476,7 @@ static int on_boot(struct jd *p, const char *key)
     struct cj_job_desc *d = p->d;
     if (strspn(key, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != strlen(key))
         return fail(p, "not a valid key (letters, digits and '_')");
-    for (int i = 0; boot_owned[i]; i++)
-        if (!strcmp(key, boot_owned[i])) return fail(p, "set by the relay");
+    if (boot_owned(key)) return fail(p, "set by the relay");
     for (int i = 0; i < d->bootc; i++)
         if (!strcmp(cj_jobdesc_boot(d, i, NULL), key)) return fail(p, "duplicate key");
     if (d->bootc == CJ_JOBDESC_BOOT_MAX) return fail(p, "more than %d keys", CJ_JOBDESC_BOOT_MAX);
@@ -468,6 +484,10 @@ static int on_boot(struct jd *p, const char *key)
     if (cj_json_peek(&p->j) < 0) return want(p, '"', "a value");
     size_t start = p->j.pos;
     if (cj_json_skip(&p->j, CJ_JOBDESC_BOOT_DEPTH)) return json_fail(p);
+    struct cj_err e = {0};
+    if ((!strcmp(key, "TASK_EXCHANGE") || !strcmp(key, "METRICS_EXCHANGE")) &&
+        cj_json_object_walk((const char *)p->j.p + start, p->j.pos - start, no_pipe_member, NULL, &e))
+        return fail(p, "%s", e.msg);
     size_t used = area_used(d->boot, 2 * d->bootc), kl = strlen(key), vl = p->j.pos - start;
     if (kl + 1 + vl + 1 > sizeof d->boot - used) return fail(p, "bootstrap longer than %d bytes in all", CJ_JOBDESC_BOOT_TEXT);
     append(d->boot, sizeof d->boot, &used, key, kl);
@@ -536,6 +556,9 @@ static int on_top(struct jd *p, const char *key)
     if (!strcmp(key, "credentials")) return once(p, CJ_JD_CREDENTIALS) || rd_credentials(p) ? -1 : 0;
     if (!strcmp(key, "mode"))
         return once(p, CJ_JD_MODE) || read_text(p, 32) || ini_rule(p, "relay.mode", &d->mode, sizeof d->mode, "") ? -1 : 0;
+    if (!strcmp(key, "flare_version"))
+        return once(p, CJ_JD_FLARE_VERSION) || read_text(p, sizeof d->flare_version) ||
+               ini_rule(p, "relay.flare_version", d->flare_version, sizeof d->flare_version, "") ? -1 : 0;
     if (!strcmp(key, "workspace")) return once(p, CJ_JD_WORKSPACE) || rd_path(p, NULL, d->workspace) ? -1 : 0;
     if (!strcmp(key, "worker")) return once(p, CJ_JD_WORKER) || walk_object(p, on_worker) ? -1 : 0;
     if (!strcmp(key, "bootstrap")) return once(p, CJ_JD_BOOTSTRAP) || walk_object(p, on_boot) ? -1 : 0;
@@ -598,6 +621,7 @@ static const struct override {
     {CJ_JD_KEY_FILE, "key_file", "upstream", "key_file", "upstream.key_file", TXT(key_file)},
     {CJ_JD_PROJECT, "project_name", "upstream", "project_name", "upstream.project_name", TXT(project_name)},
     {CJ_JD_MODE, "mode", "relay", "mode", "relay.mode", VAL(mode)},
+    {CJ_JD_FLARE_VERSION, "flare_version", "relay", "flare_version", "relay.flare_version", TXT(flare_version)},
     {CJ_JD_ARGV, "worker.argv", "workers", "command", "workers.command", NONE, NONE},
     {CJ_JD_COUNT, "worker.count", "workers", "count", "workers.count", VAL(worker.count)},
     {CJ_JD_LISTEN, "worker.listen", "workers", "listen", "workers.listen", TXT(worker.listen)},
@@ -729,6 +753,7 @@ size_t cj_jobdesc_describe(const struct cj_job_desc *d, char *buf, size_t len)
     if (h & CJ_JD_PARENT_URL) put(&l, " parent %s", d->parent_url);
     if (h & CJ_JD_MODE) put(&l, " mode %s", allowed_name("relay", "mode", d->mode));
     if (h & CJ_JD_WORKSPACE) put(&l, " workspace %s", d->workspace);
+    if (h & CJ_JD_FLARE_VERSION) put(&l, " flare_version %s", d->flare_version);
     if (h & CJ_JD_ARGV) put(&l, " worker %s (+%d args)", cj_jobdesc_arg(d, 0), d->worker.argc - 1);
     if (h & CJ_JD_COUNT) put(&l, " count %d", d->worker.count);
     if (h & CJ_JD_LISTEN) put(&l, " listen %s", d->worker.listen);

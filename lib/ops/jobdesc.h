@@ -63,7 +63,7 @@ enum {
     CJ_JD_SECURITY = 1u << 3, CJ_JD_CA_FILE = 1u << 4, CJ_JD_CERT_FILE = 1u << 5,
     CJ_JD_KEY_FILE = 1u << 6, CJ_JD_PROJECT = 1u << 7, CJ_JD_PARENT_URL = 1u << 8,
     CJ_JD_CREDENTIALS = 1u << 9, CJ_JD_MODE = 1u << 10, CJ_JD_WORKSPACE = 1u << 11,
-    CJ_JD_WORKER = 1u << 12, CJ_JD_BOOTSTRAP = 1u << 13, CJ_JD_TLS_FDS = 1u << 14,
+    CJ_JD_WORKER = 1u << 12, CJ_JD_BOOTSTRAP = 1u << 13, CJ_JD_TLS_FDS = 1u << 14, CJ_JD_FLARE_VERSION = 1u << 15,
     /* inside "worker" */
     CJ_JD_ARGV = 1u << 16, CJ_JD_CWD = 1u << 17, CJ_JD_ENV = 1u << 18, CJ_JD_USER = 1u << 19,
     CJ_JD_GROUP = 1u << 20, CJ_JD_COUNT = 1u << 21, CJ_JD_LISTEN = 1u << 22, CJ_JD_LAUNCH_TIMEOUT = 1u << 23,
@@ -95,6 +95,7 @@ struct cj_job_desc {
     } credentials;
     int mode;                                  /* enum cj_relay_mode */
     char workspace[CJ_CFG_PATH_MAX];
+    char flare_version[32];                    /* checked as [relay] flare_version (lib/fl/dialect.h) */
     struct {
         int argc;
         char argv[CJ_CFG_COMMAND_MAX];         /* argc words, each NUL-ended, one after the other */
@@ -122,6 +123,7 @@ int cj_jobdesc_parse(const char *json, size_t len, struct cj_job_desc *out, char
  *   connection_security, ca_file, cert_file, key_file, project_name -> [upstream] the same
  *   tls_fds.<file> -> [upstream] <file> = tls_label[i] ("fd:<index>" when empty)
  *   mode -> [relay] mode               worker.argv -> [workers] command (quoted)
+ *   flare_version -> [relay] flare_version
  *   worker.count, worker.listen, worker.launch_timeout -> [workers] count, listen, launch_timeout
  * (parent_url, credentials, workspace, worker.cwd/env/user/group and bootstrap
  * have no INI key: they stay in the description), checked with the INI's

@@ -480,8 +480,9 @@ static const char *wall(time_t t, char *buf, size_t size)
 void cj_jobs_show(struct cj_jobs *js, struct cj_out *o)
 {
     static const struct cj_col cols[] = {{"job_id", 38}, {"state", 9}, {"outcome", 8}, {"workers", 8},
-                                         {"started", 21}, {"ended", 21}, {"server", 32}, {"reason", 0}};
-    cj_out_table_begin(o, "jobs", cols, 8);
+                                         {"flare", 12}, {"started", 21}, {"ended", 21}, {"server", 32},
+                                         {"reason", 0}};
+    cj_out_table_begin(o, "jobs", cols, 9);
     for (size_t i = 0; i < js->n; i++) {
         struct slot *s = &js->slots[i];
         enum cj_job_state st = cj_job_state(s->job);
@@ -492,6 +493,7 @@ void cj_jobs_show(struct cj_jobs *js, struct cj_out *o)
         cj_out_cell_str(o, cj_job_state_name(st));
         cj_out_cell_str(o, rc);
         cj_out_cell_u64(o, cj_job_workers(s->job));
+        cj_out_cell_str(o, cj_job_generation(s->job));
         cj_out_cell_str(o, wall(s->started, t1, sizeof t1));
         cj_out_cell_str(o, wall(s->ended_at, t2, sizeof t2));
         cj_out_cell_str(o, cj_job_upstream_url(s->job));

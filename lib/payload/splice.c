@@ -125,6 +125,49 @@ int cj_splice_task_ready(const uint8_t *payload, size_t len, const char *session
                                        info ? info : &local, err));
 }
 
+/* ---- a release trainer's pipe (releases.md §4.4) ------------------------------ */
+
+static int task_body(const uint8_t *payload, size_t len, const char *job_id, const char *site, msgpack_sbuffer *out,
+                     struct cj_task_info *info, struct cj_err *err)
+{
+    struct cj_lobs_section m;
+    size_t hdr;
+    int rc = read_task(payload, len, info, &m, err);
+    if (rc || (rc = cj_lobs_begin_main(out, &hdr, err))) return rc;
+    if ((rc = write_model(&m, job_id, site, 0, out, err))) return rc;
+    cj_lobs_end_main(out, hdr);
+    info->main_len = out->size - hdr - CJ_LOBS_HDR_LEN;
+    return put(out, payload + m.total, len - m.total, err);
+}
+
+int cj_splice_task_body(const uint8_t *payload, size_t len, const char *job_id, const char *site,
+                        msgpack_sbuffer *out, struct cj_task_info *info, struct cj_err *err)
+{
+    struct cj_task_info local;
+    size_t start = out->size;
+    return undo(out, start, task_body(payload, len, job_id, site, out, info ? info : &local, err));
+}
+
+static int wrap_result(const uint8_t *payload, size_t len, msgpack_sbuffer *out, struct cj_err *err)
+{
+    struct cj_lobs_section m;
+    size_t hdr;
+    int rc = open_payload(payload, len, &m, NULL, err);
+    if (rc || (rc = cj_lobs_begin_main(out, &hdr, err))) return rc;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+    if (msgpack_pack_map(&pk, 1) || cj_fobs_write_str(&pk, "result")) return NOMEM(err);
+    if ((rc = put(out, m.value, m.value_len, err))) return rc;
+    cj_lobs_end_main(out, hdr);
+    return put(out, payload + m.total, len - m.total, err);
+}
+
+int cj_splice_wrap_result(const uint8_t *payload, size_t len, msgpack_sbuffer *out, struct cj_err *err)
+{
+    size_t start = out->size;
+    return undo(out, start, wrap_result(payload, len, out, err));
+}
+
 /* ---- SUBMIT_UPDATE ---------------------------------------------------------- */
 
 /* The task's header map H, from a raw map or a whole task payload. */

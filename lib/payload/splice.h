@@ -47,6 +47,16 @@ int cj_splice_task_ready(const uint8_t *payload, size_t len, const char *session
                          const char *job_id, const char *site, unsigned flags, msgpack_sbuffer *out,
                          struct cj_task_info *info, struct cj_err *err);
 
+/* A release trainer's task body (releases.md §4.4): the get_task reply payload
+ * with headers job_id and site_name set (as TaskExchanger does), datums verbatim. */
+int cj_splice_task_body(const uint8_t *payload, size_t len, const char *job_id, const char *site,
+                        msgpack_sbuffer *out, struct cj_task_info *info, struct cj_err *err);
+
+/* A release trainer's result (its REP's Shareable payload) as the body
+ * {"result": V} that cj_splice_submit_update reads: V and the datums copied
+ * byte for byte. */
+int cj_splice_wrap_result(const uint8_t *payload, size_t len, msgpack_sbuffer *out, struct cj_err *err);
+
 /* SUBMIT_UPDATE (doc/protocol/payload.md §7.3): takes the "result" value V of the worker's
  * result_ready payload (must be a Shareable) and sets, in this order,
  * current_round and __cookie_jar__ (raw copies from the task, when it had

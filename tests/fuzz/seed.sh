@@ -27,6 +27,7 @@ mkdir -p $s/fuzz_stream_rx; cp tests/fuzz/corpus/fuzz_stream_rx/* $s/fuzz_stream
 mkdir -p $s/fuzz_capi $s/fuzz_dlmsg
 cp $V/2[0-8]_*.bin $V/07_*.bin $V/09_*.bin $V/12_*.bin $s/fuzz_capi/
 cp $V/3[0-7]_*.bin $s/fuzz_dlmsg/
+mkdir -p $s/fuzz_pipemsg; cp $V/pipe/*.bin $s/fuzz_pipemsg/
 mkdir -p $s/fuzz_dxo; cp $V/0[2347]_*.bin $V/1[23]_*.bin $s/fuzz_dxo/
 mkdir -p $s/fuzz_config; cp conf/cjrelay.ini $s/fuzz_config/
 printf '# launch tokens\n  tok-aaaaaaaaaaaaaaaaaaaa \n\ntok-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n' > $s/fuzz_config/tokens.txt
