@@ -54,12 +54,13 @@ static const char *const cellapi_owned[] = {
 static const struct cj_fl_dialect cellapi = {
     .name = "cellapi", .generation = "2.9+", .launch = &cj_launch_style_bootstrap,
     .workers = &cellapi_workers, .tcp_listener = false, .owned_keys = cellapi_owned,
+    .wire = CJ_STREAM_WIRE_DEV, .cp_started_repeat = 0,
 };
 
 static const struct cj_fl_dialect pipe_row = {
     .name = "pipe", .generation = "2.7-2.8", .launch = &cj_fl_pipe_launch_style,
     .workers = &cj_fl_pipe_workers_ops, .tcp_listener = true, .owned_keys = cj_fl_pipe_owned_keys,
-    .launch_config = cj_fl_pipe_config_text,
+    .launch_config = cj_fl_pipe_config_text, .wire = CJ_STREAM_WIRE_2_8, .cp_started_repeat = 5.0,
 };
 
 static const struct cj_fl_dialect *const rows[] = {&cellapi, &pipe_row};

@@ -24,6 +24,7 @@
 #include "fl/fl.h"
 #include "fl/launcher.h"
 #include "fl/session.h"
+#include "stream/stream.h"
 #include "util/err.h"
 
 struct event_base;
@@ -44,6 +45,10 @@ struct cj_fl_workers_cfg {
     /* The job's own credentials ("NA" or "" when it has none), whatever the
      * upstream's security: a release trainer stamps them on every request. */
     const char *site_token, *site_signature;
+    /* The job description's bootstrap keys (as struct cj_fl_launch_info has them):
+     * the worker side may read what the trainer was told (the pipe: launch_once). */
+    const char *extra;
+    int extrac;
 };
 
 /* The worker side: each dialect's sessions behind the same operations.  w is
@@ -87,6 +92,13 @@ struct cj_fl_dialect {
     const struct cj_launch_style *launch;      /* how its workers are launched */
     const struct cj_fl_workers_ops *workers;   /* its worker side */
     bool tcp_listener;                         /* its trainers can only reach a tcp:// listener */
+    /* The upstream wire of that FLARE (doc/protocol/streaming.md §11): set on the
+     * job cell's stream endpoint, and so on its download client and notices. */
+    enum cj_stream_wire wire;
+    /* Seconds between repeats of STARTED to the client parent until STOPPED; 0 = once
+     * per link (a 2.7.2/2.8.x CP records a status only once its own launch
+     * bookkeeping exists, and aborts only jobs it saw STARTED: site.md §3.1). */
+    double cp_started_repeat;
     /* The text of launch->config_file (malloc'd; holds the token: wipe it), or
      * NULL for a style without one.  0 or -1 with err. */
     int (*launch_config)(const struct cj_fl_launch_info *li, char **text, struct cj_err *err);

@@ -18,8 +18,9 @@
  * trainer lives.  A REP is ACKed at once; a resend (same cell_pipe.msg_id) is
  * ACKed again and nothing else.  The result (its refs to the trainer's cell,
  * untouched) goes through the submit ops.  The trainer is inside its result
- * barrier from the REP until the server answered the submission and the
- * trainer's producer had time to see the last EOF. */
+ * barrier from the REP until the server answered the submission (a 2.7.2/2.8.x
+ * server job pulls the result's refs while it decodes submit_update, so their
+ * EOFs have passed when it answers). */
 #include "fl/pipe.h"
 
 #include <stdio.h>
@@ -44,7 +45,6 @@
 
 #define HB_INTERVAL 5.0                /* FLARE's, fixed on both sides */
 #define PEER_TIMEOUT_MIN 15.0          /* > 2 heartbeat intervals */
-#define BARRIER_TAIL 6.0               /* the trainer's producer monitor sees the last EOF within 5 s */
 #define ACK_WAIT_FOREVER 1e9
 #define END_TIMEOUT 5.0
 #define NAME_MAX_LEN 255
@@ -85,9 +85,9 @@ struct pp {
     uint64_t req;
     char rep_msg_id[CJ_PIPE_ID_MAX + 1];   /* the accepted REP (resends are ACKed again) */
     bool submit_answered;
-    double barrier_until;              /* > 0: the tail after the server answered */
     /* the run */
     bool draining, drained_fired;
+    bool launch_once;                  /* TASK_EXCHANGE.launch_once: false = one trainer per task */
     struct event *tick, *drain_ev;
     struct cj_fl_sessions_stats st;
     struct {                           /* the latest value per metric name (oldest replaced) */
@@ -181,6 +181,8 @@ static bool in_barrier(const struct pp *p) { return p->state == P_RESULT; }
 
 static size_t busy_count(const struct pp *p) { return p->state == P_BUSY || p->state == P_RESULT; }
 
+static void barrier_check(struct pp *p);
+
 static void check_drained(struct pp *p)
 {
     if (p->draining && !p->drained_fired && busy_count(p) == 0) {
@@ -201,7 +203,6 @@ static void clear_task(struct pp *p)
     p->req_pending = false;
     p->task_id[0] = p->server_task_id[0] = p->task_topic[0] = p->rep_msg_id[0] = 0;
     p->submit_answered = false;
-    p->barrier_until = 0;
 }
 
 /* The trainer lost its task before a result: requeue it (spool mode) or report it failed. */
@@ -330,7 +331,7 @@ static void on_submit_done(void *ctx, struct cj_task *t, bool ok, const char *wh
     }
     if (!mine) return;
     p->submit_answered = true;
-    p->barrier_until = cj_now() + (ok ? BARRIER_TAIL : 0);
+    barrier_check(p);
 }
 
 /* REP: the trainer's result for the task it holds. */
@@ -498,11 +499,31 @@ static int op_deliver(void *ctx, struct cj_task *t, const uint8_t *payload, size
     return 0;
 }
 
+/* The result barrier ends when the server answered the submission: the server job
+ * pulled the result's refs while it decoded submit_update, so their EOFs have
+ * passed.  The trainer's own producer notices within its 5 s monitor; waiting for
+ * that (launch_once true) would only delay the next task (which the trainer queues meanwhile, as it
+ * does from a stock client job) and the end of the run (the stock client job
+ * sends _END_, then SIGTERM, right after __end_run__). */
+static void barrier_check(struct pp *p)
+{
+    /* launch_once false: the trainer exits by itself once its producer saw the
+     * download done; its barrier ends with the process (pp_exited), as the stock
+     * client job waits for that exit before the next task or the end */
+    if (p->state != P_RESULT || !p->submit_answered || !p->launch_once) return;
+    cj_log_info("task %s: the trainer's result barrier is over", p->task_id);
+    clear_task(p);
+    p->state = P_READY;
+    kick(p);
+    check_drained(p);
+}
+
 static void op_end_run(void *ctx)
 {
     struct pp *p = ctx;
     if (!p->draining) cj_log_info("pipe: end of run: no new tasks; %zu trainer(s) still busy", busy_count(p));
     p->draining = true;
+    barrier_check(p);
     check_drained(p);
 }
 
@@ -516,7 +537,7 @@ static void on_drain_ev(evutil_socket_t fd, short what, void *arg)
     if (p->cfg.drained) p->cfg.drained(p->cfg.drained_arg);
 }
 
-/* Heartbeats both pipes every 5 s, the peer timeout, the launch bound, the barrier's tail. */
+/* Heartbeats both pipes every 5 s, the peer timeout, the launch bound. */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct pp *p = arg;
@@ -534,13 +555,6 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         char why[96];
         snprintf(why, sizeof why, "silent for %.0f s (peer timeout %.0f s)", now - p->last_seen, p->peer_timeout);
         lost(p, why, false);
-    }
-    if (p->state == P_RESULT && p->submit_answered && now >= p->barrier_until) {
-        cj_log_info("task %s: the trainer's result barrier is over", p->task_id);
-        clear_task(p);
-        p->state = P_READY;
-        kick(p);
-        check_drained(p);
     }
 }
 
@@ -585,6 +599,7 @@ static void *pp_create(const struct cj_fl_workers_cfg *c, struct cj_err *err)
         snprintf(p->token, sizeof p->token, "%s", c->site_token);
         snprintf(p->signature, sizeof p->signature, "%s", c->site_signature);
     }
+    p->launch_once = cj_fl_pipe_launch_once(c->extra, c->extrac);
     p->peer_timeout = sc->heartbeat_timeout > PEER_TIMEOUT_MIN ? sc->heartbeat_timeout : PEER_TIMEOUT_MIN;
     struct cj_stream_io io = {.ctx = p, .send = pep_send, .next_hop = pep_next_hop,
                               .stats = cj_stream_relay_stats(c->ep)};
@@ -592,6 +607,7 @@ static void *pp_create(const struct cj_fl_workers_cfg *c, struct cj_err *err)
         cj_fail(err, CJ_E_NOMEM, 0, "pipe: cannot create the endpoint of %s", p->passive);
         goto fail;
     }
+    cj_stream_set_wire(p->pep, cj_stream_get_wire(c->ep));   /* the trainer is a cell of the job's FLARE */
     if (cj_router_virtual(c->router, p->passive, on_virtual, p) != 0) {
         cj_fail(err, CJ_E_INVALID, 0, "pipe: cannot play the cell %s", p->passive);
         goto fail;

@@ -39,4 +39,10 @@ int cj_fl_pipe_leaf(char *out, size_t n, const char *site, const char *job, cons
  * holds the token).  0, or -1 with err. */
 int cj_fl_pipe_config_text(const struct cj_fl_launch_info *c, char **out, struct cj_err *err);
 
+/* TASK_EXCHANGE.launch_once among the description's bootstrap pairs (extrac
+ * "key" NUL raw-JSON NUL): what the trainer reads.  Absent (or not a bool) is
+ * false, the trainer's own default (releases.md §4.2): it then exits once the
+ * server has downloaded its first result. */
+bool cj_fl_pipe_launch_once(const char *extra, int extrac);
+
 #endif

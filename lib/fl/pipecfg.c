@@ -181,6 +181,25 @@ int cj_fl_pipe_config_text(const struct cj_fl_launch_info *c, char **out, struct
     return 0;
 }
 
+static int find_launch_once(void *ud, const char *key, size_t key_len, const struct cj_json_val *v, struct cj_err *err)
+{
+    (void)err;
+    if (key_len == 11 && !memcmp(key, "launch_once", 11) && v->type == CJ_JSON_BOOL) *(bool *)ud = v->b;
+    return 0;
+}
+
+bool cj_fl_pipe_launch_once(const char *extra, int extrac)
+{
+    bool once = false;
+    const char *k = extra;
+    for (int i = 0; k && i < extrac; i++, k = pair_value(k) + strlen(pair_value(k)) + 1)
+        if (!strcmp(k, "TASK_EXCHANGE")) {
+            struct cj_err err;
+            (void)cj_json_object_walk(pair_value(k), strlen(pair_value(k)), find_launch_once, &once, &err);
+        }
+    return once;
+}
+
 /* ---- the launch style ------------------------------------------------------------------------ */
 
 static int pipe_leaf(char *out, size_t n, const char *site, const char *job, unsigned seq)

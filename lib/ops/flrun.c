@@ -269,7 +269,8 @@ static int make_upstream(struct cj_flrun *f, struct cj_stream_ep *ep, const stru
     return 0;
 }
 
-static int make_sessions(struct cj_flrun *f, struct cj_stream_ep *ep, const struct cj_config *cfg, struct cj_err *err)
+static int make_sessions(struct cj_flrun *f, struct cj_stream_ep *ep, const struct cj_config *cfg,
+                         const struct cj_flrun_opts *opts, struct cj_err *err)
 {
     /* Secure mode (delegating the site token to workers) follows TLS upstream, but
      * only when there is a token to delegate (doc/protocol/fl-protocols.md §6). */
@@ -295,7 +296,8 @@ static int make_sessions(struct cj_flrun *f, struct cj_stream_ep *ep, const stru
     cj_fl_up_submit_ops(f->up, &so);
     if (f->stage) cj_spool_stage_submit_ops(f->stage, &so);
     struct cj_fl_workers_cfg wc = {.base = f->base, .ep = ep, .router = f->router, .tt = f->tasks, .submit = &so,
-                                   .sc = &sc, .site_token = f->creds.token, .site_signature = f->creds.signature};
+                                   .sc = &sc, .site_token = f->creds.token, .site_signature = f->creds.signature,
+                                   .extra = opts ? opts->boot_extra : NULL, .extrac = opts ? opts->boot_extrac : 0};
     if (!(f->sessions = WS(f)->create(&wc, err))) return -1;
     WS(f)->dispatch_ops(f->sessions, &f->dispatch);
     if (f->stage) {   /* upstream -> stage -> sessions */
@@ -457,7 +459,7 @@ struct cj_flrun *cj_flrun_new(struct event_base *base, struct cj_stream_ep *ep, 
     cj_log_info("FLARE %s: the %s dialect (generation %s)", cfg->relay.flare_version, f->dialect->name,
                 f->dialect->generation);
     if (!(f->tasks = cj_task_table_new())) { cj_fail(err, CJ_E_NOMEM, 0, "out of memory"); goto fail; }
-    if (make_upstream(f, ep, cfg, err) || make_spool(f, ep, cfg, err) || make_sessions(f, ep, cfg, err) ||
+    if (make_upstream(f, ep, cfg, err) || make_spool(f, ep, cfg, err) || make_sessions(f, ep, cfg, opts, err) ||
         load_launch_tokens(f, cfg, err) || make_launcher(f, cfg, opts, err))
         goto fail;
     struct cj_router_events ev = {.worker_up = ev_worker_up, .worker_down = ev_worker_down,

@@ -166,6 +166,8 @@ static int start_stream(struct cj_job *j, struct cj_err *err)
                               .stats = &j->stats};
     if (!(j->stream = cj_stream_new(j->base, j->fqcn, &io, &lim)))
         return cj_fail(err, CJ_E_NOMEM, 0, "cannot create the stream endpoint");
+    const struct cj_fl_dialect *d = cj_fl_dialect_of(j->cfg.relay.flare_version, NULL);
+    if (d) cj_stream_set_wire(j->stream, d->wire);
     return cj_router_handle(j->router, "sm__STREAM", NULL, on_stream_msg, j->stream) == 0
                ? 0 : cj_fail(err, CJ_E_INVALID, 0, "cannot register the stream handler");
 }
@@ -314,7 +316,10 @@ static size_t cp_stats(void *ctx, struct cj_cpmsg_kv *kv, size_t max)
 static int start_parent(struct cj_job *j, const char *url, struct cj_err *err)
 {
     struct cj_jobcp_cbs cbs = {.ctx = j, .abort = cp_abort, .stats = cp_stats};
-    return (j->cp = cj_jobcp_new(j->base, j->router, url, j->cfg.relay.job_id, &cbs, err)) ? 0 : -1;
+    if (!(j->cp = cj_jobcp_new(j->base, j->router, url, j->cfg.relay.job_id, &cbs, err))) return -1;
+    const struct cj_fl_dialect *d = cj_fl_dialect_of(j->cfg.relay.flare_version, NULL);
+    if (d && d->cp_started_repeat > 0) cj_jobcp_set_started_repeat(j->cp, d->cp_started_repeat);
+    return 0;
 }
 
 size_t cj_job_flushing(const struct cj_job *j)
