@@ -275,6 +275,11 @@ check "(a) the section's journalctl line: cjrelayd's log has \"$Q\"" sh -c "[ -n
 GL=$(cmd "grep cjrelay $SITE/log.txt"); Q=$(quoted "grep cjrelay $SITE/log.txt")
 check "(a) the section's $(echo "$GL" | sed "s|$W|W|g"): \"$Q\"" sh -c "[ -n '$GL' ] && [ -n '$Q' ] && $GL | grep -qF '$Q'"
 check "(a) the trainer's rounds ran under cjrelayd (its lines in cjrelayd's log)" grep -q 'train.py: round 1 done' "$W/relay.out"
+if [ "$FLARE_TREE" != main ]; then   # a release: the pipe dialect (releases.md §5)
+    check "(a) $FLARE_TREE: the trainer's pipe cell is a child of the job's cell, its tasks' refs downloaded through cjrelayd" \
+        grep -q "taken by site-1\.$A\.site-1_${A}_active (its refs downloaded)" "$W/relay.out"
+    check "(a) $FLARE_TREE: show jobs says the job runs the 2.7-2.8 generation" grep -q "^$A .* 2\.7-2\.8 " "$W/jobs.a"
+fi
 fcheck 8 "(a) cjrelayd's log: job <id> started" grep -q "job $A started" "$W/relay.out"
 fcheck 6 "(a) a normal job's start logs no warning" sh -c "! grep ' warning: ' $W/relay.out | grep -q $A"
 
