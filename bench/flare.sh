@@ -16,5 +16,6 @@ FLARE_TREE=${FLARE_TREE:-2.8.1} SITE_STOCK=1 SITE_BENCH=${SIZE:-512M} SITE_BENCH
 rc=$?
 grep -E "^not ok" "$out.log"
 cat "$out"
+if [ $rc -ne 0 ]; then mkdir -p build; cp "$out.log" build/bench-flare.log; echo "# failed (rc $rc): build/bench-flare.log"; fi
 rm -f "$out.log"
 exit $rc
