@@ -67,7 +67,7 @@ SCHEME   ?= tcp
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 
-.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench bench-flare wan site man deb install install-relay install-flare wheel clean
+.PHONY: all san deps check unit unit-san fuzz fuzz-build soak demo bench bench-flare wan site interop man deb install install-relay install-flare wheel clean
 .DEFAULT_GOAL := all
 
 # Man pages: the hand-written doc/man/<page>.in with the tables filled in by
@@ -220,6 +220,12 @@ site: deps
 	@rc=0; for t in $(SITE_TREES); do \
 	    FLARE_TREE=$$t SITE_STOCK=1 E2E_TIMEOUT=600 sh tests/e2e/run-one.sh tests/e2e/test_site.sh || rc=1; \
 	done; exit $$rc
+
+# FLARE's own POC site through cjrelayd for each FLARE tree x scheme x connection security
+# (tests/interop.sh: INTEROP_TREES, INTEROP_SCHEMES, INTEROP_SECURITY; logs in build/interop/).
+interop: deps
+	$(MAKE) -j$(JOBS) all
+	@sh tests/interop.sh
 
 # What a real FLARE site pays for one job, stock against cjrelayd, in one run (bench/flare.sh:
 # FLARE_TREE, default 2.8.1; SIZE, the model, default 512M).

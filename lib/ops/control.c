@@ -182,7 +182,7 @@ static int render_prometheus(struct cj_daemon *d, struct cj_job *j, struct evbuf
     if (!s) return -1;
     struct cj_prom_job *pj = calloc(n ? n : 1, sizeof *pj);
     int rc = pj ? 0 : -1;
-    for (size_t i = 0; pj && i < n; i++) pj[i] = (struct cj_prom_job){cj_job_id(jobs[i]), &s[i]};
+    for (size_t i = 0; pj && i < n; i++) pj[i] = (struct cj_prom_job){cj_job_id(jobs[i]), &s[i], cj_job_generation(jobs[i])};
     if (pj) cj_prom_render(buf, pj, n);
     free(pj);
     free(jobs);

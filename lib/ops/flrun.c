@@ -575,6 +575,7 @@ static void worker_row(void *arg, const struct cj_fl_worker_info *wi)
     cj_out_cell_dbl(o, wi->heartbeat_age);
     cj_out_cell_str(o, wi->task);
     cj_out_cell_u64(o, wi->bytes);
+    cj_out_cell_str(o, r->f->dialect->generation);
     struct cj_launcher_slot_info si;   /* a worker of ours: its slot's last error ("" for another's) */
     if (r->f->launcher && cj_launcher_slot_of(r->f->launcher, wi->fqcn, &si)) error_cell(o, si.last_error, si.last_error_at);
     else cj_out_cell_str(o, "");
@@ -585,7 +586,8 @@ static void worker_row(void *arg, const struct cj_fl_worker_info *wi)
  * shown with why, so an operator sees a worker command that cannot run. */
 static void failed_slot_row(void *arg, const struct cj_launcher_slot_info *si)
 {
-    struct cj_out *o = ((struct worker_rows *)arg)->o;
+    struct worker_rows *r = arg;
+    struct cj_out *o = r->o;
     if (si->pid || !si->last_error[0]) return;
     cj_out_row_begin(o);
     cj_out_cell_str(o, si->fqcn);
@@ -594,6 +596,7 @@ static void failed_slot_row(void *arg, const struct cj_launcher_slot_info *si)
     cj_out_cell_dbl(o, -1);
     cj_out_cell_str(o, "");
     cj_out_cell_u64(o, 0);
+    cj_out_cell_str(o, r->f->dialect->generation);
     error_cell(o, si->last_error, si->last_error_at);
     cj_out_row_end(o);
 }
@@ -601,9 +604,9 @@ static void failed_slot_row(void *arg, const struct cj_launcher_slot_info *si)
 void cj_flrun_show_workers(struct cj_flrun *f, struct cj_out *o)
 {
     static const struct cj_col cols[] = {{"fqcn", 40}, {"pid", 8}, {"state", 10}, {"heartbeat_age", 14},
-                                         {"task", 34}, {"bytes", 12}, {"last_error", 0}};
+                                         {"task", 34}, {"bytes", 12}, {"flare", 9}, {"last_error", 0}};
     struct worker_rows r = {.o = o, .f = f};
-    cj_out_table_begin(o, "workers", cols, 7);
+    cj_out_table_begin(o, "workers", cols, sizeof cols / sizeof cols[0]);
     WS(f)->workers(f->sessions, worker_row, &r);
     if (f->launcher) cj_launcher_slots(f->launcher, failed_slot_row, &r);
     cj_out_table_end(o);

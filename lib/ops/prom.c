@@ -57,6 +57,18 @@ void cj_prom_render(struct evbuffer *buf, const struct cj_prom_job *jobs, size_t
 {
     evbuffer_add_printf(buf, "# HELP cjrelay_jobs jobs the daemon holds: running, and ended ones still kept for job_linger\n"
                              "# TYPE cjrelay_jobs gauge\ncjrelay_jobs %zu\n", n);
+    if (n) {   /* one info sample per job: what it runs, as labels (Prometheus's info idiom) */
+        evbuffer_add_printf(buf, "# HELP cjrelay_job_info a job the daemon holds, its FLARE generation in the label flare "
+                                 "(2.7-2.8: the release trainer's pipe; 2.9+: the client_api cell protocol)\n"
+                                 "# TYPE cjrelay_job_info gauge\n");
+        for (size_t j = 0; j < n; j++) {
+            evbuffer_add_printf(buf, "cjrelay_job_info{job_id=\"");
+            add_label(buf, jobs[j].id);
+            evbuffer_add_printf(buf, "\",flare=\"");
+            add_label(buf, jobs[j].flare ? jobs[j].flare : "");
+            evbuffer_add_printf(buf, "\"} 1\n");
+        }
+    }
     for (size_t s = 0; s < cj_stat_nsections; s++)
         for (size_t i = 0; i < cj_stat_sections[s].nfields; i++) render_field(buf, &cj_stat_sections[s].fields[i], jobs, n);
 }

@@ -16,6 +16,7 @@
 struct cj_prom_job {
     const char *id;
     const struct cj_stat_sources *s;
+    const char *flare;   /* the FLARE generation its workers speak ("2.7-2.8", "2.9+") */
 };
 
 /* Appends the exposition of n jobs' readings to buf, and the gauge

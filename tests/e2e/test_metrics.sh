@@ -101,6 +101,8 @@ check "(b) Content-Type: text/plain; version=0.0.4; charset=utf-8" \
 check "(b) the body is show prometheus's, byte for byte" cmp -s "$W/m1.b" "$W/show.txt"
 check "(b) ... with the job's counters: $(grep '^cjrelay_tasks_in_total' "$W/m1.b")" \
     grep -qx 'cjrelay_tasks_in_total{job_id="J1"} 2' "$W/m1.b"
+check "(b) ... and the job's FLARE generation: $(grep '^cjrelay_job_info' "$W/m1.b")" \
+    grep -qx 'cjrelay_job_info{job_id="J1",flare="2.9+"} 1' "$W/m1.b"
 if need promtool "(b) promtool check metrics"; then
     check "(b) promtool check metrics accepts it ($(promtool check metrics < "$W/m1.b" 2>&1 | head -2 | tr '\n' ' '))" \
         sh -c "promtool check metrics < $W/m1.b"

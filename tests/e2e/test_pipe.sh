@@ -85,6 +85,9 @@ run() {
     check "($label) job start: $a" [ "$a" = "OK job $job started" ]
     check "($label) show jobs: the job runs FLARE generation 2.7-2.8" \
         sh -c "$CTL show jobs | awk '\$1 == \"$job\"' | grep -q ' 2.7-2.8 '"
+    check "($label) show workers and show prometheus say so too" sh -c \
+        "$CTL show workers job $job json | jq -e '.workers | length > 0 and all(.flare == \"2.7-2.8\")' > /dev/null &&
+         $CTL show prometheus | grep -qx 'cjrelay_job_info{job_id=\"$job\",flare=\"2.7-2.8\"} 1'"
     check "($label) show metrics: the trainer's flare.log('round', ...) from its metric pipe" \
         wait_for 60 sh -c "$CTL show metrics job $job 2>/dev/null | grep -q '$trainer  *round  *[0-9]'"
     wait_for 120 sh -c "grep -q '^SIM OK\|^SIM FAIL' $W/$job.sim"
