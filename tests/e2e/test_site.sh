@@ -102,8 +102,9 @@ check "FLARE $FLARE_TREE imports under the venv's python3 with the stand-ins" "$
 HOME="$W/home0" NVFLARE_POC_WORKSPACE="$W/poc0" $PY -m nvflare.cli poc prepare -n 1 > "$W/prepare0.log" 2>&1
 check "nvflare poc prepare -n 1" test -f "$W/poc0/project.yml"
 PORT=$(free_port)
-# SITE_SCHEME / SITE_SECURITY (make interop): StaticFileBuilder's scheme, the server's connection_security
+# SITE_SCHEME / SITE_SECURITY (make interop): StaticFileBuilder's scheme; the server's and site-1's connection_security
 sed -e "s/fed_learn_port: 8002\$/fed_learn_port: $PORT${SITE_SECURITY:+\\n  connection_security: $SITE_SECURITY}/" \
+    -e "s/^- name: site-1\$/&${SITE_SECURITY:+\\n  connection_security: $SITE_SECURITY}/" \
     -e "s/^\( *\)config_folder: config\$/&${SITE_SCHEME:+\\n\\1scheme: $SITE_SCHEME}/" \
     "$W/poc0/project.yml" > "$W/project.yml"
 $PY -m nvflare.cli poc prepare -i "$W/project.yml" > "$W/prepare.log" 2>&1
