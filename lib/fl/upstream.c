@@ -73,6 +73,7 @@ struct up_sub {
     cj_fl_submit_done_fn done;
     void *done_ctx;
     bool fail_pending;          /* failed() arrived while the result was being submitted */
+    bool pulled;                /* the server's download of the result moved (progress) */
     char why[WHY_MAX];          /* why the task failed (failure reports) */
     enum sub_stage stage;
     unsigned checks, attempts;
@@ -760,6 +761,20 @@ static void submit_failed(struct up_sub *s, const char *why)
     struct cj_fl_up *up = s->up;
     cj_log_warning("task %s (server task %s): submit_update attempt %u/%u failed: %s", s->t->id, s->t->server_id,
                    s->attempts, up->cfg.submit_attempts, why);
+    /* A 2.7.2/2.8.x server job pulls the result's refs while it decodes the request, and
+     * answers a pull of a ref it finished with EOF and no items: a resend it could not
+     * decode makes a 2.8.x server job exit (releases.md §2.3).  Once its pull moved, the
+     * server has the request: the result is not resent (nor reported failed: the server
+     * may well have taken it), and the task ends here, saying so. */
+    if (s->result && s->pulled && cj_stream_get_wire(up->ep) == CJ_STREAM_WIRE_2_8) {
+        char msg[WHY_MAX + 160];
+        snprintf(msg, sizeof msg, "no answer after the server pulled the result (%s); not resent: a FLARE 2.7/2.8 "
+                 "server job cannot take a result whose refs it finished pulling", why);
+        cj_log_error("task %s (server task %s, '%s'): %s", s->t->id, s->t->server_id, s->t->name, msg);
+        cj_task_fail(s->t, "%s", msg);
+        sub_end(s, false, msg);
+        return;
+    }
     if (s->result && s->fail_pending) {
         sub_to_report(s, "the task failed during its submission");
     } else if (s->attempts >= up->cfg.submit_attempts) {
@@ -988,7 +1003,10 @@ static void op_progress(void *ctx, struct cj_task *t)
 {
     struct cj_fl_up *up = ctx;
     struct up_sub *s = find_sub(up, t);
-    if (s && s->stage == SUB_SUBMIT && s->in_req) arm(s->timer, up->cfg.submit_timeout);
+    if (s && s->stage == SUB_SUBMIT && s->in_req) {
+        s->pulled = true;
+        arm(s->timer, up->cfg.submit_timeout);
+    }
 }
 
 void cj_fl_up_submit_ops(struct cj_fl_up *up, struct cj_fl_submit_ops *out)

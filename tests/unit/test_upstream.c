@@ -718,6 +718,48 @@ static void test_submit_idle_timeout(void **state)
     world_free(w);
 }
 
+/* On the 2.7/2.8 wire a result the server started pulling is never resent (a 2.8.x
+ * server job exits on a resend whose refs it finished pulling), nor reported failed. */
+static void test_submit_no_resend_after_pull_2_8(void **state)
+{
+    struct world *w = world_new();
+    w->cfg.submit_timeout = 0.3;
+    w->s.sub_script[0] = "silent";
+    w->s.sub_script[1] = "ok";
+    cj_stream_set_wire(w->n->ep[RELAY], CJ_STREAM_WIRE_2_8);
+    struct cj_task *t = get_one_task(w);
+    struct done d = { 0 };
+    submit_result(w, t, &d);
+    RUN_UNTIL(w->n, w->s.sub_n == 1, 1.0);
+    settle(w->n, 0.1);
+    w->ops.progress(w->ops.ctx, t);   /* the server pulls */
+    RUN_UNTIL(w->n, d.n == 1, 2.0);
+    assert_int_equal(d.n, 1);
+    assert_false(d.ok);
+    assert_non_null(strstr(d.why, "not resent"));
+    settle(w->n, 0.5);
+    assert_int_equal(w->s.sub_n, 1);   /* neither the result again nor a failure report */
+    assert_int_equal(t->state, CJ_TASK_FAILED);
+    world_free(w);
+}
+
+/* ...while one the server never pulled is resent there as on the development wire. */
+static void test_submit_resend_without_pull_2_8(void **state)
+{
+    struct world *w = world_new();
+    w->cfg.submit_timeout = 0.3;
+    w->s.sub_script[0] = "silent";
+    w->s.sub_script[1] = "ok";
+    cj_stream_set_wire(w->n->ep[RELAY], CJ_STREAM_WIRE_2_8);
+    struct cj_task *t = get_one_task(w);
+    struct done d = { 0 };
+    submit_result(w, t, &d);
+    RUN_UNTIL(w->n, d.n == 1, 3.0);
+    assert_true(d.ok);
+    assert_int_equal(w->s.sub_n, 2);
+    world_free(w);
+}
+
 /* A result whose sends all fail is reported as EXECUTION_EXCEPTION. */
 static void test_submit_exhausted_reports(void **state)
 {
@@ -994,6 +1036,8 @@ int main(void)
         cmocka_unit_test(test_check_retry_and_resend),
         cmocka_unit_test(test_check_retried_on_reconnect),
         cmocka_unit_test(test_submit_idle_timeout),
+        cmocka_unit_test(test_submit_no_resend_after_pull_2_8),
+        cmocka_unit_test(test_submit_resend_without_pull_2_8),
         cmocka_unit_test(test_submit_exhausted_reports),
         cmocka_unit_test(test_min_get_task_timeout),
         cmocka_unit_test(test_auth_error_backoff),
