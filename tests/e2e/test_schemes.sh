@@ -56,13 +56,14 @@ start_relay() {
     fi
     relay_ini "$R/relay.ini" relay.on_end_run=wait upstream.url="$_url" "$@" \
         upstream.reconnect_min=0.1 upstream.reconnect_max=0.5 \
-        workers.listen="unix:$R/w.sock" workers.command="$WK" workers.count=1 \
+        workers.listen="unix:$R/w.sock" workers.command="$WK" workers.count=1 workers.shutdown_grace=2 \
         status.socket="$R/status.sock" log.level=debug
     $D -c "$R/relay.ini" > "$R/relay.log" 2>&1 & RELAY=$!
 }
 
-# stop_relay LOG: SIGTERM, then 30 s for the drain; a relay still there fails the suite, with its
-# log, and is killed (an unbounded wait here once ran into the suite's 300 s limit)
+# stop_relay LOG: SIGTERM, then 30 s for the drain (its worker's staged stop, SHUTDOWN, SIGTERM,
+# SIGKILL, is shutdown_grace 2 s apart: the default 10 s made it 20 s and more, past 30 s on a
+# loaded machine under ASan); a relay still there fails the suite, with its log, and is killed (an unbounded wait here once ran into the suite's 300 s limit)
 stop_relay() {
     kill -TERM "$RELAY" 2>/dev/null
     if ! wait_for 30 sh -c "! kill -0 $RELAY 2>/dev/null"; then
