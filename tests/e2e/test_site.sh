@@ -102,9 +102,10 @@ check "FLARE $FLARE_TREE imports under the venv's python3 with the stand-ins" "$
 HOME="$W/home0" NVFLARE_POC_WORKSPACE="$W/poc0" $PY -m nvflare.cli poc prepare -n 1 > "$W/prepare0.log" 2>&1
 check "nvflare poc prepare -n 1" test -f "$W/poc0/project.yml"
 PORT=$(free_port)
-# SITE_SCHEME / SITE_SECURITY (make interop): StaticFileBuilder's scheme; the server's and site-1's connection_security
+# SITE_SCHEME / SITE_SECURITY (make interop): StaticFileBuilder's scheme; every participant's connection_security
+# (the server's, site-1's and the admins': each startup kit takes its own)
 sed -e "s/fed_learn_port: 8002\$/fed_learn_port: $PORT${SITE_SECURITY:+\\n  connection_security: $SITE_SECURITY}/" \
-    -e "s/^- name: site-1\$/&${SITE_SECURITY:+\\n  connection_security: $SITE_SECURITY}/" \
+    -e "s/^- name: .*\$/&${SITE_SECURITY:+\\n  connection_security: $SITE_SECURITY}/" \
     -e "s/^\( *\)config_folder: config\$/&${SITE_SCHEME:+\\n\\1scheme: $SITE_SCHEME}/" \
     "$W/poc0/project.yml" > "$W/project.yml"
 $PY -m nvflare.cli poc prepare -i "$W/project.yml" > "$W/prepare.log" 2>&1
@@ -163,6 +164,7 @@ bench_stop() {
     [ -n "${SITE_BENCH_OUT:-}" ] && echo "$_l" >> "$SITE_BENCH_OUT"
     return 0
 }
+JOB_WAIT=120; [ -n "${SITE_BENCH:-}" ] && JOB_WAIT=900   # seconds an external job may take
 # submit NAME: submits job NAME, sets JID
 submit() { JID=$($ADMIN submit "$KIT" "$J/$1" 2>> "$W/admin.log"); }
 job_status() { $ADMIN wait "$KIT" "$1" "$2" 2>> "$W/admin.log"; }
@@ -173,7 +175,7 @@ if [ "${SITE_STOCK:-0}" = 1 ]; then
     start_cp "stock launcher"
     bench_start $PG_cp1
     submit ext
-    ST=$(job_status "$JID" 600)
+    ST=$(job_status "$JID" "$JOB_WAIT")
     bench_stop stock
     check "(stock) the external-process job completes with FLARE's stock launcher (FLARE: $ST)" test "$ST" = FINISHED:COMPLETED
     STOCK_FILES=$(cd "$SITE/$JID" && ls | grep -v '^app_' | tr '\n' ' ')
@@ -267,7 +269,7 @@ start_cp "cjrelay launcher"
 eval "bench_start \$PG_cp$CPN $PG_relay"
 submit ext; A=$JID
 check "(a) submitted through FLARE's admin API" test -n "$A"
-ST=$(job_status "$A" 600)
+ST=$(job_status "$A" "$JOB_WAIT")
 bench_stop cjrelayd
 check "(a) the external-process job completes (FLARE: $ST)" test "$ST" = FINISHED:COMPLETED
 $CTL show jobs > "$W/jobs.a" 2>&1
