@@ -27,7 +27,7 @@ plain_only_why() {
     case $1 in
         test_systemd|test_licence|test_doclines) echo "runs no binary of ours" ;;
         test_deb) echo "checks the man pages and the packages; its daemon only answers show" ;;
-        test_site|test_site_release) echo "runs FLARE's whole site, mostly Python; CJ_SAN_SUITES=site runs it sanitized" ;;
+        test_site|test_site_release|test_site_release_tcp) echo "runs FLARE's whole site, mostly Python; CJ_SAN_SUITES=site runs it sanitized" ;;
         test_memory) echo "measures the relay's memory, which ASan's allocator would swamp" ;;
         test_sim|test_worker) echo "tests a tool binary that runs sanitized in the other suites; CJ_SAN_SUITES=${1#test_} runs it" ;;
     esac
@@ -44,6 +44,7 @@ san-test_faults 90
 san-test_fl 85
 plain-test_site 85
 plain-test_site_release 85
+plain-test_site_release_tcp 85
 plain-test_memory 80
 san-test_spool 80
 san-test_jobs 75
