@@ -815,12 +815,13 @@ static void test_auth_error_backoff(void **state)
     assert_true(w->s.gt_n >= 5);
     /* reconnect_min 0.05, then doubling, capped at reconnect_max 0.2: the back-off each
      * get_task was sent after is read when it arrives (set by the error before it, not yet
-     * changed by its own); the gaps are checked from below only (a loaded machine, or ASan,
-     * may wake the loop late, never early) */
+     * changed by its own); the gaps only show a real pause: libevent schedules from the time
+     * it cached at the start of the loop's pass, which on a loaded machine under ASan can be
+     * well before the reply was read, so a gap may fall short of its back-off */
     static const double want[] = { 0, 0.05, 0.1, 0.2, 0.2 };
     for (int i = 1; i < 5; i++) {
         assert_true(w->s.gt_backoff[i] > want[i] - 1e-9 && w->s.gt_backoff[i] < want[i] + 1e-9);
-        assert_true(w->s.gt_time[i] - w->s.gt_time[i - 1] >= want[i] - 0.005);
+        assert_true(w->s.gt_time[i] - w->s.gt_time[i - 1] >= want[i] / 2);
     }
     struct cj_fl_up_status st;
     cj_fl_up_get_status(w->up, &st);
